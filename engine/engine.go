@@ -1,0 +1,350 @@
+// Package engine runs the per-flow pipeline: admit the flow against the limits, recover its
+// original destination, dial that destination with the bypass mark, forward in both directions and
+// write the flow record. Classification, TLS disposition and the Level 1/2 dispatch of later
+// issues plug in between the dial and the relay; the engine knows no policy internals.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"mcpintercept/telemetry"
+)
+
+// OriginalDster is what the engine needs from a steering mechanism.
+type OriginalDster interface {
+	OriginalDst(c *net.TCPConn) (netip.AddrPort, error)
+}
+
+// Dialer opens the upstream connection (with the bypass mark, in production).
+type Dialer interface {
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// FlowSink receives one record per flow (telemetry.FlowLog in production).
+type FlowSink interface {
+	Write(telemetry.FlowRecord)
+}
+
+// Limits bound what one appliance and one client may hold open.
+type Limits struct {
+	MaxFlows          int
+	MaxFlowsPerClient int
+	IdleTimeout       time.Duration
+	ConnectTimeout    time.Duration
+}
+
+// Options wires an Engine.
+type Options struct {
+	Mechanism string // contract name, for logs and records
+	Steering  OriginalDster
+	Dialer    Dialer
+	Limits    Limits
+	Flows     FlowSink
+	Metrics   *telemetry.Metrics
+	Log       *slog.Logger
+}
+
+// Engine accepts flows from listeners and forwards each in its own goroutine.
+type Engine struct {
+	opt Options
+
+	// listenAddrs are the bound listener addresses; a flow whose original destination is one of
+	// them would be forwarded to the appliance itself, so it is refused (loop avoidance).
+	listenMu    sync.Mutex
+	listenAddrs map[netip.AddrPort]bool
+
+	active    atomic.Int64
+	clientsMu sync.Mutex
+	clients   map[netip.Addr]int
+	flows     map[uint64]*flowConns
+	nextID    atomic.Uint64
+	idPrefix  string
+	wg        sync.WaitGroup
+	refuseLog rateLimitedLog
+}
+
+// New returns an Engine; nothing runs until Serve.
+func New(opt Options) *Engine {
+	var b [4]byte
+	rand.Read(b[:])
+	return &Engine{
+		opt:         opt,
+		listenAddrs: map[netip.AddrPort]bool{},
+		clients:     map[netip.Addr]int{},
+		flows:       map[uint64]*flowConns{},
+		idPrefix:    hex.EncodeToString(b[:]),
+		refuseLog:   rateLimitedLog{log: opt.Log, every: time.Second},
+	}
+}
+
+// Serve accepts on ln until ln is closed or ctx is done. Each flow runs in a goroutine the Engine
+// owns; Drain waits for them.
+func (e *Engine) Serve(ctx context.Context, ln *net.TCPListener) error {
+	if ap, err := addrPort(ln.Addr()); err == nil {
+		e.listenMu.Lock()
+		e.listenAddrs[ap] = true
+		e.listenMu.Unlock()
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var backoff time.Duration
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+				return nil
+			}
+			// EMFILE and friends: back off instead of spinning, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			e.opt.Log.Warn("accept", "listener", ln.Addr().String(), "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		}
+		backoff = 0
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.handle(ctx, c)
+		}()
+	}
+}
+
+// Drain waits for open flows to finish until ctx is done, then closes what is left and waits for
+// their goroutines to write their records. Call it after the listeners are closed.
+func (e *Engine) Drain(ctx context.Context) (forced int) {
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return 0
+	case <-ctx.Done():
+	}
+	e.clientsMu.Lock()
+	for _, f := range e.flows {
+		f.abort()
+		forced++
+	}
+	e.clientsMu.Unlock()
+	<-done
+	return forced
+}
+
+// Active is the number of flows being forwarded now.
+func (e *Engine) Active() int64 { return e.active.Load() }
+
+func (e *Engine) newFlowID() (uint64, string) {
+	n := e.nextID.Add(1)
+	return n, e.idPrefix + "-" + strconv.FormatUint(n, 10)
+}
+
+// admit applies the flow limits. The per-client map is the only shared state on the accept path.
+func (e *Engine) admit(id uint64, client netip.Addr, fc *flowConns) (reason string) {
+	e.clientsMu.Lock()
+	defer e.clientsMu.Unlock()
+	if e.opt.Limits.MaxFlows > 0 && e.active.Load() >= int64(e.opt.Limits.MaxFlows) {
+		return "max_flows"
+	}
+	if e.opt.Limits.MaxFlowsPerClient > 0 && e.clients[client] >= e.opt.Limits.MaxFlowsPerClient {
+		return "max_flows_per_client"
+	}
+	e.clients[client]++
+	e.flows[id] = fc
+	e.active.Add(1)
+	return ""
+}
+
+func (e *Engine) release(id uint64, client netip.Addr) {
+	e.clientsMu.Lock()
+	defer e.clientsMu.Unlock()
+	if e.clients[client]--; e.clients[client] <= 0 {
+		delete(e.clients, client)
+	}
+	delete(e.flows, id)
+	e.active.Add(-1)
+}
+
+func (e *Engine) isLoop(dst netip.AddrPort) bool {
+	e.listenMu.Lock()
+	defer e.listenMu.Unlock()
+	if e.listenAddrs[dst] {
+		return true
+	}
+	// A wildcard listener also answers on every local address with its port.
+	for l := range e.listenAddrs {
+		if l.Port() == dst.Port() && l.Addr().IsUnspecified() && isLocal(dst.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+func isLocal(a netip.Addr) bool {
+	if a.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// handle is one flow from accept to record.
+func (e *Engine) handle(ctx context.Context, c *net.TCPConn) {
+	start := time.Now()
+	id, flowID := e.newFlowID()
+	rec := telemetry.FlowRecord{Time: telemetry.Time{Time: start}, Flow: flowID, Mechanism: e.opt.Mechanism, Level: 0}
+	client, err := addrPort(c.RemoteAddr())
+	if err != nil {
+		c.Close()
+		return
+	}
+	rec.Client = client.String()
+	fc := &flowConns{client: c}
+
+	if reason := e.admit(id, client.Addr(), fc); reason != "" {
+		e.refuse(c, &rec, reason, fmt.Errorf("limit %s reached", reason))
+		return
+	}
+	defer e.release(id, client.Addr())
+	e.opt.Metrics.FlowsActive.Inc()
+	defer e.opt.Metrics.FlowsActive.Dec()
+
+	orig, err := e.opt.Steering.OriginalDst(c)
+	if err != nil {
+		e.refuse(c, &rec, "no_original_destination", err)
+		return
+	}
+	rec.OrigDst = orig.String()
+	if e.isLoop(orig) {
+		e.refuse(c, &rec, "loop", errors.New("original destination is the appliance's own listener"))
+		return
+	}
+	e.opt.Metrics.FlowsTotal.WithLabelValues(e.opt.Mechanism).Inc()
+
+	dctx, cancel := context.WithTimeout(ctx, e.opt.Limits.ConnectTimeout)
+	uc, err := e.opt.Dialer.DialContext(dctx, "tcp", orig.String())
+	cancel()
+	if err != nil {
+		// The client believes it is connecting to orig itself, so it gets what a direct connect
+		// would have given: a reset (Level 1 forwards transport errors as they are).
+		e.opt.Metrics.UpstreamErrors.WithLabelValues("dial").Inc()
+		rec.Decision, rec.Reason = "allow", "upstream: "+dialReason(err)
+		resetClose(c)
+		e.finish(&rec, start)
+		return
+	}
+	up := uc.(*net.TCPConn)
+	if !fc.setUpstream(up) { // drained while dialling
+		resetClose(c)
+		up.Close()
+		rec.Decision, rec.Reason = "allow", "shutdown"
+		e.finish(&rec, start)
+		return
+	}
+	rec.Decision = "allow"
+	res := relay(c, up, e.opt.Limits.IdleTimeout, fc)
+	rec.BytesUp, rec.BytesDown = res.up, res.down
+	rec.Reason = res.reason()
+	if res.reset {
+		e.opt.Metrics.UpstreamErrors.WithLabelValues("reset").Inc()
+	}
+	e.opt.Metrics.Bytes.WithLabelValues("up").Add(float64(res.up))
+	e.opt.Metrics.Bytes.WithLabelValues("down").Add(float64(res.down))
+	e.opt.Metrics.FlowDuration.Observe(time.Since(start).Seconds())
+	e.finish(&rec, start)
+}
+
+func (e *Engine) refuse(c *net.TCPConn, rec *telemetry.FlowRecord, reason string, err error) {
+	e.opt.Metrics.FlowsRefused.WithLabelValues(reason).Inc()
+	e.refuseLog.warn(reason, "flow refused", "flow", rec.Flow, "client", rec.Client, "orig_dst", rec.OrigDst, "reason", reason, "err", err)
+	resetClose(c)
+	rec.Decision, rec.Reason = "deny", reason
+	e.finish(rec, rec.Time.Time)
+}
+
+func (e *Engine) finish(rec *telemetry.FlowRecord, start time.Time) {
+	rec.DurationMS = time.Since(start).Milliseconds()
+	if e.opt.Flows != nil {
+		e.opt.Flows.Write(*rec)
+	}
+}
+
+func dialReason(err error) string {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "connect timeout"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	return err.Error()
+}
+
+// resetClose closes with SO_LINGER 0, so the peer sees a reset rather than an orderly end.
+func resetClose(c *net.TCPConn) {
+	c.SetLinger(0)
+	c.Close()
+}
+
+func addrPort(a net.Addr) (netip.AddrPort, error) {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok || ta == nil {
+		return netip.AddrPort{}, fmt.Errorf("not a TCP address: %v", a)
+	}
+	ap := ta.AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+}
+
+// rateLimitedLog keeps a flood of refusals from turning into a flood of log lines: at most one
+// line per key per interval, with the number suppressed in between.
+type rateLimitedLog struct {
+	log        *slog.Logger
+	every      time.Duration
+	mu         sync.Mutex
+	last       map[string]time.Time
+	suppressed map[string]int
+}
+
+func (r *rateLimitedLog) warn(key, msg string, args ...any) {
+	r.mu.Lock()
+	if r.last == nil {
+		r.last, r.suppressed = map[string]time.Time{}, map[string]int{}
+	}
+	now := time.Now()
+	if now.Sub(r.last[key]) < r.every {
+		r.suppressed[key]++
+		r.mu.Unlock()
+		return
+	}
+	n := r.suppressed[key]
+	r.last[key], r.suppressed[key] = now, 0
+	r.mu.Unlock()
+	if n > 0 {
+		args = append(args, "suppressed_since_last", n)
+	}
+	r.log.Warn(msg, args...)
+}

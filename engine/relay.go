@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// flowConns lets Drain abort a flow from outside its goroutine.
+type flowConns struct {
+	mu       sync.Mutex
+	client   *net.TCPConn
+	upstream *net.TCPConn
+	aborted  bool
+}
+
+func (f *flowConns) setUpstream(up *net.TCPConn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.aborted {
+		return false
+	}
+	f.upstream = up
+	return true
+}
+
+func (f *flowConns) abort() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.aborted = true
+	f.client.Close()
+	if f.upstream != nil {
+		f.upstream.Close()
+	}
+}
+
+type relayResult struct {
+	up, down int64
+	idle     bool // closed by the idle timeout
+	reset    bool // a side reset the connection; the other side was reset too
+	aborted  bool // closed by shutdown
+}
+
+func (r relayResult) reason() string {
+	switch {
+	case r.aborted:
+		return "shutdown"
+	case r.idle:
+		return "idle timeout"
+	case r.reset:
+		return "reset"
+	}
+	return ""
+}
+
+// relay forwards both directions until both have ended. A FIN one way becomes CloseWrite on the
+// other connection, leaving the reverse direction open (half-close). A reset one way is passed on
+// as a reset. io.Copy between two *net.TCPConn uses splice(2) on Linux, so payload bytes never
+// enter user space.
+//
+// Idle timeout without giving up splice: each direction copies under a read deadline of one
+// "slice"; when it fires the copy returns with the bytes it moved, which marks activity, and the
+// copy resumes. A read-deadline timeout only happens while nothing is buffered, so no byte is lost.
+// A watchdog closes both connections once no direction moved a byte for the idle timeout.
+func relay(client, upstream *net.TCPConn, idle time.Duration, fc *flowConns) relayResult {
+	var res relayResult
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	var idled, resetSeen atomic.Bool
+	slice := idleSlice(idle)
+
+	var watchdog *time.Timer
+	if idle > 0 {
+		var check func()
+		check = func() {
+			since := time.Since(time.Unix(0, last.Load()))
+			if since >= idle {
+				idled.Store(true)
+				client.Close()
+				upstream.Close()
+				return
+			}
+			watchdog.Reset(idle - since)
+		}
+		watchdog = time.AfterFunc(idle, check)
+		defer watchdog.Stop()
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res.down = pipe(client, upstream, slice, &last, &resetSeen)
+	}()
+	res.up = pipe(upstream, client, slice, &last, &resetSeen)
+	wg.Wait()
+	client.Close()
+	upstream.Close()
+
+	res.idle = idled.Load()
+	res.reset = resetSeen.Load()
+	fc.mu.Lock()
+	res.aborted = fc.aborted
+	fc.mu.Unlock()
+	return res
+}
+
+func idleSlice(idle time.Duration) time.Duration {
+	if idle <= 0 {
+		return 0
+	}
+	return min(max(idle/4, 10*time.Millisecond), 30*time.Second)
+}
+
+// pipe copies src to dst until src ends, then half-closes dst. It returns the bytes copied.
+func pipe(dst, src *net.TCPConn, slice time.Duration, last *atomic.Int64, resetSeen *atomic.Bool) int64 {
+	var total int64
+	for {
+		if slice > 0 {
+			src.SetReadDeadline(time.Now().Add(slice))
+		}
+		n, err := io.Copy(dst, src)
+		total += n
+		if n > 0 {
+			last.Store(time.Now().UnixNano())
+		}
+		switch {
+		case err == nil: // EOF from src: pass the FIN on, keep the other direction open.
+			dst.CloseWrite()
+			return total
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			continue
+		case errors.Is(err, syscall.ECONNRESET):
+			// Pass a reset on as a reset; the peer must not mistake it for a clean end.
+			resetSeen.Store(true)
+			dst.SetLinger(0)
+			dst.Close()
+			src.Close()
+			return total
+		default:
+			// Closed by the watchdog, by Drain, or by the other direction; or a write error.
+			dst.Close()
+			src.Close()
+			return total
+		}
+	}
+}

@@ -1,0 +1,104 @@
+// Package intercept installs and removes the steering that brings flows to the appliance (nftables
+// TPROXY, iptables REDIRECT, and later eBPF and DNS), opens the transparent listeners, recovers the
+// original destination of each accepted connection, and dials upstream with the bypass mark so the
+// appliance never intercepts itself. It never parses HTTP.
+package intercept
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"mcpintercept/config"
+)
+
+// Mechanism is one way of steering flows into the appliance. The eBPF cgroup-connect and DNS
+// mechanisms of later issues implement it too, so the engine never knows which one is in use.
+type Mechanism interface {
+	// Name is the mechanism's contract name (nftables-tproxy, iptables-redirect, ebpf, dns, external).
+	Name() config.Mechanism
+	// Install puts the steering in place. It is called after the listeners are bound, so a flow
+	// steered to the appliance always finds a socket. On error, whatever was installed is removed.
+	Install(ctx context.Context) error
+	// Remove takes the steering away again; it is idempotent.
+	Remove(ctx context.Context) error
+	// OriginalDst is where the accepted connection was going before it was steered.
+	OriginalDst(c *net.TCPConn) (netip.AddrPort, error)
+}
+
+// Table, chain and marker names shared by install and cleanup: cleanup must find everything a
+// daemon could have installed without reading its configuration.
+const (
+	// NftTableName is our nftables table (family inet).
+	NftTableName = "mcpintercept"
+	// IptChainName is our chain in the nat table of iptables and ip6tables.
+	IptChainName = "MCPINTERCEPT"
+	// RouteProtocol tags every ip rule and route we add (rtm_protocol), so cleanup can find them
+	// whatever mark, table or priority the configuration chose. 0xf5 is unassigned in
+	// /etc/iproute2/rt_protos.
+	RouteProtocol = 0xf5
+)
+
+// New returns the mechanism the configuration selects.
+func New(cfg *config.Config) (Mechanism, error) {
+	switch cfg.Mechanism {
+	case config.NftablesTProxy:
+		return newNftables(cfg), nil
+	case config.IptablesRedirect:
+		return newIptables(cfg), nil
+	case config.External:
+		return &external{cfg: cfg}, nil
+	default:
+		return nil, fmt.Errorf("mechanism %q is not available in this build", cfg.Mechanism)
+	}
+}
+
+// Transparent reports whether the listeners must set IP_TRANSPARENT: with TPROXY-style delivery
+// the accepted socket's local address is a foreign address (the original destination).
+func Transparent(cfg *config.Config) bool {
+	switch cfg.Mechanism {
+	case config.NftablesTProxy:
+		return true
+	case config.External:
+		return cfg.External.OriginalDst == "local-address"
+	}
+	return false
+}
+
+// Recovery says, for `declare` and the README, how a mechanism delivers the original destination
+// to the engine (the draft requires this statement for integration-provided selection).
+func Recovery(cfg *config.Config) string {
+	switch cfg.Mechanism {
+	case config.NftablesTProxy:
+		return "nftables tproxy in prerouting (and an output-chain mark plus policy routing for local processes) delivers the unmodified packet to a transparent listener; the accepted socket's local address is the original destination"
+	case config.IptablesRedirect:
+		return "iptables nat REDIRECT rewrites the destination to the listener; the original destination is read from conntrack with getsockopt SO_ORIGINAL_DST (IPv4) / IP6T_SO_ORIGINAL_DST (IPv6)"
+	case config.External:
+		if cfg.External.OriginalDst == "so-original-dst" {
+			return "integration-provided: the operator's infrastructure NATs flows to the listener (REDIRECT/DNAT style); the original destination is read with getsockopt SO_ORIGINAL_DST / IP6T_SO_ORIGINAL_DST"
+		}
+		return "integration-provided: the operator's infrastructure delivers flows TPROXY-style to the listener (IP_TRANSPARENT); the accepted socket's local address is the original destination"
+	case config.EBPF:
+		return "eBPF cgroup connect4/connect6 rewrite the destination to the listener and record the original in socket storage"
+	case config.DNS:
+		return "DNS answers map names to virtual IPs; the original name and port come from the VIP table"
+	}
+	return "unknown"
+}
+
+// addrPortOf converts a net.Addr of a TCP connection, unmapping IPv4-mapped IPv6 addresses so that
+// logs and loop checks compare like with like.
+func addrPortOf(a net.Addr) (netip.AddrPort, error) {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok || ta == nil {
+		return netip.AddrPort{}, fmt.Errorf("not a TCP address: %v", a)
+	}
+	ap := ta.AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+}
+
+// localAddress is the TPROXY-style recovery shared by nftables-tproxy and external.
+func localAddress(c *net.TCPConn) (netip.AddrPort, error) {
+	return addrPortOf(c.LocalAddr())
+}

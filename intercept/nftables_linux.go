@@ -1,0 +1,263 @@
+package intercept
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"mcpintercept/config"
+)
+
+// nftablesTProxy steers with one inet table of ours:
+//
+//	prerouting (filter, mangle priority): local destinations and the bypass mark return; for each
+//	  configured prefix jump to dst4/dst6, where each port range sets the intercept mark and
+//	  tproxies to the loopback listener.
+//	output (route, mangle priority): the bypass mark returns; matching flows of local processes
+//	  get the intercept mark, which re-routes them via lo (policy routing) into prerouting.
+//
+// The ip rule "fwmark MARK lookup TABLE" and "local default dev lo" in TABLE deliver marked
+// packets locally instead of forwarding them.
+type nftablesTProxy struct {
+	cfg     *config.Config
+	routing *policyRouting
+}
+
+func newNftables(cfg *config.Config) *nftablesTProxy {
+	return &nftablesTProxy{cfg: cfg, routing: &policyRouting{mark: cfg.Steering.Mark, table: cfg.Steering.RouteTable, priority: cfg.Steering.RulePriority}}
+}
+
+func (n *nftablesTProxy) Name() config.Mechanism { return config.NftablesTProxy }
+
+func (n *nftablesTProxy) OriginalDst(c *net.TCPConn) (netip.AddrPort, error) { return localAddress(c) }
+
+func (n *nftablesTProxy) Install(ctx context.Context) error {
+	v4, v6 := listenTargets(n.cfg)
+	if err := n.installTable(v4, v6); err != nil {
+		n.Remove(ctx)
+		return fmt.Errorf("nftables: %w", err)
+	}
+	if err := n.routing.install(v4.IsValid(), v6.IsValid()); err != nil {
+		n.Remove(ctx)
+		return err
+	}
+	return nil
+}
+
+func (n *nftablesTProxy) Remove(ctx context.Context) error {
+	var errs []error
+	if _, err := deleteNftTables(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := n.routing.remove(); err != nil {
+		errs = append(errs, err)
+	}
+	return joinErrs(errs)
+}
+
+// listenTargets picks the TPROXY target per family: the first configured listen address of that
+// family (an invalid Addr when there is none, which leaves that family unsteered).
+func listenTargets(cfg *config.Config) (v4, v6 netip.Addr) {
+	for _, a := range cfg.Listen.Addresses {
+		switch {
+		case a.Is4() || a.Is4In6():
+			if !v4.IsValid() {
+				v4 = a.Unmap()
+			}
+		default:
+			if !v6.IsValid() {
+				v6 = a
+			}
+		}
+	}
+	return v4, v6
+}
+
+func (n *nftablesTProxy) installTable(v4, v6 netip.Addr) error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	defer c.CloseLasting()
+	// Replace any leftover table atomically: add (no-op if present), delete, then build anew, all in
+	// one transaction.
+	t := &nftables.Table{Name: NftTableName, Family: nftables.TableFamilyINet}
+	c.AddTable(t)
+	c.DelTable(t)
+	c.AddTable(t)
+
+	cfg := n.cfg
+	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle})
+	dst4 := c.AddChain(&nftables.Chain{Name: "tproxy4", Table: t})
+	dst6 := c.AddChain(&nftables.Chain{Name: "tproxy6", Table: t})
+
+	add := func(ch *nftables.Chain, exprs ...expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+	}
+	ret := &expr.Verdict{Kind: expr.VerdictReturn}
+
+	// Packets for the appliance's own addresses (including replies to its upstream dials) are
+	// never steered.
+	add(pre, cat(tcpOnly(), fibDaddrLocal(), []expr.Any{ret})...)
+	add(pre, cat(markMatch(cfg.Steering.BypassMark), []expr.Any{ret})...)
+	for _, p := range cfg.Intercept.Destinations {
+		if p.Addr().Is4() && v4.IsValid() {
+			add(pre, cat(tcpOnly(), daddrMatch(p), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: dst4.Name}})...)
+		}
+		if p.Addr().Is6() && v6.IsValid() {
+			add(pre, cat(tcpOnly(), daddrMatch(p), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: dst6.Name}})...)
+		}
+	}
+	for _, r := range cfg.Intercept.Ports {
+		if v4.IsValid() {
+			add(dst4, cat(dportMatch(r), markSet(cfg.Steering.Mark), tproxyTo(v4, cfg.Listen.Port), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})...)
+		}
+		if v6.IsValid() {
+			add(dst6, cat(dportMatch(r), markSet(cfg.Steering.Mark), tproxyTo(v6, cfg.Listen.Port), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})...)
+		}
+	}
+
+	if cfg.Intercept.LocalEnabled() {
+		out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeRoute,
+			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityMangle})
+		outPorts := c.AddChain(&nftables.Chain{Name: "output_ports", Table: t})
+		add(out, cat(markMatch(cfg.Steering.BypassMark), []expr.Any{ret})...)
+		for _, p := range cfg.Intercept.Destinations {
+			if (p.Addr().Is4() && v4.IsValid()) || (p.Addr().Is6() && v6.IsValid()) {
+				add(out, cat(tcpOnly(), daddrMatch(p), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: outPorts.Name}})...)
+			}
+		}
+		for _, r := range cfg.Intercept.Ports {
+			add(outPorts, cat(dportMatch(r), markSet(cfg.Steering.Mark), []expr.Any{ret})...)
+		}
+	}
+	return c.Flush()
+}
+
+// deleteNftTables removes every table named ours, in any family. It reports what it removed.
+func deleteNftTables() ([]string, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	tables, err := c.ListTables()
+	if err != nil {
+		return nil, fmt.Errorf("nftables: list tables: %w", err)
+	}
+	var removed []string
+	for _, t := range tables {
+		if t.Name == NftTableName {
+			c.DelTable(t)
+			removed = append(removed, fmt.Sprintf("nftables table %s %s", familyName(t.Family), t.Name))
+		}
+	}
+	if len(removed) == 0 {
+		return nil, nil
+	}
+	if err := c.Flush(); err != nil {
+		return nil, fmt.Errorf("nftables: delete table: %w", err)
+	}
+	return removed, nil
+}
+
+func familyName(f nftables.TableFamily) string {
+	switch f {
+	case nftables.TableFamilyINet:
+		return "inet"
+	case nftables.TableFamilyIPv4:
+		return "ip"
+	case nftables.TableFamilyIPv6:
+		return "ip6"
+	}
+	return fmt.Sprint(f)
+}
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func tcpOnly() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+	}
+}
+
+func fibDaddrLocal() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+	}
+}
+
+func markMatch(mark uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(mark), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)},
+	}
+}
+
+func markSet(mark uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+	}
+}
+
+// daddrMatch matches the network-layer destination against a prefix, including the nfproto check an
+// inet table needs before reading an address of a given family.
+func daddrMatch(p netip.Prefix) []expr.Any {
+	p = p.Masked()
+	proto, off, size := byte(unix.NFPROTO_IPV4), uint32(16), 4
+	if p.Addr().Is6() {
+		proto, off, size = unix.NFPROTO_IPV6, 24, 16
+	}
+	mask := make([]byte, size)
+	for i := 0; i < p.Bits(); i++ {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(size)},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(size), Mask: mask, Xor: make([]byte, size)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()},
+	}
+}
+
+func be16(v uint16) []byte { b := make([]byte, 2); binary.BigEndian.PutUint16(b, v); return b }
+
+func dportMatch(r config.PortRange) []expr.Any {
+	load := &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
+	if r.From == r.To {
+		return []expr.Any{load, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(r.From)}}
+	}
+	return []expr.Any{load, &expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: be16(r.From), ToData: be16(r.To)}}
+}
+
+func tproxyTo(a netip.Addr, port uint16) []expr.Any {
+	fam := byte(unix.NFPROTO_IPV4)
+	if a.Is6() {
+		fam = unix.NFPROTO_IPV6
+	}
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: a.AsSlice()},
+		&expr.Immediate{Register: 2, Data: be16(port)},
+		&expr.TProxy{Family: fam, TableFamily: unix.NFPROTO_INET, RegAddr: 1, RegPort: 2},
+	}
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what the demo, the tests and the benchmark need on a fresh Debian 12 machine, and only
+# what is missing: apt packages (iproute2, iputils-ping, nftables, iptables), the Node peers of the
+# end-to-end tests (npm ci in e2e/node, from the committed lockfile), and the Go modules.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { echo "deps: $*" >&2; }
+
+missing=()
+for pair in ip:iproute2 ping:iputils-ping nft:nftables iptables:iptables; do
+	cmd=${pair%%:*} pkg=${pair#*:}
+	command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ]; then
+		say "missing packages ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}"
+		exit 1
+	fi
+	say "installing ${missing[*]} (apt)"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null || apt-get update
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+command -v go >/dev/null 2>&1 || { say "Go is not on PATH (expected /usr/local/go/bin)"; exit 1; }
+command -v npm >/dev/null 2>&1 || { say "npm is not on PATH (Node.js 20 expected)"; exit 1; }
+
+if [ ! -d e2e/node/node_modules ] || [ e2e/node/package-lock.json -nt e2e/node/node_modules/.package-lock.json ]; then
+	say "installing Node peers (npm ci in e2e/node)"
+	(cd e2e/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+go mod download
