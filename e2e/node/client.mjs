@@ -1,0 +1,41 @@
+// A real MCP client from the official TypeScript SDK (StreamableHTTPClientTransport), unmodified
+// apart from its command line: it connects to the URL it is given, lists tools, calls echo (and
+// add/get-sum when the server has it), and prints a deterministic JSON summary. The lab runs it in
+// mcpi-client against the server's own address; it never knows an appliance is in the path.
+//
+//   node client.mjs URL            (HTTPS trust via NODE_EXTRA_CA_CERTS, as any Node program)
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+const url = process.argv[2];
+if (!url) {
+  console.error("usage: node client.mjs URL");
+  process.exit(2);
+}
+
+const client = new Client({ name: "mcpintercept-lab-node-client", version: "1.0.0" });
+const transport = new StreamableHTTPClientTransport(new URL(url));
+try {
+  await client.connect(transport);
+  const { tools } = await client.listTools();
+  const names = tools.map((t) => t.name).sort();
+  const calls = [];
+  const echo = tools.find((t) => t.name === "echo");
+  if (echo) {
+    const key = echo.inputSchema?.properties?.message ? "message" : "text";
+    const r = await client.callTool({ name: "echo", arguments: { [key]: "hello through the network" } });
+    calls.push({ tool: "echo", text: r.content?.map((c) => c.text).join("") });
+  }
+  for (const name of ["add", "get-sum"]) {
+    if (names.includes(name)) {
+      const r = await client.callTool({ name, arguments: { a: 2, b: 3 } });
+      calls.push({ tool: name, text: r.content?.map((c) => c.text).join("") });
+    }
+  }
+  const info = client.getServerVersion();
+  console.log(JSON.stringify({ server: info?.name, tools: names, calls }, null, 2));
+  await client.close();
+} catch (err) {
+  console.error(`mcp client: ${err?.stack || err}`);
+  process.exit(1);
+}

@@ -1,0 +1,460 @@
+// Command loadgen is the HTTP load generator of the benchmark: it measures
+// what the appliance costs an MCP server's request rate and latency.
+//
+// Each of -conns workers holds one keep-alive HTTP/1.1 connection (a raw
+// client: one write per request, Content-Length and chunked responses parsed)
+// and sends MCP tools/call POSTs for the echo tool with a JSON body of about
+// -body-size bytes, as the 2025-06-18 protocol frames them. The target is the
+// e2e mcpserver with -stateless, which answers a tools/call without an
+// initialize. Every response must be HTTP 200 carrying a JSON-RPC result;
+// anything else counts as an error, and any error makes the exit code 1
+// after the report.
+//
+// Requests that start during -warmup are not measured; then it runs for
+// -duration and prints one JSON line:
+//
+//	{"label":..,"requests":N,"errors":E,"rps":F,"p50_us":F,"p99_us":F,"mean_us":F,...}
+//
+// "errors" counts failures over the whole run, warm-up included.
+//
+//	loadgen -url http://10.200.2.2:8080/mcp [-conns 16] [-duration 10s] [-body-size 1024] [-warmup 1s] [-label NAME]
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+type options struct {
+	url      string
+	conns    int
+	duration time.Duration
+	bodySize int
+	warmup   time.Duration
+	label    string
+	ca       string
+	timeout  time.Duration
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.url, "url", "", "MCP endpoint URL (required), http:// or https://")
+	flag.IntVar(&o.conns, "conns", 16, "concurrent keep-alive connections, one worker each")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured run time after warm-up")
+	flag.IntVar(&o.bodySize, "body-size", 1024, "approximate JSON request body size in bytes")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up time")
+	flag.StringVar(&o.label, "label", "", "label copied into the report")
+	flag.StringVar(&o.ca, "ca", "", "PEM file with extra root CAs for https:// targets")
+	flag.DurationVar(&o.timeout, "request-timeout", 10*time.Second, "deadline for one request and its response")
+	flag.Parse()
+
+	code, err := run(o)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "loadgen: %v\n", err)
+	}
+	os.Exit(code)
+}
+
+type report struct {
+	Label    string  `json:"label"`
+	Requests int     `json:"requests"`
+	Errors   int     `json:"errors"`
+	RPS      float64 `json:"rps"`
+	P50us    float64 `json:"p50_us"`
+	P99us    float64 `json:"p99_us"`
+	MeanUs   float64 `json:"mean_us"`
+	Conns    int     `json:"conns"`
+	BodySize int     `json:"body_size"`
+}
+
+func run(o options) (int, error) {
+	t, err := newTarget(o)
+	if err != nil {
+		return 2, err
+	}
+
+	start := time.Now()
+	measureFrom := start.Add(o.warmup)
+	end := measureFrom.Add(o.duration)
+
+	workers := make([]*worker, o.conns)
+	var wg sync.WaitGroup
+	for i := range workers {
+		w := &worker{t: t, lat: make([]time.Duration, 0, 1<<14)}
+		workers[i] = w
+		wg.Go(func() { w.loop(measureFrom, end) })
+	}
+	wg.Wait()
+	elapsed := time.Since(measureFrom)
+
+	var all []time.Duration
+	errs := 0
+	var firstErrs []string
+	for _, w := range workers {
+		all = append(all, w.lat...)
+		errs += w.errs
+		for _, e := range w.errSamples {
+			if len(firstErrs) < 5 {
+				firstErrs = append(firstErrs, e)
+			}
+		}
+	}
+	slices.Sort(all)
+
+	rep := report{Label: o.label, Requests: len(all), Errors: errs, Conns: o.conns, BodySize: len(t.body)}
+	if elapsed > 0 {
+		rep.RPS = round2(float64(len(all)) / elapsed.Seconds())
+	}
+	if n := len(all); n > 0 {
+		var sum time.Duration
+		for _, d := range all {
+			sum += d
+		}
+		rep.P50us = us(all[(n-1)*50/100])
+		rep.P99us = us(all[(n-1)*99/100])
+		rep.MeanUs = round2(float64(sum) / float64(n) / 1e3)
+	}
+	out, err := json.Marshal(rep)
+	if err != nil {
+		return 2, err
+	}
+	fmt.Printf("%s\n", out)
+
+	for _, e := range firstErrs {
+		fmt.Fprintf(os.Stderr, "loadgen: error: %s\n", e)
+	}
+	if errs > 0 {
+		return 1, fmt.Errorf("%d requests failed", errs)
+	}
+	if len(all) == 0 {
+		return 1, errors.New("no request completed in the measured window")
+	}
+	return 0, nil
+}
+
+func us(d time.Duration) float64 { return round2(float64(d) / 1e3) }
+
+func round2(f float64) float64 {
+	return float64(int64(f*100+0.5)) / 100
+}
+
+// target is what every worker needs: where to dial and the request bytes,
+// built once.
+type target struct {
+	addr    string
+	tlsConf *tls.Config
+	request []byte
+	body    []byte
+	timeout time.Duration
+}
+
+func newTarget(o options) (*target, error) {
+	if o.url == "" {
+		return nil, errors.New("-url is required")
+	}
+	if o.conns < 1 {
+		return nil, errors.New("-conns must be at least 1")
+	}
+	if o.duration <= 0 || o.warmup < 0 {
+		return nil, errors.New("-duration must be positive and -warmup not negative")
+	}
+	u, err := url.Parse(o.url)
+	if err != nil {
+		return nil, fmt.Errorf("parse -url: %w", err)
+	}
+	t := &target{timeout: o.timeout}
+	port := u.Port()
+	switch u.Scheme {
+	case "http":
+		if port == "" {
+			port = "80"
+		}
+	case "https":
+		if port == "" {
+			port = "443"
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if o.ca != "" {
+			pem, err := os.ReadFile(o.ca)
+			if err != nil {
+				return nil, fmt.Errorf("read -ca: %w", err)
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("no certificate found in %s", o.ca)
+			}
+		}
+		t.tlsConf = &tls.Config{ServerName: u.Hostname(), RootCAs: pool, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+	default:
+		return nil, fmt.Errorf("-url scheme %q: want http or https", u.Scheme)
+	}
+	t.addr = net.JoinHostPort(u.Hostname(), port)
+	path := u.RequestURI()
+
+	t.body = echoBody(o.bodySize)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\n", path)
+	fmt.Fprintf(&b, "Host: %s\r\n", u.Host)
+	b.WriteString("Content-Type: application/json\r\n")
+	b.WriteString("Accept: application/json, text/event-stream\r\n")
+	b.WriteString("MCP-Protocol-Version: 2025-06-18\r\n")
+	b.WriteString("Mcp-Method: tools/call\r\n")
+	b.WriteString("Mcp-Name: echo\r\n")
+	fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n", len(t.body))
+	b.Write(t.body)
+	t.request = b.Bytes()
+	return t, nil
+}
+
+// echoBody builds a tools/call for echo whose JSON is size bytes, or the
+// smallest valid one when size is below the envelope's length.
+func echoBody(size int) []byte {
+	const head = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"`
+	const tail = `"}}}`
+	pad := max(size-len(head)-len(tail), 1)
+	return []byte(head + strings.Repeat("x", pad) + tail)
+}
+
+type worker struct {
+	t          *target
+	conn       net.Conn
+	br         *bufio.Reader
+	body       []byte
+	lat        []time.Duration
+	errs       int
+	errSamples []string
+}
+
+func (w *worker) loop(measureFrom, end time.Time) {
+	defer w.closeConn()
+	for {
+		t0 := time.Now()
+		if !t0.Before(end) {
+			return
+		}
+		err := w.roundTrip(t0)
+		if err != nil {
+			w.errs++
+			if len(w.errSamples) < 5 {
+				w.errSamples = append(w.errSamples, err.Error())
+			}
+			w.closeConn()
+			// Do not spin against a server that refuses connections.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if !t0.Before(measureFrom) {
+			w.lat = append(w.lat, time.Since(t0))
+		}
+	}
+}
+
+func (w *worker) closeConn() {
+	if w.conn != nil {
+		w.conn.Close()
+		w.conn = nil
+	}
+}
+
+func (w *worker) dial() error {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", w.t.addr)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", w.t.addr, err)
+	}
+	if w.t.tlsConf != nil {
+		tc := tls.Client(c, w.t.tlsConf)
+		tc.SetDeadline(time.Now().Add(w.t.timeout))
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return fmt.Errorf("tls handshake %s: %w", w.t.addr, err)
+		}
+		c = tc
+	}
+	w.conn = c
+	if w.br == nil {
+		w.br = bufio.NewReaderSize(c, 64<<10)
+	} else {
+		w.br.Reset(c)
+	}
+	return nil
+}
+
+// roundTrip sends one request and reads the whole response on the
+// worker's connection, dialling first when there is none.
+func (w *worker) roundTrip(t0 time.Time) error {
+	if w.conn == nil {
+		if err := w.dial(); err != nil {
+			return err
+		}
+	}
+	if err := w.conn.SetDeadline(t0.Add(w.t.timeout)); err != nil {
+		return err
+	}
+	if _, err := w.conn.Write(w.t.request); err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	status, closeAfter, err := w.readResponse()
+	if err != nil {
+		return err
+	}
+	if closeAfter {
+		w.closeConn()
+	}
+	if status != 200 {
+		return fmt.Errorf("HTTP status %d: %.200q", status, w.body)
+	}
+	// The padding is all "x", so these keys can only come from the
+	// JSON-RPC envelope.
+	if !bytes.Contains(w.body, []byte(`"result":`)) || bytes.Contains(w.body, []byte(`"error":`)) {
+		return fmt.Errorf("response is not a JSON-RPC result: %.200q", w.body)
+	}
+	return nil
+}
+
+// readResponse reads one HTTP/1.1 response into w.body. It reports whether
+// the connection must be closed afterwards.
+func (w *worker) readResponse() (status int, closeAfter bool, err error) {
+	line, err := w.readLine()
+	if err != nil {
+		return 0, false, fmt.Errorf("read status line: %w", err)
+	}
+	proto, rest, _ := strings.Cut(line, " ")
+	code, _, _ := strings.Cut(rest, " ")
+	if !strings.HasPrefix(proto, "HTTP/1.") {
+		return 0, false, fmt.Errorf("bad status line %q", line)
+	}
+	status, err = strconv.Atoi(code)
+	if err != nil {
+		return 0, false, fmt.Errorf("bad status line %q", line)
+	}
+	closeAfter = proto == "HTTP/1.0"
+
+	contentLength := int64(-1)
+	chunked := false
+	for {
+		h, err := w.readLine()
+		if err != nil {
+			return 0, false, fmt.Errorf("read header: %w", err)
+		}
+		if h == "" {
+			break
+		}
+		k, v, ok := strings.Cut(h, ":")
+		if !ok {
+			return 0, false, fmt.Errorf("bad header line %q", h)
+		}
+		v = strings.TrimSpace(v)
+		switch {
+		case strings.EqualFold(k, "Content-Length"):
+			contentLength, err = strconv.ParseInt(v, 10, 64)
+			if err != nil || contentLength < 0 {
+				return 0, false, fmt.Errorf("bad Content-Length %q", v)
+			}
+		case strings.EqualFold(k, "Transfer-Encoding"):
+			chunked = strings.Contains(strings.ToLower(v), "chunked")
+		case strings.EqualFold(k, "Connection"):
+			if strings.Contains(strings.ToLower(v), "close") {
+				closeAfter = true
+			}
+		}
+	}
+	if status/100 == 1 {
+		// An interim response (100 Continue) is followed by the real one.
+		return w.readResponse()
+	}
+
+	w.body = w.body[:0]
+	switch {
+	case status == 204 || status == 304:
+	case chunked:
+		if err := w.readChunked(); err != nil {
+			return 0, false, err
+		}
+	case contentLength >= 0:
+		if err := w.readN(contentLength); err != nil {
+			return 0, false, fmt.Errorf("read body: %w", err)
+		}
+	default:
+		// Delimited by connection close.
+		closeAfter = true
+		b, err := io.ReadAll(w.br)
+		if err != nil {
+			return 0, false, fmt.Errorf("read body: %w", err)
+		}
+		w.body = append(w.body, b...)
+	}
+	return status, closeAfter, nil
+}
+
+func (w *worker) readLine() (string, error) {
+	line, err := w.br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return "", errors.New("line too long")
+		}
+		return "", err
+	}
+	return strings.TrimRight(string(line), "\r\n"), nil
+}
+
+func (w *worker) readN(n int64) error {
+	const maxBody = 64 << 20
+	if n > maxBody {
+		return fmt.Errorf("body of %d bytes is too large", n)
+	}
+	start := len(w.body)
+	w.body = slices.Grow(w.body, int(n))[:start+int(n)]
+	_, err := io.ReadFull(w.br, w.body[start:])
+	return err
+}
+
+func (w *worker) readChunked() error {
+	for {
+		line, err := w.readLine()
+		if err != nil {
+			return fmt.Errorf("read chunk size: %w", err)
+		}
+		sz, _, _ := strings.Cut(line, ";")
+		n, err := strconv.ParseInt(strings.TrimSpace(sz), 16, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("bad chunk size %q", line)
+		}
+		if n == 0 {
+			// Trailers end with an empty line.
+			for {
+				t, err := w.readLine()
+				if err != nil {
+					return fmt.Errorf("read trailer: %w", err)
+				}
+				if t == "" {
+					return nil
+				}
+			}
+		}
+		if err := w.readN(n); err != nil {
+			return fmt.Errorf("read chunk: %w", err)
+		}
+		crlf, err := w.readLine()
+		if err != nil || crlf != "" {
+			return fmt.Errorf("chunk not followed by CRLF")
+		}
+	}
+}

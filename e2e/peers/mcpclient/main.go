@@ -1,0 +1,404 @@
+// Command mcpclient is the MCP client peer of the end-to-end tests: a real
+// Go SDK client on Streamable HTTP.
+//
+// The default run connects, lists tools, resources and prompts, calls echo
+// and add (repeated -calls times), closes the session and prints one
+// canonical JSON document on stdout. That document holds nothing that
+// varies between runs (no session ids, times or addresses), so a test can
+// compare a direct run with a run through the appliance byte for byte.
+//
+// The run adapts to the server's tool list so the same command works against
+// the e2e mcpserver and @modelcontextprotocol/server-everything: echo takes
+// "text" or "message" (read from its input schema), and the sum tool is
+// "add" or "get-sum", called only when present.
+//
+// With -tool it calls only that tool with the -args JSON object and prints
+// one JSON line: the result (or the JSON-RPC error with its data, or the
+// transport error) and how many progress notifications arrived. Any error,
+// including an isError result, exits 1 after printing.
+//
+//	mcpclient -url http://10.200.2.2:8080/mcp [-calls 1] [-timeout 20s] [-ca ca.pem]
+//	mcpclient -url URL -tool progress -args '{"steps":5}'
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const echoMessage = "hello through the network"
+
+// headerFlag collects repeatable "Name: value" request headers.
+type headerFlag []string
+
+func (h *headerFlag) String() string     { return strings.Join(*h, "; ") }
+func (h *headerFlag) Set(v string) error { *h = append(*h, v); return nil }
+
+type options struct {
+	url             string
+	calls           int
+	timeout         time.Duration
+	ca              string
+	tool            string
+	args            string
+	protocolVersion string
+	headers         headerFlag
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.url, "url", "", "MCP endpoint URL (required), e.g. http://10.200.2.2:8080/mcp")
+	flag.IntVar(&o.calls, "calls", 1, "how many times the default run repeats the echo and add calls")
+	flag.DurationVar(&o.timeout, "timeout", 20*time.Second, "deadline for the whole run")
+	flag.StringVar(&o.ca, "ca", "", "PEM file with extra root CA certificates for HTTPS")
+	flag.StringVar(&o.tool, "tool", "", "call only this tool and print its result")
+	flag.StringVar(&o.args, "args", "{}", "JSON object of arguments for -tool")
+	flag.StringVar(&o.protocolVersion, "protocol-version", "", "protocol version to ask for (default: the SDK's latest, which tries server/discover and falls back to initialize)")
+	flag.Var(&o.headers, "header", `extra HTTP request header "Name: value", repeatable`)
+	flag.Parse()
+
+	if err := run(o); err != nil {
+		fmt.Fprintf(os.Stderr, "mcpclient: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if o.url == "" {
+		return errors.New("-url is required")
+	}
+	if o.calls < 1 {
+		return errors.New("-calls must be at least 1")
+	}
+	httpClient, err := newHTTPClient(o.ca, o.headers)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+
+	var progress progressCounter
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcpintercept-e2e-client", Version: "1.0.0"}, &mcp.ClientOptions{
+		// No roots, sampling or elicitation: a server (server-everything)
+		// must not register capability-dependent tools or call back, so
+		// the tool list and traffic stay the same from run to run.
+		Capabilities:                &mcp.ClientCapabilities{},
+		ProgressNotificationHandler: progress.handle,
+	})
+	transport := &mcp.StreamableClientTransport{Endpoint: o.url, HTTPClient: httpClient}
+	cs, err := client.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: o.protocolVersion})
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", o.url, err)
+	}
+	defer cs.Close()
+
+	if o.tool != "" {
+		err = callOne(ctx, cs, o.tool, o.args, &progress)
+	} else {
+		err = defaultRun(ctx, cs, o.calls)
+	}
+	if err != nil {
+		return err
+	}
+	if err := cs.Close(); err != nil {
+		return fmt.Errorf("close session: %w", err)
+	}
+	return nil
+}
+
+// headerTransport adds fixed headers to every request.
+type headerTransport struct {
+	base    http.RoundTripper
+	headers http.Header
+}
+
+func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, vs := range t.headers {
+		for _, v := range vs {
+			r.Header.Add(k, v)
+		}
+	}
+	return t.base.RoundTrip(r)
+}
+
+func newHTTPClient(caFile string, headers []string) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// The tests route by address; an environment proxy would bypass the
+	// path under test.
+	tr.Proxy = nil
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("read -ca: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("no certificate found in %s", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	var rt http.RoundTripper = tr
+	if len(headers) > 0 {
+		h := http.Header{}
+		for _, kv := range headers {
+			k, v, ok := strings.Cut(kv, ":")
+			if !ok || strings.TrimSpace(k) == "" {
+				return nil, fmt.Errorf("-header %q: want \"Name: value\"", kv)
+			}
+			h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+		}
+		rt = &headerTransport{base: tr, headers: h}
+	}
+	return &http.Client{Transport: rt}, nil
+}
+
+// report is the canonical output of the default run. Field order is fixed
+// and maps marshal with sorted keys, so equal runs print equal bytes.
+type report struct {
+	Server          *mcp.Implementation `json:"server"`
+	ProtocolVersion string              `json:"protocol_version"`
+	Tools           []string            `json:"tools"`
+	Resources       []string            `json:"resources"`
+	Prompts         []string            `json:"prompts"`
+	Calls           []callReport        `json:"calls"`
+}
+
+type callReport struct {
+	Tool      string         `json:"tool"`
+	Arguments map[string]any `json:"arguments"`
+	IsError   bool           `json:"is_error"`
+	Text      string         `json:"text"`
+}
+
+func defaultRun(ctx context.Context, cs *mcp.ClientSession, calls int) error {
+	ir := cs.InitializeResult()
+	if ir == nil {
+		return errors.New("no initialize result")
+	}
+	rep := report{
+		ProtocolVersion: ir.ProtocolVersion,
+		Tools:           []string{},
+		Resources:       []string{},
+		Prompts:         []string{},
+	}
+	if ir.ServerInfo != nil {
+		rep.Server = &mcp.Implementation{Name: ir.ServerInfo.Name, Version: ir.ServerInfo.Version}
+	}
+	caps := ir.Capabilities
+	if caps == nil {
+		caps = &mcp.ServerCapabilities{}
+	}
+
+	tools := map[string]*mcp.Tool{}
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return fmt.Errorf("list tools: %w", err)
+		}
+		tools[t.Name] = t
+		rep.Tools = append(rep.Tools, t.Name)
+	}
+	slices.Sort(rep.Tools)
+
+	if caps.Resources != nil {
+		for r, err := range cs.Resources(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("list resources: %w", err)
+			}
+			rep.Resources = append(rep.Resources, r.URI)
+		}
+		slices.Sort(rep.Resources)
+	}
+	if caps.Prompts != nil {
+		for p, err := range cs.Prompts(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("list prompts: %w", err)
+			}
+			rep.Prompts = append(rep.Prompts, p.Name)
+		}
+		slices.Sort(rep.Prompts)
+	}
+
+	echo, ok := tools["echo"]
+	if !ok {
+		return fmt.Errorf("server has no echo tool (tools: %s)", strings.Join(rep.Tools, ", "))
+	}
+	echoArg, err := pickProperty(echo, "text", "message")
+	if err != nil {
+		return err
+	}
+	planned := []callReport{{Tool: "echo", Arguments: map[string]any{echoArg: echoMessage}}}
+	for _, name := range []string{"add", "get-sum"} {
+		t, ok := tools[name]
+		if !ok {
+			continue
+		}
+		if _, errA := pickProperty(t, "a"); errA != nil {
+			return errA
+		}
+		if _, errB := pickProperty(t, "b"); errB != nil {
+			return errB
+		}
+		planned = append(planned, callReport{Tool: name, Arguments: map[string]any{"a": 2, "b": 3}})
+		break
+	}
+
+	for range calls {
+		for _, c := range planned {
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: c.Tool, Arguments: c.Arguments})
+			if err != nil {
+				return fmt.Errorf("call %s: %w", c.Tool, err)
+			}
+			if res.IsError {
+				return fmt.Errorf("call %s: tool returned an error: %s", c.Tool, resultText(res))
+			}
+			c.Text = resultText(res)
+			rep.Calls = append(rep.Calls, c)
+		}
+	}
+
+	out, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	_, err = fmt.Printf("%s\n", out)
+	return err
+}
+
+// pickProperty returns the first of names that the tool's input schema
+// declares as a property.
+func pickProperty(t *mcp.Tool, names ...string) (string, error) {
+	raw, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		return "", fmt.Errorf("tool %s: encode input schema: %w", t.Name, err)
+	}
+	var schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		return "", fmt.Errorf("tool %s: decode input schema: %w", t.Name, err)
+	}
+	for _, n := range names {
+		if _, ok := schema.Properties[n]; ok {
+			return n, nil
+		}
+	}
+	return "", fmt.Errorf("tool %s: input schema has none of the properties %v", t.Name, names)
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// progressCounter counts progress notifications. The SDK hands
+// notifications to a handler queue while the response wakes the caller
+// directly, so the count can lag the call's return by a moment.
+type progressCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (p *progressCounter) handle(context.Context, *mcp.ProgressNotificationClientRequest) {
+	p.mu.Lock()
+	p.n++
+	p.mu.Unlock()
+}
+
+func (p *progressCounter) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+// settle waits until the count has not changed for quiet, at most max.
+func (p *progressCounter) settle(quiet, max time.Duration) int {
+	deadline := time.Now().Add(max)
+	last := p.count()
+	for time.Now().Before(deadline) {
+		time.Sleep(quiet)
+		n := p.count()
+		if n == last {
+			return n
+		}
+		last = n
+	}
+	return last
+}
+
+type oneReport struct {
+	Tool                  string              `json:"tool"`
+	IsError               bool                `json:"is_error"`
+	Text                  string              `json:"text"`
+	Result                *mcp.CallToolResult `json:"result,omitempty"`
+	Error                 *jsonrpc.Error      `json:"error,omitempty"`
+	TransportError        string              `json:"transport_error,omitempty"`
+	ProgressNotifications int                 `json:"progress_notifications"`
+}
+
+func callOne(ctx context.Context, cs *mcp.ClientSession, tool, argsJSON string, progress *progressCounter) error {
+	var args map[string]any
+	if err := json.Unmarshal([]byte(argsJSON), &args); err != nil {
+		return fmt.Errorf("-args must be a JSON object: %w", err)
+	}
+	params := &mcp.CallToolParams{Name: tool, Arguments: args}
+	params.SetProgressToken("mcpclient-progress")
+	res, callErr := cs.CallTool(ctx, params)
+
+	rep := oneReport{Tool: tool}
+	var wireErr *jsonrpc.Error
+	switch {
+	case callErr == nil:
+		rep.Result = res
+		rep.IsError = res.IsError
+		rep.Text = resultText(res)
+	case errors.As(callErr, &wireErr):
+		rep.Error = wireErr
+	default:
+		// Not a JSON-RPC answer (a refused connection, or an HTTP status
+		// with no JSON-RPC body, such as a Level 1 403): still printed, so
+		// a test can read it from stdout like any other outcome.
+		rep.TransportError = callErr.Error()
+	}
+	rep.ProgressNotifications = progress.settle(100*time.Millisecond, time.Second)
+
+	out, err := json.Marshal(rep)
+	if err != nil {
+		return fmt.Errorf("encode result: %w", err)
+	}
+	if _, err := fmt.Printf("%s\n", out); err != nil {
+		return err
+	}
+	switch {
+	case rep.TransportError != "":
+		return fmt.Errorf("call %s: %s", tool, rep.TransportError)
+	case rep.Error != nil:
+		return fmt.Errorf("call %s: JSON-RPC error %d: %s", tool, rep.Error.Code, rep.Error.Message)
+	case rep.IsError:
+		return fmt.Errorf("call %s: tool returned an error: %s", tool, rep.Text)
+	}
+	return nil
+}

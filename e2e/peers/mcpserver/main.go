@@ -1,0 +1,287 @@
+// Command mcpserver is the MCP server peer of the end-to-end tests: a real
+// Go SDK server on Streamable HTTP that the lab puts behind the appliance.
+//
+// It serves the tools echo, add, denied_delete (a target for deny rules),
+// progress (emits progress notifications, to check that streams are
+// forwarded as they arrive) and whoami (the client address as this server
+// saw it, to check transparency), plus one resource and one prompt.
+//
+// Every HTTP request is logged to stderr as one line before it is handled,
+// so a test can tell whether a request reached the server. Once every
+// listener is bound it prints "READY <addr>" per listener on stdout.
+//
+//	mcpserver -listen 10.200.2.2:8080,[fd00:200:2::2]:8080 [-path /mcp]
+//	          [-stateless] [-response auto|json|sse] [-tls-cert F -tls-key F] [-name mcpserver]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// remoteAddrHeader carries the TCP peer address from the HTTP wrapper to
+// the whoami tool: the SDK hands tools the request headers
+// (RequestExtra.Header) but not the connection. Any client-supplied value
+// is dropped first so it cannot be spoofed.
+const remoteAddrHeader = "X-Mcpserver-Remote-Addr"
+
+// listenFlag accepts -listen repeatedly and as a comma-separated list.
+type listenFlag []string
+
+func (l *listenFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listenFlag) Set(v string) error {
+	for a := range strings.SplitSeq(v, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			*l = append(*l, a)
+		}
+	}
+	return nil
+}
+
+type options struct {
+	listen        listenFlag
+	path          string
+	stateless     bool
+	response      string
+	tlsCert       string
+	tlsKey        string
+	name          string
+	localhostProt bool
+}
+
+func main() {
+	var o options
+	flag.Var(&o.listen, "listen", "address to listen on, repeatable or comma-separated (e.g. 10.200.2.2:8080,[fd00:200:2::2]:8080)")
+	flag.StringVar(&o.path, "path", "/mcp", "HTTP path of the MCP endpoint")
+	flag.BoolVar(&o.stateless, "stateless", false, "stateless Streamable HTTP: no sessions, no initialize needed (answers in JSON unless -response sse)")
+	flag.StringVar(&o.response, "response", "auto", "how POSTs are answered: json (application/json; progress notifications cannot be delivered), sse (text/event-stream), or auto (json with -stateless, sse otherwise)")
+	flag.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate file: serve HTTPS (needs -tls-key)")
+	flag.StringVar(&o.tlsKey, "tls-key", "", "PEM private key file for -tls-cert")
+	flag.StringVar(&o.name, "name", "mcpserver", "server name reported in serverInfo")
+	flag.BoolVar(&o.localhostProt, "localhost-protection", false, "keep the SDK's DNS-rebinding check (403 for a non-loopback Host on a loopback listener); off by default so any Host the client used is served")
+	flag.Parse()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(o, logger); err != nil {
+		fmt.Fprintf(os.Stderr, "mcpserver: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options, logger *slog.Logger) error {
+	if len(o.listen) == 0 {
+		return errors.New("-listen is required")
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return errors.New("-tls-cert and -tls-key go together")
+	}
+	var jsonResponse bool
+	switch o.response {
+	case "auto":
+		jsonResponse = o.stateless
+	case "json":
+		jsonResponse = true
+	case "sse":
+	default:
+		return fmt.Errorf("-response %q: want json, sse or auto", o.response)
+	}
+	if !strings.HasPrefix(o.path, "/") {
+		return fmt.Errorf("-path %q must start with /", o.path)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	server := newMCPServer(o.name)
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+		Stateless:                  o.stateless,
+		JSONResponse:               jsonResponse,
+		DisableLocalhostProtection: !o.localhostProt,
+	})
+	mux := http.NewServeMux()
+	mux.Handle(o.path, mcpHandler)
+	httpSrv := &http.Server{
+		Handler:           logRequests(logger, mux),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+
+	// Bind everything before announcing readiness, so READY means every
+	// address accepts connections.
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for _, addr := range o.listen {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", addr, err)
+		}
+		lns = append(lns, ln)
+	}
+
+	errc := make(chan error, len(lns))
+	for _, ln := range lns {
+		go func() {
+			var err error
+			if o.tlsCert != "" {
+				err = httpSrv.ServeTLS(ln, o.tlsCert, o.tlsKey)
+			} else {
+				err = httpSrv.Serve(ln)
+			}
+			errc <- err
+		}()
+	}
+	for _, ln := range lns {
+		fmt.Printf("READY %s\n", ln.Addr())
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			httpSrv.Close()
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	// Hanging SSE GETs never finish by themselves: give in-flight calls a
+	// moment, then cut the rest.
+	shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutCtx); err != nil {
+		httpSrv.Close()
+	}
+	return nil
+}
+
+// logRequests logs one line per request before handing it on, and records
+// the peer address for whoami.
+func logRequests(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		logger.Info("request",
+			"method", r.Method,
+			"path", r.URL.Path,
+			"remote", r.RemoteAddr,
+			"host", r.Host,
+			"proto", r.Proto,
+			"mcp_method", r.Header.Get("Mcp-Method"),
+			"mcp_session", r.Header.Get("Mcp-Session-Id") != "",
+		)
+		r.Header.Set(remoteAddrHeader, r.RemoteAddr) // replaces any client-sent value
+		next.ServeHTTP(w, r)
+	})
+}
+
+type echoArgs struct {
+	Text string `json:"text" jsonschema:"text to echo back"`
+}
+
+type addArgs struct {
+	A float64 `json:"a" jsonschema:"first addend"`
+	B float64 `json:"b" jsonschema:"second addend"`
+}
+
+type deleteArgs struct {
+	Path string `json:"path" jsonschema:"path to delete (nothing is deleted)"`
+}
+
+type progressArgs struct {
+	Steps int `json:"steps" jsonschema:"number of progress notifications to send"`
+}
+
+// maxProgressSteps bounds the progress tool so a bad argument cannot keep
+// a handler busy for long.
+const maxProgressSteps = 1000
+
+func textResult(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+func newMCPServer(name string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: name, Version: "1.0.0"}, nil)
+
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Echoes the text argument."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in echoArgs) (*mcp.CallToolResult, any, error) {
+			return textResult(in.Text), nil, nil
+		})
+
+	mcp.AddTool(s, &mcp.Tool{Name: "add", Description: "Adds a and b."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in addArgs) (*mcp.CallToolResult, any, error) {
+			return textResult(strconv.FormatFloat(in.A+in.B, 'g', -1, 64)), nil, nil
+		})
+
+	mcp.AddTool(s, &mcp.Tool{Name: "denied_delete", Description: "Pretends to delete a path; a target for deny rules."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in deleteArgs) (*mcp.CallToolResult, any, error) {
+			return textResult("deleted " + in.Path), nil, nil
+		})
+
+	mcp.AddTool(s, &mcp.Tool{Name: "progress", Description: "Sends steps progress notifications about 50ms apart, then returns done."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in progressArgs) (*mcp.CallToolResult, any, error) {
+			if in.Steps < 0 || in.Steps > maxProgressSteps {
+				return nil, nil, fmt.Errorf("steps must be between 0 and %d", maxProgressSteps)
+			}
+			token := req.Params.GetProgressToken()
+			for i := range in.Steps {
+				select {
+				case <-ctx.Done():
+					return nil, nil, ctx.Err()
+				case <-time.After(50 * time.Millisecond):
+				}
+				if token == nil {
+					continue
+				}
+				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: token,
+					Progress:      float64(i + 1),
+					Total:         float64(in.Steps),
+					Message:       fmt.Sprintf("step %d of %d", i+1, in.Steps),
+				})
+				if err != nil {
+					return nil, nil, fmt.Errorf("notify progress: %w", err)
+				}
+			}
+			return textResult("done"), nil, nil
+		})
+
+	mcp.AddTool(s, &mcp.Tool{Name: "whoami", Description: "Returns the client address as this server saw it."},
+		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			if req.Extra == nil || req.Extra.Header.Get(remoteAddrHeader) == "" {
+				return nil, nil, errors.New("remote address unknown")
+			}
+			return textResult(req.Extra.Header.Get(remoteAddrHeader)), nil, nil
+		})
+
+	const resURI = "mcpserver://info"
+	s.AddResource(&mcp.Resource{URI: resURI, Name: "info", MIMEType: "text/plain", Description: "A static text resource."},
+		func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{
+				URI: resURI, MIMEType: "text/plain", Text: name + " test resource",
+			}}}, nil
+		})
+
+	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "Asks to greet someone.",
+		Arguments: []*mcp.PromptArgument{{Name: "name", Description: "who to greet", Required: true}}},
+		func(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			who := req.Params.Arguments["name"]
+			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{
+				Role: "user", Content: &mcp.TextContent{Text: "Please greet " + who + "."},
+			}}}, nil
+		})
+	return s
+}
