@@ -59,7 +59,7 @@ type harness struct {
 }
 
 // newHarness runs an Engine on a loopback listener whose every flow goes to upstream.
-func newHarness(t *testing.T, upstream string, lim Limits) *harness {
+func newHarness(t testing.TB, upstream string, lim Limits) *harness {
 	t.Helper()
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -92,7 +92,7 @@ func newHarness(t *testing.T, upstream string, lim Limits) *harness {
 }
 
 // upstreamServer accepts connections and runs fn on each.
-func upstreamServer(t *testing.T, fn func(c *net.TCPConn)) string {
+func upstreamServer(t testing.TB, fn func(c *net.TCPConn)) string {
 	t.Helper()
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {

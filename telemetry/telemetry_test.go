@@ -1,0 +1,182 @@
+package telemetry
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestFlowRecordJSON(t *testing.T) {
+	tests := []struct {
+		name string
+		at   time.Time
+		want string
+	}{
+		{"whole second keeps three digits", time.Date(2026, 11, 30, 23, 4, 21, 0, time.UTC), `"2026-11-30T23:04:21.000Z"`},
+		{"milliseconds, not more", time.Date(2026, 11, 30, 23, 4, 21, 123456789, time.UTC), `"2026-11-30T23:04:21.123Z"`},
+		{"converted to UTC", time.Date(2026, 11, 30, 23, 0, 0, 5e6, time.FixedZone("x", 3600)), `"2026-11-30T22:00:00.005Z"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(FlowRecord{Time: Time{tt.at}, Client: "[fd00::1]:443"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(b, []byte(`"time":`+tt.want)) {
+				t.Fatalf("got %s, want time %s", b, tt.want)
+			}
+			// The contract's keys are always present, level as a number.
+			var m map[string]any
+			json.Unmarshal(b, &m)
+			for _, k := range []string{"time", "flow", "client", "orig_dst", "mechanism", "sni", "tls", "level",
+				"http_method", "path", "status", "mcp_version", "mcp_method", "mcp_name", "decision", "rule",
+				"reason", "bytes_up", "bytes_down", "duration_ms"} {
+				if _, ok := m[k]; !ok {
+					t.Errorf("key %q missing", k)
+				}
+			}
+			if _, ok := m["level"].(float64); !ok {
+				t.Errorf("level is %T, want a number", m["level"])
+			}
+		})
+	}
+}
+
+// blockingWriter stands for a stuck log consumer (a full pipe).
+type blockingWriter struct {
+	release chan struct{}
+	mu      sync.Mutex
+	buf     bytes.Buffer
+}
+
+func (w *blockingWriter) Write(p []byte) (int, error) {
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+// TestFlowLogNeverBlocks: a slow reader never stalls Write; overflow is dropped and counted.
+func TestFlowLogNeverBlocks(t *testing.T) {
+	m := NewMetrics()
+	w := &blockingWriter{release: make(chan struct{})}
+	fl := NewFlowLog(w, 4, slog.New(slog.NewTextHandler(io.Discard, nil)), m.LogDropped.Inc)
+	done := make(chan struct{})
+	go func() {
+		for i := 0; i < 100; i++ {
+			fl.Write(FlowRecord{Flow: "f"})
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Write blocked on a stuck consumer")
+	}
+	dropped := testutil.ToFloat64(m.LogDropped)
+	if dropped < 100-4-1 {
+		t.Fatalf("dropped %v records, want at least 95", dropped)
+	}
+	close(w.release)
+	fl.Close()
+	lines := strings.Count(w.buf.String(), "\n")
+	if float64(lines)+dropped != 100 {
+		t.Fatalf("%d written + %v dropped != 100", lines, dropped)
+	}
+}
+
+// TestFlowLogOneWritePerLine: each record is one complete line in one write, so a reader that
+// tails the log never sees half a record.
+func TestFlowLogOneWritePerLine(t *testing.T) {
+	var writes []string
+	var mu sync.Mutex
+	w := writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		writes = append(writes, string(p))
+		mu.Unlock()
+		return len(p), nil
+	})
+	fl := NewFlowLog(w, 16, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	for i := 0; i < 10; i++ {
+		fl.Write(FlowRecord{Flow: "f", Client: "10.0.0.1:1"})
+	}
+	fl.Close()
+	if len(writes) != 10 {
+		t.Fatalf("%d writes for 10 records", len(writes))
+	}
+	for _, s := range writes {
+		if !strings.HasSuffix(s, "\n") || strings.Count(s, "\n") != 1 || !json.Valid([]byte(s)) {
+			t.Fatalf("write %q is not exactly one JSON line", s)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestDeclaration: the draft's MUST-declare items are all present ("An intermediary MUST declare
+// the highest tier it satisfies", "MUST declare which level it supports", "MUST declare which
+// disposition it implements", and for integration-provided selection "MUST document which
+// mechanism it expects and how the original destination reaches it").
+func TestDeclaration(t *testing.T) {
+	d := Declare([]Interception{{Mechanism: "external", OriginalDestination: "integration-provided: ...", InEffect: true}})
+	if d.Tier == "" || len(d.ModeSet) != 1 || d.ModeSet[0] != "Transparent" {
+		t.Fatalf("tier/mode: %+v", d)
+	}
+	if d.AwarenessLevels == nil || d.AwarenessNote == "" || len(d.TLSDispositions) == 0 {
+		t.Fatalf("awareness/tls: %+v", d)
+	}
+	if len(d.Interception) != 1 || d.Interception[0].OriginalDestination == "" {
+		t.Fatalf("interception: %+v", d.Interception)
+	}
+	b, _ := json.Marshal(d)
+	if !bytes.Contains(b, []byte(`"awareness_levels":[]`)) {
+		t.Fatalf("awareness_levels must be an explicit list: %s", b)
+	}
+}
+
+func TestAdminReadiness(t *testing.T) {
+	m := NewMetrics()
+	a, err := NewAdmin("127.0.0.1:0", m, func() any { return Declare(nil) }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	defer a.Shutdown(t.Context())
+	base := "http://" + a.Addr().String()
+	get := func(p string) (int, string) {
+		r, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r.StatusCode, string(b)
+	}
+	if c, _ := get("/readyz"); c != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before SetReady: %d", c)
+	}
+	a.SetReady(true)
+	if c, _ := get("/readyz"); c != http.StatusOK {
+		t.Fatalf("/readyz after SetReady: %d", c)
+	}
+	if c, _ := get("/healthz"); c != http.StatusOK {
+		t.Fatalf("/healthz: %d", c)
+	}
+	m.FlowsRefused.WithLabelValues("loop").Inc()
+	if _, body := get("/metrics"); !strings.Contains(body, `mcpintercept_flows_refused_total{reason="loop"} 1`) {
+		t.Fatalf("/metrics lacks the refused counter")
+	}
+	if _, body := get("/declaration"); !strings.Contains(body, `"Transparent"`) {
+		t.Fatalf("/declaration: %s", body)
+	}
+}
