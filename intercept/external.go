@@ -12,7 +12,7 @@ import (
 // balancer, a CNI) delivers the flows, either TPROXY-style or NAT-style as the configuration says.
 type external struct{ cfg *config.Config }
 
-func (e *external) Name() config.Mechanism          { return config.External }
+func (e *external) Name() config.Mechanism            { return config.External }
 func (e *external) Install(ctx context.Context) error { return nil }
 func (e *external) Remove(ctx context.Context) error  { return nil }
 

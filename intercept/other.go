@@ -19,9 +19,9 @@ func newIptables(cfg *config.Config) Mechanism { return unsupported{config.Iptab
 
 type unsupported struct{ name config.Mechanism }
 
-func (u unsupported) Name() config.Mechanism          { return u.name }
-func (u unsupported) Install(context.Context) error    { return errNotLinux }
-func (u unsupported) Remove(context.Context) error     { return nil }
+func (u unsupported) Name() config.Mechanism        { return u.name }
+func (u unsupported) Install(context.Context) error { return errNotLinux }
+func (u unsupported) Remove(context.Context) error  { return nil }
 func (u unsupported) OriginalDst(*net.TCPConn) (netip.AddrPort, error) {
 	return netip.AddrPort{}, errNotLinux
 }
@@ -34,7 +34,9 @@ func Listen(context.Context, []netip.Addr, uint16, bool) ([]*net.TCPListener, er
 }
 
 // BypassDialer has no mark off Linux.
-func BypassDialer(mark uint32, timeout time.Duration) *net.Dialer { return &net.Dialer{Timeout: timeout} }
+func BypassDialer(mark uint32, timeout time.Duration) *net.Dialer {
+	return &net.Dialer{Timeout: timeout}
+}
 
 // Cleanup has nothing to remove off Linux.
 func Cleanup(context.Context) ([]string, error) { return nil, nil }

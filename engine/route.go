@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// Disposition is how a flow's TLS is treated (draft, "TLS Considerations").
+type Disposition string
+
+// The three dispositions of the draft.
+const (
+	Passthrough Disposition = "passthrough"
+	Terminate   Disposition = "terminate"
+	Plaintext   Disposition = "plaintext"
+)
+
+// PortRange is an inclusive range of ports.
+type PortRange struct{ From, To uint16 }
+
+// Route is one ordered rule of the routing table: the first route whose conditions all hold decides
+// the disposition and level of a flow. An empty condition list matches everything.
+type Route struct {
+	Name         string
+	Destinations []netip.Prefix
+	Ports        []PortRange
+	SNI          []string // exact names or "*.suffix" wildcards (one label or more), case-insensitive
+	Clients      []netip.Prefix
+
+	TLS   Disposition
+	Level int // 0 opaque, 1 headers
+
+	// OnMismatch is what happens when a terminate/passthrough route sees non-TLS bytes, or a
+	// plaintext route with Level ≥ 1 sees a TLS ClientHello: "passthrough" (forward opaque) or
+	// "close". Logged either way.
+	OnMismatch string
+	// Development suppresses the once-per-route warning about plaintext traffic.
+	Development bool
+	// PlaintextUpstreamTrustedNetwork allows terminate to forward plaintext upstream (a TLS
+	// downgrade), which the draft forbids "unless explicitly configured within a trusted network
+	// boundary".
+	PlaintextUpstreamTrustedNetwork bool
+	// StrictMCPHeaders refuses MCP requests that lack Mcp-Method (clients before 2026-07-28)
+	// instead of letting method/tool rules not match them.
+	StrictMCPHeaders bool
+	// RuleSet names the policy rule set applied on this route ("" = none: allow).
+	RuleSet string
+}
+
+// needsSNI reports whether matching this route depends on the ClientHello.
+func (r *Route) needsSNI() bool { return len(r.SNI) > 0 }
+
+// matchesConn checks every condition except SNI.
+func (r *Route) matchesConn(client, dst netip.AddrPort) bool {
+	if len(r.Destinations) > 0 && !prefixesContain(r.Destinations, dst.Addr()) {
+		return false
+	}
+	if len(r.Clients) > 0 && !prefixesContain(r.Clients, client.Addr()) {
+		return false
+	}
+	if len(r.Ports) > 0 {
+		ok := false
+		for _, p := range r.Ports {
+			if dst.Port() >= p.From && dst.Port() <= p.To {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Route) matchesSNI(sni string) bool {
+	if len(r.SNI) == 0 {
+		return true
+	}
+	return MatchSNI(r.SNI, sni)
+}
+
+// MatchSNI matches a server name against exact names and "*.suffix" wildcards. A wildcard matches
+// one or more labels in front of the suffix, never the bare suffix itself.
+func MatchSNI(patterns []string, sni string) bool {
+	sni = strings.TrimSuffix(strings.ToLower(sni), ".")
+	if sni == "" {
+		return false
+	}
+	for _, p := range patterns {
+		p = strings.TrimSuffix(strings.ToLower(p), ".")
+		if rest, ok := strings.CutPrefix(p, "*."); ok {
+			if strings.HasSuffix(sni, "."+rest) {
+				return true
+			}
+			continue
+		}
+		if p == sni {
+			return true
+		}
+	}
+	return false
+}
+
+func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultRoute is what a flow gets when no route matches: the transparent core's behaviour, bytes
+// forwarded untouched at level 0.
+var DefaultRoute = &Route{Name: "default", TLS: Passthrough, Level: 0, OnMismatch: "passthrough"}
+
+// selectRoute returns the first route that matches. sni is called at most once, and only when a
+// candidate route depends on the server name; it returns "" when the flow has none.
+func selectRoute(routes []*Route, client, dst netip.AddrPort, sni func() string) *Route {
+	var name string
+	asked := false
+	for _, r := range routes {
+		if !r.matchesConn(client, dst) {
+			continue
+		}
+		if r.needsSNI() {
+			if !asked {
+				name, asked = sni(), true
+			}
+			if !r.matchesSNI(name) {
+				continue
+			}
+		}
+		return r
+	}
+	return DefaultRoute
+}
