@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 say() { echo "deps: $*" >&2; }
 
 missing=()
-for pair in ip:iproute2 ping:iputils-ping nft:nftables iptables:iptables; do
+for pair in ip:iproute2 ping:iputils-ping nft:nftables iptables:iptables openssl:openssl curl:curl; do
 	cmd=${pair%%:*} pkg=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 done

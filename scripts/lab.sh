@@ -29,6 +29,7 @@ up() {
 	[ "$(id -u)" = 0 ] || die "must run as root (network namespaces)"
 	need ip iproute2
 	need ping iputils-ping
+	need openssl openssl
 	# Start from a known state: a half-built lab from an interrupted run is rebuilt from scratch.
 	if lab_complete; then
 		echo "lab: already up"
@@ -73,7 +74,42 @@ up() {
 	# Link-local addresses and neighbour discovery take a moment after the links come up.
 	wait_ping 10.200.2.2 || { down quiet; die "client cannot reach 10.200.2.2"; }
 	wait_ping fd00:200:2::2 || { down quiet; die "client cannot reach fd00:200:2::2"; }
+	# Names for the lab server: `ip netns exec` bind-mounts /etc/netns/NS/hosts over /etc/hosts.
+	for ns in "${ALL_NS[@]}"; do
+		mkdir -p "/etc/netns/$ns"
+		printf '127.0.0.1 localhost\n::1 localhost\n10.200.2.2 mcp.lab.test mcp4.lab.test\nfd00:200:2::2 mcp.lab.test mcp6.lab.test\n' >"/etc/netns/$ns/hosts"
+	done
+	lab_pki
 	echo "lab: up (${ALL_NS[*]})"
+}
+
+# lab_pki creates the lab server's own CA and certificate (what a real MCP server on the internet
+# would have), so upstream verification in terminate mode has something real to verify:
+# .lab/pki/server-ca.pem, .lab/pki/server.pem, .lab/pki/server-key.pem; SANs 10.200.2.2,
+# fd00:200:2::2, mcp.lab.test. Kept across up/down (it is not network state); `rm -rf .lab` resets.
+lab_pki() {
+	local dir
+	dir="$(cd "$(dirname "$0")/.." && pwd)/.lab/pki"
+	[ -s "$dir/server.pem" ] && [ -s "$dir/server-key.pem" ] && [ -s "$dir/server-ca.pem" ] && return 0
+	need openssl openssl
+	mkdir -p "$dir"
+	chmod 700 "$dir"
+	local tmp
+	tmp=$(mktemp -d)
+	openssl ecparam -name prime256v1 -genkey -noout -out "$tmp/ca-key.pem" 2>/dev/null
+	openssl req -x509 -new -key "$tmp/ca-key.pem" -sha256 -days 3650 -subj "/CN=mcpintercept lab server CA" \
+		-addext "basicConstraints=critical,CA:TRUE,pathlen:0" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+		-out "$tmp/server-ca.pem" 2>/dev/null
+	openssl ecparam -name prime256v1 -genkey -noout -out "$tmp/server-key.pem" 2>/dev/null
+	openssl req -new -key "$tmp/server-key.pem" -subj "/CN=mcp.lab.test" -out "$tmp/server.csr" 2>/dev/null
+	printf 'subjectAltName=DNS:mcp.lab.test,IP:10.200.2.2,IP:fd00:200:2::2\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n' >"$tmp/ext.cnf"
+	openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/server-ca.pem" -CAkey "$tmp/ca-key.pem" -CAcreateserial \
+		-days 825 -sha256 -extfile "$tmp/ext.cnf" -out "$tmp/server.pem" 2>/dev/null
+	install -m 0644 "$tmp/server-ca.pem" "$dir/server-ca.pem"
+	install -m 0644 "$tmp/server.pem" "$dir/server.pem"
+	install -m 0600 "$tmp/server-key.pem" "$dir/server-key.pem"
+	rm -rf "$tmp"
+	echo "lab: created lab server PKI in $dir"
 }
 
 wait_ping() {
@@ -104,6 +140,7 @@ down() {
 			ip netns del "$ns"
 			removed=1
 		fi
+		rm -rf "/etc/netns/$ns"
 	done
 	[ -n "$quiet" ] && return 0
 	if [ "$removed" = 1 ]; then echo "lab: down"; else echo "lab: already down"; fi
