@@ -1,0 +1,631 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Load reads, parses, applies overrides and defaults, and validates. The
+// returned error is an Errors value (use errors.As) for content problems, or
+// a wrapped os error for I/O problems.
+func Load(path string, o Overrides) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, data, o)
+}
+
+// Parse is Load for bytes already read; name is used as File in errors.
+func Parse(name string, data []byte, o Overrides) (*Config, error) {
+	d := &decoder{
+		file: name,
+		vals: map[string]*yaml.Node{},
+		keys: map[string]*yaml.Node{},
+		set:  map[string]bool{},
+		bad:  map[string]bool{},
+	}
+	c := &Config{}
+	d.root = d.document(data)
+	if d.root != nil {
+		d.mapping(d.root, "", d.schema(c))
+	}
+	// The override lands before defaulting because the listen addresses
+	// depend on the mechanism that will actually run.
+	if o.Mechanism != "" {
+		c.Mechanism = o.Mechanism
+		d.set["mechanism"] = true
+		if msg := checkMechanism(o.Mechanism); msg != "" {
+			d.errs = append(d.errs, &Error{File: "--mechanism", Msg: msg})
+		}
+	}
+	applyDefaults(c, func(key string) bool { return d.set[key] })
+	if d.root != nil {
+		for _, e := range c.validate() {
+			if (o.Mechanism != "" && e.Key == "mechanism") || d.suppressed(e) {
+				continue
+			}
+			e.File = name
+			e.Line, e.Column = d.locate(e.Key, e.alt)
+			d.errs = append(d.errs, e)
+		}
+	}
+	if len(d.errs) > 0 {
+		return nil, d.errs.sorted()
+	}
+	c.Path = name
+	return c, nil
+}
+
+// decoder walks the node tree by hand instead of using yaml's struct
+// decoding, which stops at the first problem, cannot name the key path, and
+// cannot tell an absent key from an explicit zero.
+type decoder struct {
+	file string
+	errs Errors
+	root *yaml.Node
+	vals map[string]*yaml.Node // key path -> value node, to place validation errors
+	keys map[string]*yaml.Node // key path -> key node, to place errors about missing children
+	set  map[string]bool       // key paths given a usable value; the rest get defaults
+	bad  map[string]bool       // key paths already reported, so validation does not repeat them
+}
+
+func (d *decoder) fail(n *yaml.Node, key, msg string) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Column: n.Column, Key: key, Msg: msg})
+}
+
+// yaml.v3 reports syntax errors as "yaml: line N: problem" without a column.
+var syntaxLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+// parserProblems are the messages of yaml.v3's parser, as opposed to its
+// scanner. For these it prints the 0-based line of the enclosing construct
+// (go-yaml/yaml#205) and drops the line entirely when that is the first one,
+// so one is added back. TestParseErrors pins this: if the library is fixed,
+// the syntax error cases will fail instead of silently pointing a line low.
+var parserProblems = map[string]bool{
+	"did not find expected <stream-start>":   true,
+	"did not find expected <document start>": true,
+	"did not find expected node content":     true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected key":              true,
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"found undefined tag handle":             true,
+	"found duplicate %YAML directive":        true,
+	"found duplicate %TAG directive":         true,
+	"found incompatible YAML document":       true,
+}
+
+// unknownAnchor has no position in yaml.v3's message; the first use of the
+// alias in the text is where the user has to look.
+var unknownAnchor = regexp.MustCompile(`^unknown anchor '(.*)' referenced$`)
+
+func (d *decoder) syntax(err error, data []byte) {
+	// One error per output line is part of the format, whatever the
+	// library's message holds.
+	text := strings.NewReplacer("\n", " ", "\r", " ").Replace(err.Error())
+	e := &Error{File: d.file, Msg: "invalid YAML: " + text}
+	if m := syntaxLine.FindStringSubmatch(text); m != nil {
+		e.Msg = "invalid YAML: " + m[2]
+		e.Line, _ = strconv.Atoi(m[1])
+		if parserProblems[m[2]] {
+			e.Line++
+		}
+		if a := unknownAnchor.FindStringSubmatch(m[2]); a != nil && e.Line == 0 {
+			if i := bytes.Index(data, []byte("*"+a[1])); i >= 0 {
+				before := data[:i]
+				e.Line = bytes.Count(before, []byte("\n")) + 1
+				e.Column = utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
+			}
+		}
+	}
+	d.errs = append(d.errs, e)
+}
+
+// decodeNode keeps a panic inside the YAML library from taking down `check`
+// or a reload; it becomes an ordinary error about the file.
+func decodeNode(dec *yaml.Decoder, n *yaml.Node) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("yaml: parser failed: %v", r)
+		}
+	}()
+	return dec.Decode(n)
+}
+
+const emptyMsg = "the file is empty; it needs at least intercept.destinations and intercept.ports"
+
+// document returns the top-level mapping, or nil after reporting why there
+// is none.
+func (d *decoder) document(data []byte) *yaml.Node {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := decodeNode(dec, &doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			d.errs = append(d.errs, &Error{File: d.file, Msg: emptyMsg})
+		} else {
+			d.syntax(err, data)
+		}
+		return nil
+	}
+	// A plain decode ignores everything after the first document; someone
+	// who split the file with "---" would lose half of it without a word.
+	var extra yaml.Node
+	switch err := decodeNode(dec, &extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		d.syntax(err, data)
+	default:
+		if n := docRoot(&extra); n != nil && !isNull(n) {
+			d.fail(n, "", "a config file holds one YAML document; remove the \"---\" and everything after it or merge the documents")
+		}
+	}
+	root := docRoot(&doc)
+	if root == nil || isNull(root) {
+		d.errs = append(d.errs, &Error{File: d.file, Msg: emptyMsg})
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		d.fail(root, "", "the top level must be a mapping of keys ("+fieldNames(d.schema(&Config{}))+"), got "+describe(root))
+		return nil
+	}
+	return root
+}
+
+func docRoot(doc *yaml.Node) *yaml.Node {
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		return deref(doc.Content[0])
+	}
+	return nil
+}
+
+// deref follows aliases to their anchored node. An alias never points at
+// another alias, but the bound costs nothing and rules out a loop.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; i < 8 && n.Kind == yaml.AliasNode && n.Alias != nil; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// A field decodes one key's value, reporting its own problems, and says
+// whether the value was usable.
+type field struct {
+	name   string
+	decode func(v *yaml.Node, key string) bool
+}
+
+func fieldNames(fields []field) string {
+	s := make([]string, len(fields))
+	for i, f := range fields {
+		s[i] = f.name
+	}
+	return strings.Join(s, ", ")
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// segment quotes a key name that could not be read back from a dotted path
+// (or would break the one-error-per-line output); schema names never need it.
+func segment(name string) string {
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return quote(name)
+		}
+	}
+	if name == "" {
+		return `""`
+	}
+	return name
+}
+
+func (d *decoder) mapping(n *yaml.Node, path string, fields []field) bool {
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, "expected a mapping, got "+describe(n))
+		return false
+	}
+	first := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn, vn := deref(n.Content[i]), deref(n.Content[i+1])
+		if kn.Kind != yaml.ScalarNode {
+			d.fail(kn, path, "keys must be plain names, got "+describe(kn))
+			continue
+		}
+		if kn.ShortTag() == "!!merge" {
+			d.fail(kn, path, "merge keys (<<) are not supported; write the keys out")
+			continue
+		}
+		key := join(path, segment(kn.Value))
+		if prev, dup := first[kn.Value]; dup {
+			d.fail(kn, key, fmt.Sprintf("duplicate key %s (first at line %d)", quote(kn.Value), prev.Line))
+			continue
+		}
+		first[kn.Value] = kn
+		var f *field
+		for j := range fields {
+			if fields[j].name == kn.Value {
+				f = &fields[j]
+				break
+			}
+		}
+		if f == nil {
+			d.fail(kn, key, fmt.Sprintf("unknown key %s (valid: %s)", quote(kn.Value), fieldNames(fields)))
+			continue
+		}
+		d.keys[key], d.vals[key] = kn, vn
+		if isNull(vn) {
+			// "key:" with nothing after it reads as "use the default".
+			continue
+		}
+		if f.decode(vn, key) {
+			d.set[key] = true
+		} else {
+			d.bad[key] = true
+		}
+	}
+	return true
+}
+
+func (d *decoder) section(name string, fields []field) field {
+	return field{name, func(v *yaml.Node, key string) bool { return d.mapping(v, key, fields) }}
+}
+
+// schema is the whole file format: every key, in the order error messages
+// list them, and where its value goes in c.
+func (d *decoder) schema(c *Config) []field {
+	return []field{
+		{"mechanism", d.str((*string)(&c.Mechanism))},
+		d.section("listen", []field{
+			{"port", intField(d, &c.Listen.Port, checkPort)},
+			{"addresses", list(d, &c.Listen.Addresses, parseAddr)},
+		}),
+		d.section("intercept", []field{
+			{"destinations", list(d, &c.Intercept.Destinations, parsePrefix)},
+			{"ports", list(d, &c.Intercept.Ports, parsePortRange)},
+			{"local", d.boolPtr(&c.Intercept.Local)},
+		}),
+		d.section("steering", []field{
+			{"mark", intField(d, &c.Steering.Mark, checkMark)},
+			{"bypass_mark", intField(d, &c.Steering.BypassMark, checkMark)},
+			{"route_table", intField(d, &c.Steering.RouteTable, checkRouteTable)},
+			{"rule_priority", intField(d, &c.Steering.RulePriority, checkRulePriority)},
+		}),
+		d.section("external", []field{
+			{"original_dst", d.str(&c.External.OriginalDst)},
+		}),
+		d.section("limits", []field{
+			{"max_flows", intField(d, &c.Limits.MaxFlows, checkCount)},
+			{"max_flows_per_client", intField(d, &c.Limits.MaxFlowsPerClient, checkCount)},
+			{"idle_timeout", d.duration(&c.Limits.IdleTimeout)},
+			{"connect_timeout", d.duration(&c.Limits.ConnectTimeout)},
+			{"drain_timeout", d.duration(&c.Limits.DrainTimeout)},
+		}),
+		d.section("admin", []field{
+			{"listen", d.str(&c.Admin.Listen)},
+		}),
+		d.section("log", []field{
+			{"level", d.str(&c.Log.Level)},
+			{"flows", d.str(&c.Log.Flows)},
+		}),
+	}
+}
+
+func (d *decoder) str(dst *string) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+			d.fail(v, key, "expected a string, got "+describe(v))
+			return false
+		}
+		*dst = v.Value
+		return true
+	}
+}
+
+func (d *decoder) boolPtr(dst **bool) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		var b bool
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
+			d.fail(v, key, "expected true or false, got "+describe(v))
+			return false
+		}
+		*dst = &b
+		return true
+	}
+}
+
+func (d *decoder) duration(dst *Duration) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		t, msg := parseDuration(v)
+		if msg != "" {
+			d.fail(v, key, msg)
+			return false
+		}
+		dst.Duration = t
+		return true
+	}
+}
+
+// intField range-checks while decoding: check must reject anything that does
+// not fit T, so the conversion below cannot wrap.
+func intField[T uint16 | uint32 | int](d *decoder, dst *T, check func(int64) string) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		i, msg := parseInt(v)
+		if msg == "" {
+			msg = check(i)
+		}
+		if msg != "" {
+			d.fail(v, key, msg)
+			return false
+		}
+		*dst = T(i)
+		return true
+	}
+}
+
+// list stores nothing unless every item is usable, so that the indexes in
+// later validation errors match the file.
+func list[T any](d *decoder, dst *[]T, item func(*yaml.Node) (T, string)) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		if v.Kind != yaml.SequenceNode {
+			d.fail(v, key, "expected a list, got "+describe(v))
+			return false
+		}
+		out := make([]T, 0, len(v.Content))
+		ok := true
+		for i, it := range v.Content {
+			it = deref(it)
+			k := fmt.Sprintf("%s[%d]", key, i)
+			d.keys[k], d.vals[k] = it, it
+			x, msg := item(it)
+			if msg != "" {
+				d.fail(it, k, msg)
+				d.bad[k] = true
+				ok = false
+				continue
+			}
+			out = append(out, x)
+		}
+		if ok {
+			*dst = out
+		}
+		return ok
+	}
+}
+
+// 015001 is octal in YAML 1.1, which yaml.v3 still honours; a port written
+// that way would silently become 6657.
+var leadingZero = regexp.MustCompile(`^[-+]?0[0-9_]+$`)
+
+func parseInt(n *yaml.Node) (int64, string) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+		return 0, "expected an integer, got " + describe(n)
+	}
+	if leadingZero.MatchString(n.Value) {
+		return 0, fmt.Sprintf("%s has a leading zero, which YAML reads as octal; remove the zero (or write 0o… for octal)", quote(n.Value))
+	}
+	var i int64
+	if err := n.Decode(&i); err != nil {
+		var u uint64
+		if n.Decode(&u) == nil {
+			return 0, fmt.Sprintf("%s is out of range", n.Value)
+		}
+		return 0, fmt.Sprintf("invalid integer %s", quote(n.Value))
+	}
+	return i, ""
+}
+
+func parseDuration(n *yaml.Node) (time.Duration, string) {
+	if n.Kind == yaml.ScalarNode {
+		switch n.ShortTag() {
+		case "!!str", "!!int", "!!float":
+			d, err := time.ParseDuration(strings.TrimSpace(n.Value))
+			if err != nil {
+				return 0, fmt.Sprintf(`invalid duration %s: write a number with a unit, e.g. "5s" or "1m30s"`, quote(n.Value))
+			}
+			return d, ""
+		}
+	}
+	return 0, `expected a duration such as "5s", got ` + describe(n)
+}
+
+func parseAddr(n *yaml.Node) (netip.Addr, string) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return netip.Addr{}, "expected an IP address, got " + describe(n) + ipv6Hint(n)
+	}
+	a, err := netip.ParseAddr(strings.TrimSpace(n.Value))
+	if err != nil {
+		return netip.Addr{}, fmt.Sprintf("invalid IP address %s", quote(n.Value))
+	}
+	return a, ""
+}
+
+// parsePrefix accepts a bare address as a single host and masks host bits,
+// since "10.0.0.1/8" almost always means the network that contains it.
+func parsePrefix(n *yaml.Node) (netip.Prefix, string) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return netip.Prefix{}, "expected a prefix such as 10.0.0.0/8, got " + describe(n) + ipv6Hint(n)
+	}
+	s := strings.TrimSpace(n.Value)
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Sprintf("invalid prefix %s: expected an address with a length, such as 10.0.0.0/8 or fd00::/64", quote(n.Value))
+		}
+		return p.Masked(), ""
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Sprintf("invalid prefix %s: expected an address with a length, such as 10.0.0.0/8 or fd00::/64", quote(n.Value))
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, fmt.Sprintf("%s: a destination cannot carry a zone", quote(n.Value))
+	}
+	return netip.PrefixFrom(a, a.BitLen()), ""
+}
+
+// ipv6Hint explains the usual way an address turns into a mapping: YAML reads
+// an unquoted "::" or "fd00::/8:" as a key.
+func ipv6Hint(n *yaml.Node) string {
+	if n.Kind == yaml.MappingNode {
+		return ` (quote IPv6 addresses, e.g. "::")`
+	}
+	return ""
+}
+
+// parsePortRange accepts 8080 or "3000-3010". A range has to be a string
+// because YAML has no range type.
+func parsePortRange(n *yaml.Node) (PortRange, string) {
+	const want = `expected a port such as 8080 or a range such as "3000-3010", got `
+	if n.Kind != yaml.ScalarNode {
+		return PortRange{}, want + describe(n)
+	}
+	var r PortRange
+	switch n.ShortTag() {
+	case "!!int":
+		i, msg := parseInt(n)
+		if msg == "" {
+			msg = checkPort(i)
+		}
+		if msg != "" {
+			return PortRange{}, msg
+		}
+		r = PortRange{uint16(i), uint16(i)}
+	case "!!str":
+		from, to, isRange := strings.Cut(n.Value, "-")
+		if !isRange {
+			to = from
+		}
+		f, okf := portNumber(from)
+		t, okt := portNumber(to)
+		if !okf || !okt {
+			return PortRange{}, want + describe(n)
+		}
+		if f < 1 || f > 65535 || t < 1 || t > 65535 {
+			return PortRange{}, fmt.Sprintf("%s: ports must be between 1 and 65535", quote(n.Value))
+		}
+		r = PortRange{uint16(f), uint16(t)}
+	default:
+		return PortRange{}, want + describe(n)
+	}
+	return r, checkPortRange(r)
+}
+
+// portNumber accepts only decimal digits: signs, hex and underscores in a
+// port range are more likely typos than intent.
+func portNumber(s string) (int, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// describe names what the file held, for "expected X, got Y" messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	case yaml.DocumentNode:
+		return "a document"
+	case yaml.ScalarNode:
+		switch tag := n.ShortTag(); tag {
+		case "!!str":
+			return "string " + quote(n.Value)
+		case "!!int":
+			return "integer " + plain(n.Value)
+		case "!!float":
+			return "number " + plain(n.Value)
+		case "!!bool":
+			return "boolean " + plain(n.Value)
+		case "!!null":
+			return "an empty value"
+		case "!!timestamp":
+			return "timestamp " + plain(n.Value)
+		default:
+			return quote(tag) + " value " + quote(n.Value)
+		}
+	}
+	return "nothing"
+}
+
+// plain shows a resolved scalar bare when that is unambiguous, else quoted.
+func plain(s string) string {
+	if len(s) > 40 || strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r > '~' || r == '"' }) {
+		return quote(s)
+	}
+	return s
+}
+
+// locate points a validation error at the value it is about or, when that
+// key is absent from the file, at the nearest enclosing key that is present.
+func (d *decoder) locate(key, alt string) (line, col int) {
+	for _, k := range []string{key, alt} {
+		if n := d.vals[k]; k != "" && n != nil {
+			return n.Line, n.Column
+		}
+	}
+	for k := parent(key); k != ""; k = parent(k) {
+		if n := d.keys[k]; n != nil {
+			return n.Line, n.Column
+		}
+	}
+	return d.root.Line, d.root.Column
+}
+
+func parent(key string) string {
+	if i := strings.LastIndexAny(key, ".["); i >= 0 {
+		return key[:i]
+	}
+	return ""
+}
+
+// suppressed drops a validation error about a key that, or whose parent or
+// child, already failed to decode: that value was replaced by its default
+// and a second message would only mislead.
+func (d *decoder) suppressed(e *Error) bool {
+	for b := range d.bad {
+		if related(e.Key, b) || (e.alt != "" && related(e.alt, b)) {
+			return true
+		}
+	}
+	return false
+}
+
+func related(a, b string) bool {
+	return a == b || under(a, b) || under(b, a)
+}
+
+func under(key, anc string) bool {
+	return len(key) > len(anc) && strings.HasPrefix(key, anc) && (key[len(anc)] == '.' || key[len(anc)] == '[')
+}
