@@ -66,7 +66,7 @@ func TestTransparentMCP(t *testing.T) {
 			}
 			recs := a.stopGracefully(t)
 			for _, tg := range targets() {
-				n := 0
+				n, carried := 0, 0
 				for _, r := range recs {
 					if r.OrigDst != tg.origDst {
 						continue
@@ -84,9 +84,17 @@ func TestTransparentMCP(t *testing.T) {
 					if ap.Addr().String() != want {
 						t.Errorf("%s: record client %s, want %s", tg.name, r.Client, want)
 					}
-					if r.Mechanism != mech || r.Decision != "allow" || *r.Level != 0 || r.BytesUp == 0 || r.BytesDown == 0 {
+					if r.Mechanism != mech || r.Decision != "allow" || *r.Level != 0 {
 						t.Errorf("%s: record %+v", tg.name, r)
 					}
+					// An SDK may open a connection it then closes unused; the MCP exchange itself
+					// must show up as bytes both ways.
+					if r.BytesUp > 0 && r.BytesDown > 0 {
+						carried++
+					}
+				}
+				if carried == 0 {
+					t.Errorf("%s: no flow to %s carried bytes both ways", tg.name, tg.origDst)
 				}
 				if n == 0 {
 					t.Errorf("%s: no flow record with orig_dst %s in:\n%s", tg.name, tg.origDst, a.stdout)
