@@ -18,8 +18,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"mcpintercept/level1"
 	"mcpintercept/telemetry"
 )
+
+type atomicInt = atomic.Int64
 
 // OriginalDster is what the engine needs from a steering mechanism.
 type OriginalDster interface {
@@ -53,6 +56,11 @@ type Options struct {
 	Flows     FlowSink
 	Metrics   *telemetry.Metrics
 	Log       *slog.Logger
+
+	// Routing is the initial routing table; nil means every flow takes DefaultRoute (opaque).
+	Routing *Routing
+	TLS     TLSOptions
+	HTTP    level1.Options
 }
 
 // Engine accepts flows from listeners and forwards each in its own goroutine.
@@ -72,13 +80,22 @@ type Engine struct {
 	idPrefix  string
 	wg        sync.WaitGroup
 	refuseLog rateLimitedLog
+	routing   atomic.Pointer[Routing]
+}
+
+// SetRouting swaps the routing table (config reload). Open flows are not disturbed.
+func (e *Engine) SetRouting(r *Routing) {
+	if r == nil {
+		r = &Routing{}
+	}
+	e.routing.Store(r)
 }
 
 // New returns an Engine; nothing runs until Serve.
 func New(opt Options) *Engine {
 	var b [4]byte
 	rand.Read(b[:])
-	return &Engine{
+	e := &Engine{
 		opt:         opt,
 		listenAddrs: map[netip.AddrPort]bool{},
 		clients:     map[netip.Addr]int{},
@@ -86,6 +103,8 @@ func New(opt Options) *Engine {
 		idPrefix:    hex.EncodeToString(b[:]),
 		refuseLog:   rateLimitedLog{log: opt.Log, every: time.Second},
 	}
+	e.SetRouting(opt.Routing)
+	return e
 }
 
 // Serve accepts on ln until ln is closed or ctx is done. Each flow runs in a goroutine the Engine
@@ -119,6 +138,13 @@ func (e *Engine) Serve(ctx context.Context, ln *net.TCPListener) error {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
+			defer func() {
+				// One flow's bug must not take the appliance (and the host's steering) down.
+				if p := recover(); p != nil {
+					e.opt.Log.Error("flow panicked", "panic", p)
+					c.Close()
+				}
+			}()
 			e.handle(ctx, c)
 		}()
 	}
@@ -232,49 +258,30 @@ func (e *Engine) handle(ctx context.Context, c *net.TCPConn) {
 	e.opt.Metrics.FlowsActive.Inc()
 	defer e.opt.Metrics.FlowsActive.Dec()
 
-	orig, err := e.opt.Steering.OriginalDst(c)
+	f := &flow{e: e, id: flowID, start: start, client: client, c: c, fc: fc}
+	var orig netip.AddrPort
+	if il, ok := e.opt.Steering.(IdentityLookup); ok {
+		var id Identity
+		orig, id, err = il.Lookup(c)
+		if err == nil {
+			f.ident = &id
+		}
+	} else {
+		orig, err = e.opt.Steering.OriginalDst(c)
+	}
 	if err != nil {
 		e.refuse(c, &rec, "no_original_destination", err)
 		return
 	}
+	f.orig = orig
 	rec.OrigDst = orig.String()
 	if e.isLoop(orig) {
 		e.refuse(c, &rec, "loop", errors.New("original destination is the appliance's own listener"))
 		return
 	}
 	e.opt.Metrics.FlowsTotal.WithLabelValues(e.opt.Mechanism).Inc()
-
-	dctx, cancel := context.WithTimeout(ctx, e.opt.Limits.ConnectTimeout)
-	uc, err := e.opt.Dialer.DialContext(dctx, "tcp", orig.String())
-	cancel()
-	if err != nil {
-		// The client believes it is connecting to orig itself, so it gets what a direct connect
-		// would have given: a reset (Level 1 forwards transport errors as they are).
-		e.opt.Metrics.UpstreamErrors.WithLabelValues("dial").Inc()
-		rec.Decision, rec.Reason = "allow", "upstream: "+dialReason(err)
-		resetClose(c)
-		e.finish(&rec, start)
-		return
-	}
-	up := uc.(*net.TCPConn)
-	if !fc.setUpstream(up) { // drained while dialling
-		resetClose(c)
-		up.Close()
-		rec.Decision, rec.Reason = "allow", "shutdown"
-		e.finish(&rec, start)
-		return
-	}
-	rec.Decision = "allow"
-	res := relay(c, up, e.opt.Limits.IdleTimeout, fc)
-	rec.BytesUp, rec.BytesDown = res.up, res.down
-	rec.Reason = res.reason()
-	if res.reset {
-		e.opt.Metrics.UpstreamErrors.WithLabelValues("reset").Inc()
-	}
-	e.opt.Metrics.Bytes.WithLabelValues("up").Add(float64(res.up))
-	e.opt.Metrics.Bytes.WithLabelValues("down").Add(float64(res.down))
+	e.dispatch(ctx, f)
 	e.opt.Metrics.FlowDuration.Observe(time.Since(start).Seconds())
-	e.finish(&rec, start)
 }
 
 func (e *Engine) refuse(c *net.TCPConn, rec *telemetry.FlowRecord, reason string, err error) {

@@ -35,6 +35,19 @@ type FlowRecord struct {
 	BytesUp    int64  `json:"bytes_up"`
 	BytesDown  int64  `json:"bytes_down"`
 	DurationMS int64  `json:"duration_ms"`
+	// Process is the local process that opened the connection, when the steering mechanism knows
+	// it (eBPF); absent otherwise.
+	Process *Process `json:"process,omitempty"`
+}
+
+// Process identifies the client program (eBPF steering records it at connect time).
+type Process struct {
+	PID    uint32 `json:"pid"`
+	UID    uint32 `json:"uid"`
+	GID    uint32 `json:"gid"`
+	Comm   string `json:"comm"`
+	Exe    string `json:"exe,omitempty"`
+	Cgroup uint64 `json:"cgroup"`
 }
 
 // Time marshals as RFC 3339 in UTC with exactly three fractional digits, as the log contract says.

@@ -16,6 +16,11 @@ type Metrics struct {
 	Bytes          *prometheus.CounterVec // by direction (up, down)
 	FlowDuration   prometheus.Histogram
 	LogDropped     prometheus.Counter
+	// Requests counts HTTP requests at Level 1 by original destination, MCP method, tool, client
+	// address and decision. The client label grows with the number of distinct clients; an
+	// appliance in front of a very large network should drop it with metric relabelling.
+	Requests        *prometheus.CounterVec
+	RequestDuration *prometheus.HistogramVec // by MCP method and status
 }
 
 // NewMetrics registers every series on a fresh registry.
@@ -38,6 +43,13 @@ func NewMetrics() *Metrics {
 		LogDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcpintercept_flow_log_dropped_total", Help: "Flow log records dropped because the writer fell behind."}),
 	}
+	m.Requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcpintercept_requests_total", Help: "HTTP requests seen at Level 1."},
+		[]string{"orig_dst", "mcp_method", "mcp_name", "client", "decision"})
+	m.RequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "mcpintercept_request_duration_seconds", Help: "Request head to response end, at Level 1.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"mcp_method", "status"})
+	m.Registry.MustRegister(m.Requests, m.RequestDuration)
 	m.Registry.MustRegister(m.FlowsActive, m.FlowsTotal, m.FlowsRefused, m.UpstreamErrors, m.Bytes,
 		m.FlowDuration, m.LogDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -140,3 +140,11 @@ func (p *PrefixConn) CloseWrite() error {
 	}
 	return nil
 }
+
+// SetLinger reaches the underlying TCP connection, so a reset can still be passed on as a reset.
+func (p *PrefixConn) SetLinger(sec int) error {
+	if l, ok := p.Conn.(interface{ SetLinger(int) error }); ok {
+		return l.SetLinger(sec)
+	}
+	return nil
+}

@@ -1,0 +1,578 @@
+package engine
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"mcpintercept/level1"
+	"mcpintercept/policy"
+	"mcpintercept/telemetry"
+	"mcpintercept/tlsmitm"
+)
+
+// LeafSource mints the certificate the appliance presents for a name (pki.Minter).
+type LeafSource interface {
+	Leaf(name string) (*tls.Certificate, error)
+}
+
+// RuleSet is a compiled policy rule set (policy.Set).
+type RuleSet interface {
+	Evaluate(in *policy.Input) policy.Decision
+}
+
+// Routing is the part of the configuration a reload swaps: routes and the rule sets they name.
+// Open flows keep the route they were given; each new request on them is judged by the rule set
+// current at that moment.
+type Routing struct {
+	Routes   []*Route
+	RuleSets map[string]RuleSet
+}
+
+// TLSOptions configure the TLS dispositions.
+type TLSOptions struct {
+	Leaves           LeafSource // nil: terminate routes cannot be served (their flows are refused)
+	Upstream         tlsmitm.OriginateConfig
+	PeekTimeout      time.Duration
+	MaxClientHello   int
+	HandshakeTimeout time.Duration
+}
+
+// Identity is what an identity-aware steering mechanism (eBPF) knows about the process that
+// opened the connection.
+type Identity struct {
+	PID, UID, GID uint32
+	Comm, Exe     string
+	CgroupID      uint64
+}
+
+// IdentityLookup is implemented by mechanisms that know more than the original destination.
+type IdentityLookup interface {
+	Lookup(c *net.TCPConn) (netip.AddrPort, Identity, error)
+}
+
+// flow is one accepted connection on its way through the pipeline.
+type flow struct {
+	e      *Engine
+	id     string
+	start  time.Time
+	client netip.AddrPort
+	orig   netip.AddrPort
+	ident  *Identity
+	c      *net.TCPConn
+	fc     *flowConns
+
+	peekDone bool
+	peeked   []byte
+	hello    *tlsmitm.ClientHello
+	peekErr  error
+}
+
+// peek reads the client's first bytes once: a whole ClientHello when it is TLS, otherwise only
+// what it took to tell (usually one byte). A client that sends nothing within the peek timeout
+// (a server-speaks-first protocol) counts as not TLS.
+func (f *flow) peek() {
+	if f.peekDone {
+		return
+	}
+	f.peekDone = true
+	to := f.e.opt.TLS.PeekTimeout
+	if to <= 0 {
+		to = 5 * time.Second
+	}
+	f.c.SetReadDeadline(time.Now().Add(to))
+	f.hello, f.peeked, f.peekErr = tlsmitm.Peek(f.c, f.e.opt.TLS.MaxClientHello)
+	f.c.SetReadDeadline(time.Time{})
+}
+
+func (f *flow) sni() string {
+	f.peek()
+	if f.hello != nil {
+		return f.hello.SNI
+	}
+	return ""
+}
+
+// isTLS reports whether the client opened with a complete, valid ClientHello.
+func (f *flow) isTLS() bool { f.peek(); return f.hello != nil }
+
+// badHello is a client that started a TLS handshake the parser refused (malformed, oversized,
+// truncated): the flow is closed and nothing is forwarded.
+func (f *flow) badHello() bool {
+	var te *tlsmitm.Error
+	return f.peekErr != nil && errors.As(f.peekErr, &te)
+}
+
+func (f *flow) record() telemetry.FlowRecord {
+	r := telemetry.FlowRecord{
+		Time: telemetry.Time{Time: f.start}, Flow: f.id, Client: f.client.String(),
+		OrigDst: f.orig.String(), Mechanism: f.e.opt.Mechanism,
+	}
+	if f.hello != nil {
+		r.SNI = f.hello.SNI
+	}
+	if f.ident != nil {
+		r.Process = &telemetry.Process{PID: f.ident.PID, UID: f.ident.UID, GID: f.ident.GID,
+			Comm: f.ident.Comm, Exe: f.ident.Exe, Cgroup: f.ident.CgroupID}
+	}
+	return r
+}
+
+func (f *flow) clientVars() map[string]any {
+	m := map[string]any{"address": f.client.Addr().String(), "port": int64(f.client.Port())}
+	if f.ident != nil {
+		m["pid"] = int64(f.ident.PID)
+		m["uid"] = int64(f.ident.UID)
+		m["gid"] = int64(f.ident.GID)
+		m["comm"] = f.ident.Comm
+		m["exe"] = f.ident.Exe
+		m["cgroup"] = int64(f.ident.CgroupID)
+	}
+	return m
+}
+
+func (f *flow) connVars(tlsMode string) map[string]any {
+	m := map[string]any{
+		"orig_dst": f.orig.String(), "orig_ip": f.orig.Addr().String(), "orig_port": int64(f.orig.Port()),
+		"mechanism": f.e.opt.Mechanism, "tls": tlsMode,
+	}
+	if f.hello != nil {
+		m["sni"] = f.hello.SNI
+	}
+	return m
+}
+
+// dispatch runs the route's disposition and level. It returns when the flow is over.
+func (e *Engine) dispatch(ctx context.Context, f *flow) {
+	rt := e.routing.Load()
+	route := selectRoute(rt.Routes, f.client, f.orig, f.sni)
+
+	if route == DefaultRoute {
+		// The transparent core: no byte is read before forwarding, so protocols where the
+		// server speaks first work too.
+		e.opaque(ctx, f, route, "")
+		return
+	}
+	switch route.TLS {
+	case Passthrough:
+		if !f.isTLS() {
+			if f.badHello() {
+				e.closeBadHello(f, route)
+				return
+			}
+			if !e.mismatch(f, route, "passthrough route saw non-TLS bytes") {
+				return
+			}
+			e.opaque(ctx, f, route, "")
+			return
+		}
+		if !e.connPolicy(f, route, "passthrough") {
+			return
+		}
+		e.opaque(ctx, f, route, "passthrough")
+	case Terminate:
+		if !f.isTLS() {
+			if f.badHello() {
+				e.closeBadHello(f, route)
+				return
+			}
+			if !e.mismatch(f, route, "terminate route saw non-TLS bytes") {
+				return
+			}
+			e.opaque(ctx, f, route, "")
+			return
+		}
+		e.terminate(ctx, f, route)
+	case Plaintext:
+		e.warnPlaintext(route)
+		if route.Level == 0 {
+			if !e.connPolicy(f, route, "plaintext") {
+				return
+			}
+			e.opaque(ctx, f, route, "plaintext")
+			return
+		}
+		if f.isTLS() {
+			if !e.mismatch(f, route, "plaintext route saw a TLS ClientHello") {
+				return
+			}
+			e.opaque(ctx, f, route, "passthrough")
+			return
+		}
+		if f.peekErr != nil && len(f.peeked) == 0 {
+			// Nothing arrived: the client closed, or speaks only after the server. Level 1
+			// needs a request first, so forward opaquely instead of guessing.
+			e.opaque(ctx, f, route, "plaintext")
+			return
+		}
+		up, ok := e.dial(ctx, f, "plaintext")
+		if !ok {
+			return
+		}
+		e.level1(ctx, f, route, "plaintext", tlsmitm.NewPrefixConn(f.c, f.peeked), up)
+	default:
+		e.opaque(ctx, f, route, "")
+	}
+}
+
+// mismatch applies the route's on_mismatch choice and logs it. It returns true to forward
+// opaquely, false after closing the flow.
+func (e *Engine) mismatch(f *flow, route *Route, what string) bool {
+	if route.OnMismatch == "close" {
+		e.refuseLog.warn("mismatch:"+route.Name, "closing flow", "flow", f.id, "route", route.Name, "why", what, "orig_dst", f.orig.String())
+		rec := f.record()
+		rec.Decision, rec.Rule, rec.Reason = "deny", route.Name, what+"; on_mismatch close"
+		e.opt.Metrics.FlowsRefused.WithLabelValues("mismatch").Inc()
+		resetClose(f.c)
+		e.finish(&rec, f.start)
+		return false
+	}
+	e.refuseLog.warn("mismatch:"+route.Name, "forwarding opaque", "flow", f.id, "route", route.Name, "why", what, "orig_dst", f.orig.String())
+	return true
+}
+
+func (e *Engine) closeBadHello(f *flow, route *Route) {
+	e.refuseLog.warn("badhello", "closing flow: bad TLS ClientHello", "flow", f.id, "client", f.client.String(), "err", f.peekErr)
+	rec := f.record()
+	rec.TLS, rec.Decision, rec.Rule, rec.Reason = string(route.TLS), "deny", route.Name, f.peekErr.Error()
+	e.opt.Metrics.FlowsRefused.WithLabelValues("bad_client_hello").Inc()
+	resetClose(f.c)
+	e.finish(&rec, f.start)
+}
+
+var plaintextWarned sync.Map
+
+// warnPlaintext: "The intermediary SHOULD log a warning when operating on plaintext traffic
+// outside a development environment" (draft, TLS Considerations) — once per route.
+func (e *Engine) warnPlaintext(route *Route) {
+	if route.Development {
+		return
+	}
+	if _, loaded := plaintextWarned.LoadOrStore(e.idPrefix+route.Name, true); !loaded {
+		e.opt.Log.Warn("plaintext MCP traffic on a route not marked as development", "route", route.Name)
+	}
+}
+
+// connPolicy evaluates the route's rule set with connection-level metadata only (passthrough and
+// opaque routes cannot see HTTP). A deny or an exhausted rate limit resets the connection.
+func (e *Engine) connPolicy(f *flow, route *Route, tlsMode string) bool {
+	rs := e.ruleSet(route.RuleSet)
+	if rs == nil {
+		return true
+	}
+	d := rs.Evaluate(&policy.Input{Client: f.clientVars(), Conn: f.connVars(tlsMode)})
+	if d.Action == "allow" || d.Action == "" {
+		return true
+	}
+	rec := f.record()
+	rec.TLS, rec.Decision, rec.Rule, rec.Reason = tlsMode, d.Action, d.Rule, d.Reason
+	e.opt.Metrics.FlowsRefused.WithLabelValues("policy").Inc()
+	e.refuseLog.warn("policy:"+d.Rule, "flow refused by policy", "flow", f.id, "client", f.client.String(), "orig_dst", f.orig.String(), "rule", d.Rule, "decision", d.Action)
+	resetClose(f.c)
+	e.finish(&rec, f.start)
+	return false
+}
+
+func (e *Engine) ruleSet(name string) RuleSet {
+	if name == "" {
+		return nil
+	}
+	return e.routing.Load().RuleSets[name]
+}
+
+// dial opens the upstream TCP connection; on failure the client gets a reset, as a direct
+// connect would have given it.
+func (e *Engine) dial(ctx context.Context, f *flow, tlsMode string) (*net.TCPConn, bool) {
+	dctx, cancel := context.WithTimeout(ctx, e.opt.Limits.ConnectTimeout)
+	uc, err := e.opt.Dialer.DialContext(dctx, "tcp", f.orig.String())
+	cancel()
+	if err != nil {
+		e.opt.Metrics.UpstreamErrors.WithLabelValues("dial").Inc()
+		rec := f.record()
+		rec.TLS, rec.Decision, rec.Reason = tlsMode, "allow", "upstream: "+dialReason(err)
+		resetClose(f.c)
+		e.finish(&rec, f.start)
+		return nil, false
+	}
+	up := uc.(*net.TCPConn)
+	if !f.fc.setUpstream(up) { // drained while dialling
+		resetClose(f.c)
+		up.Close()
+		rec := f.record()
+		rec.TLS, rec.Decision, rec.Reason = tlsMode, "allow", "shutdown"
+		e.finish(&rec, f.start)
+		return nil, false
+	}
+	return up, true
+}
+
+// opaque forwards bytes untouched (splice), the peeked bytes first.
+func (e *Engine) opaque(ctx context.Context, f *flow, route *Route, tlsMode string) {
+	up, ok := e.dial(ctx, f, tlsMode)
+	if !ok {
+		return
+	}
+	rec := f.record()
+	rec.TLS, rec.Decision = tlsMode, "allow"
+	if route != DefaultRoute {
+		rec.Rule = route.Name
+	}
+	var pre int64
+	if len(f.peeked) > 0 {
+		n, err := up.Write(f.peeked)
+		pre = int64(n)
+		if err != nil {
+			resetClose(f.c)
+			up.Close()
+			rec.Reason = "upstream: " + dialReason(err)
+			e.finish(&rec, f.start)
+			return
+		}
+	}
+	res := relay(f.c, up, e.opt.Limits.IdleTimeout, f.fc)
+	e.account(&rec, res.up+pre, res.down, res.reason(), res.reset)
+	e.finish(&rec, f.start)
+}
+
+func (e *Engine) account(rec *telemetry.FlowRecord, up, down int64, reason string, reset bool) {
+	rec.BytesUp, rec.BytesDown = up, down
+	if rec.Reason == "" {
+		rec.Reason = reason
+	}
+	if reset {
+		e.opt.Metrics.UpstreamErrors.WithLabelValues("reset").Inc()
+	}
+	e.opt.Metrics.Bytes.WithLabelValues("up").Add(float64(up))
+	e.opt.Metrics.Bytes.WithLabelValues("down").Add(float64(down))
+}
+
+// terminate verifies the upstream first, then completes the client's handshake with a minted
+// leaf. "An invalid upstream certificate is never laundered into a valid one" (DESIGN.md): a
+// failed verification refuses the client's handshake before any certificate is presented.
+func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) {
+	rec := f.record()
+	rec.TLS, rec.Rule = "terminate", route.Name
+	if e.opt.TLS.Leaves == nil {
+		rec.Decision, rec.Reason = "deny", "terminate route without a CA"
+		resetClose(f.c)
+		e.finish(&rec, f.start)
+		return
+	}
+	up, ok := e.dial(ctx, f, "terminate")
+	if !ok {
+		return
+	}
+	var upConn net.Conn = up
+	if !route.PlaintextUpstreamTrustedNetwork {
+		tup, err := tlsmitm.Originate(ctx, up, f.hello.SNI, f.orig.Addr(), e.opt.TLS.Upstream)
+		if err != nil {
+			var ve *tlsmitm.VerifyError
+			if errors.As(err, &ve) {
+				e.opt.Metrics.FlowsRefused.WithLabelValues("upstream_certificate").Inc()
+				e.opt.Log.Warn("refusing client handshake: upstream certificate rejected", "flow", f.id,
+					"orig_dst", f.orig.String(), "sni", f.hello.SNI, "reason", ve.Reason, "err", ve.Err)
+				rec.Decision, rec.Reason = "deny", "upstream certificate rejected: "+ve.Reason
+				tlsmitm.RefuseHandshake(f.c)
+				f.c.Close()
+			} else {
+				e.opt.Metrics.UpstreamErrors.WithLabelValues("tls").Inc()
+				rec.Decision, rec.Reason = "allow", "upstream: "+err.Error()
+				resetClose(f.c)
+			}
+			up.Close()
+			e.finish(&rec, f.start)
+			return
+		}
+		upConn = tup
+	}
+	name := f.hello.SNI
+	if name == "" {
+		name = f.orig.Addr().String()
+	}
+	cert, err := e.opt.TLS.Leaves.Leaf(name)
+	if err != nil {
+		rec.Decision, rec.Reason = "deny", "mint certificate: "+err.Error()
+		resetClose(f.c)
+		upConn.Close()
+		e.finish(&rec, f.start)
+		return
+	}
+	tc, err := tlsmitm.Terminate(ctx, f.c, f.peeked, cert, e.opt.TLS.HandshakeTimeout)
+	if err != nil {
+		rec.Decision, rec.Reason = "allow", err.Error()
+		f.c.Close()
+		upConn.Close()
+		e.finish(&rec, f.start)
+		return
+	}
+	client := &lingerConn{Conn: tc, raw: f.c}
+	upstream := net.Conn(upConn)
+	if t, ok := upConn.(*tls.Conn); ok {
+		upstream = &lingerConn{Conn: t, raw: up}
+	}
+	if route.Level >= 1 {
+		e.level1(ctx, f, route, "terminate", client, upstream)
+		return
+	}
+	up2, down, reason := copyBoth(client, upstream)
+	rec.Decision = "allow"
+	e.account(&rec, up2, down, reason, false)
+	e.finish(&rec, f.start)
+}
+
+// lingerConn lets level1 pass a reset on through a TLS connection: SetLinger reaches the TCP
+// socket underneath.
+type lingerConn struct {
+	net.Conn
+	raw *net.TCPConn
+}
+
+func (l *lingerConn) SetLinger(sec int) error { return l.raw.SetLinger(sec) }
+
+func (l *lingerConn) CloseWrite() error {
+	if cw, ok := l.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// copyBoth is the opaque relay for connections that cannot splice (TLS on either side).
+func copyBoth(a, b net.Conn) (up, down int64, reason string) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		down, _ = io.Copy(a, b)
+		closeWrite(a)
+	}()
+	up, _ = io.Copy(b, a)
+	closeWrite(b)
+	wg.Wait()
+	a.Close()
+	b.Close()
+	return up, down, ""
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+}
+
+// level1 serves the flow with HTTP awareness: one record per request.
+func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode string, client, upstream net.Conn) {
+	r := &l1Flow{e: e, f: f, route: route, tls: tlsMode}
+	opt := e.opt.HTTP
+	if opt.IdleTimeout == 0 {
+		opt.IdleTimeout = e.opt.Limits.IdleTimeout
+	}
+	err := level1.Proxy(ctx, client, upstream, r, r, opt, e.opt.Log.With("flow", f.id))
+	if r.requests.Load() == 0 {
+		// A connection that carried no complete request still gets its line.
+		rec := f.record()
+		rec.TLS, rec.Level, rec.Decision, rec.Rule = tlsMode, 1, "allow", route.Name
+		rec.Reason = "no request"
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
+			rec.Reason = err.Error()
+		}
+		e.finish(&rec, f.start)
+	}
+}
+
+// l1Flow adapts the engine's flow to level1's Decider and Recorder.
+type l1Flow struct {
+	e        *Engine
+	f        *flow
+	route    *Route
+	tls      string
+	requests atomicInt
+}
+
+func (l *l1Flow) Decide(ctx context.Context, info *level1.RequestInfo) level1.Verdict {
+	if l.route.StrictMCPHeaders && info.Kind == "mcp" && info.MCPMethod == "" {
+		return level1.Verdict{Action: level1.ActionDeny, Status: 400, Rule: l.route.Name,
+			Reason: "this route requires the Mcp-Method header (strict_mcp_headers; clients before protocol 2026-07-28 do not send it)"}
+	}
+	rs := l.e.ruleSet(l.route.RuleSet)
+	if rs == nil {
+		return level1.Verdict{Action: level1.ActionAllow}
+	}
+	mcp := map[string]any{}
+	if info.ProtocolVersion != "" {
+		mcp["version"] = info.ProtocolVersion
+	}
+	if info.MCPMethod != "" {
+		mcp["method"] = info.MCPMethod
+	}
+	if info.MCPName != "" {
+		mcp["name"] = info.MCPName
+	}
+	if info.SessionHash != "" {
+		mcp["session"] = info.SessionHash
+	}
+	headers := make(map[string]any, len(info.Headers))
+	for k, v := range info.Headers {
+		headers[k] = v
+	}
+	d := rs.Evaluate(&policy.Input{
+		Client: l.f.clientVars(),
+		Conn:   l.f.connVars(l.tls),
+		HTTP:   map[string]any{"method": info.Method, "path": info.Path, "headers": headers},
+		MCP:    mcp,
+	})
+	v := level1.Verdict{Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter}
+	switch d.Action {
+	case "deny":
+		v.Action = level1.ActionDeny
+	case "rate_limited":
+		v.Action = level1.ActionRateLimited
+	default:
+		v.Action = level1.ActionAllow
+		if len(d.Absent) > 0 {
+			v.Reason = "fields absent: " + strings.Join(d.Absent, ", ")
+		}
+	}
+	return v
+}
+
+func (l *l1Flow) Record(ex *level1.Exchange) {
+	l.requests.Add(1)
+	f := l.f
+	rec := f.record()
+	rec.Time = telemetry.Time{Time: ex.Start}
+	rec.TLS, rec.Level = l.tls, 1
+	if ex.Info != nil {
+		rec.HTTPMethod, rec.Path = ex.Info.Method, ex.Info.Path
+		rec.MCPVersion, rec.MCPMethod, rec.MCPName = ex.Info.ProtocolVersion, ex.Info.MCPMethod, ex.Info.MCPName
+	}
+	rec.Status = ex.Status
+	rec.Decision = ex.Verdict.Action
+	if rec.Decision == "" {
+		rec.Decision = "allow"
+	}
+	rec.Rule, rec.Reason = ex.Verdict.Rule, ex.Verdict.Reason
+	if ex.Err != "" {
+		if rec.Reason != "" {
+			rec.Reason += "; "
+		}
+		rec.Reason += ex.Err
+	}
+	rec.BytesUp, rec.BytesDown = ex.BytesUp, ex.BytesDown
+	rec.DurationMS = ex.Duration.Milliseconds()
+	m := l.e.opt.Metrics
+	m.Bytes.WithLabelValues("up").Add(float64(ex.BytesUp))
+	m.Bytes.WithLabelValues("down").Add(float64(ex.BytesDown))
+	m.Requests.WithLabelValues(rec.OrigDst, rec.MCPMethod, rec.MCPName, f.client.Addr().String(), rec.Decision).Inc()
+	m.RequestDuration.WithLabelValues(rec.MCPMethod, strconv.Itoa(rec.Status)).Observe(ex.Duration.Seconds())
+	if l.e.opt.Flows != nil {
+		l.e.opt.Flows.Write(rec)
+	}
+}
