@@ -122,7 +122,9 @@ type PrefixConn struct {
 }
 
 // NewPrefixConn returns c with prefix replayed first.
-func NewPrefixConn(c net.Conn, prefix []byte) *PrefixConn { return &PrefixConn{Conn: c, prefix: prefix} }
+func NewPrefixConn(c net.Conn, prefix []byte) *PrefixConn {
+	return &PrefixConn{Conn: c, prefix: prefix}
+}
 
 func (p *PrefixConn) Read(b []byte) (int, error) {
 	if len(p.prefix) > 0 {
