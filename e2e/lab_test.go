@@ -63,6 +63,7 @@ func testMain(m *testing.M) int {
 		"mcpserver":    "./e2e/peers/mcpserver",
 		"mcpclient":    "./e2e/peers/mcpclient",
 		"bytepump":     "./e2e/peers/bytepump",
+		"tlsprobe":     "./e2e/peers/tlsprobe",
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
 		cmd.Dir = repoRoot
@@ -215,6 +216,11 @@ type flowRecord struct {
 	OrigDst   string `json:"orig_dst"`
 	Mechanism string `json:"mechanism"`
 	TLS       string `json:"tls"`
+	SNI       string `json:"sni"`
+	Status    int    `json:"status"`
+	MCPMethod string `json:"mcp_method"`
+	MCPName   string `json:"mcp_name"`
+	Rule      string `json:"rule"`
 	Level     *int   `json:"level"`
 	Decision  string `json:"decision"`
 	Reason    string `json:"reason"`

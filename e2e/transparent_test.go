@@ -24,6 +24,14 @@ func init() { os.Setenv("PORT", "3001") } // server-everything reads its port fr
 
 var mechanisms = []string{"nftables-tproxy", "iptables-redirect"}
 
+// coreConfig is the transparent core alone: no routes, so every flow is forwarded opaque (level 0).
+const coreConfig = `mechanism: nftables-tproxy
+listen: {port: 15001}
+intercept:
+  destinations: [10.200.2.0/24, "fd00:200:2::/64"]
+  ports: [80, 443, "3000-3010", 8080, 8443, 9443]
+`
+
 type target struct {
 	name    string
 	server  func(*testing.T) *proc
@@ -57,7 +65,7 @@ func TestTransparentMCP(t *testing.T) {
 	}
 	for _, mech := range mechanisms {
 		t.Run(mech, func(t *testing.T) {
-			a := startAppliance(t, mech, "")
+			a := startAppliance(t, mech, coreConfig)
 			for _, tg := range targets() {
 				got := runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", tg.url, "-calls", "2")
 				if got != direct[tg.name] {

@@ -90,7 +90,7 @@ up() {
 lab_pki() {
 	local dir
 	dir="$(cd "$(dirname "$0")/.." && pwd)/.lab/pki"
-	[ -s "$dir/server.pem" ] && [ -s "$dir/server-key.pem" ] && [ -s "$dir/server-ca.pem" ] && return 0
+	[ -s "$dir/server.pem" ] && [ -s "$dir/server-key.pem" ] && [ -s "$dir/server-ca.pem" ] && [ -s "$dir/server-ca-key.pem" ] && return 0
 	need openssl openssl
 	mkdir -p "$dir"
 	chmod 700 "$dir"
@@ -108,6 +108,9 @@ lab_pki() {
 	install -m 0644 "$tmp/server-ca.pem" "$dir/server-ca.pem"
 	install -m 0644 "$tmp/server.pem" "$dir/server.pem"
 	install -m 0600 "$tmp/server-key.pem" "$dir/server-key.pem"
+	# The lab CA's key stays too (0600): tests sign deliberately bad server certificates with it
+	# (expired, wrong name) to prove the appliance refuses them.
+	install -m 0600 "$tmp/ca-key.pem" "$dir/server-ca-key.pem"
 	rm -rf "$tmp"
 	echo "lab: created lab server PKI in $dir"
 }
