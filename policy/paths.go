@@ -1,0 +1,194 @@
+package policy
+
+import (
+	"strconv"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/types"
+)
+
+// fieldPath is a chain of constant keys from one of the four variables, such as mcp.method or
+// http.headers["x-api-key"]. CEL reports a missing key only by its last segment ("no such key:
+// method"); matching that against the paths a rule reads, and against the Input, recovers which
+// field was absent.
+type fieldPath struct {
+	root  string
+	segs  []string
+	names []string // names[i]: the path up to and including segs[i], formatted once at compile time
+}
+
+func appendPaths(paths []fieldPath, a *cel.Ast) []fieldPath {
+	if a == nil {
+		return paths
+	}
+	seen := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		seen[p.names[len(p.names)-1]] = true
+	}
+	ast.PostOrderVisit(a.NativeRep().Expr(), ast.NewExprVisitor(func(e ast.Expr) {
+		p, ok := chain(e)
+		if !ok {
+			return
+		}
+		full := p.names[len(p.names)-1]
+		if !seen[full] {
+			seen[full] = true
+			paths = append(paths, p)
+		}
+	}))
+	return paths
+}
+
+// chain returns the path e reads if e is a select or constant-string index whose operands lead
+// down to one of the four variables. Presence tests (has()) are skipped: they never fail.
+func chain(e ast.Expr) (fieldPath, bool) {
+	var rev []string
+	cur := e
+	for {
+		switch cur.Kind() {
+		case ast.SelectKind:
+			sel := cur.AsSelect()
+			if sel.IsTestOnly() {
+				return fieldPath{}, false
+			}
+			rev = append(rev, sel.FieldName())
+			cur = sel.Operand()
+			continue
+		case ast.CallKind:
+			call := cur.AsCall()
+			args := call.Args()
+			if call.FunctionName() != operators.Index || len(args) != 2 || args[1].Kind() != ast.LiteralKind {
+				return fieldPath{}, false
+			}
+			key, ok := args[1].AsLiteral().(types.String)
+			if !ok {
+				return fieldPath{}, false
+			}
+			rev = append(rev, string(key))
+			cur = args[0]
+			continue
+		case ast.IdentKind:
+			root := cur.AsIdent()
+			switch root {
+			case varClient, varConn, varHTTP, varMCP:
+			default:
+				return fieldPath{}, false
+			}
+			if len(rev) == 0 {
+				return fieldPath{}, false
+			}
+			p := fieldPath{root: root, segs: make([]string, len(rev)), names: make([]string, len(rev))}
+			name := root
+			for i := range rev {
+				seg := rev[len(rev)-1-i]
+				p.segs[i] = seg
+				if isIdent(seg) {
+					name += "." + seg
+				} else {
+					name += "[" + strconv.Quote(seg) + "]"
+				}
+				p.names[i] = name
+			}
+			return p, true
+		default:
+			return fieldPath{}, false
+		}
+	}
+}
+
+func isIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && '0' <= c && c <= '9':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func (in *Input) root(name string) map[string]any {
+	switch name {
+	case varClient:
+		return in.Client
+	case varConn:
+		return in.Conn
+	case varHTTP:
+		return in.HTTP
+	case varMCP:
+		return in.MCP
+	}
+	return nil
+}
+
+// addAbsent records in d every path of the rule whose first missing segment in the Input is key,
+// and reports whether there was one. Usually exactly one path qualifies; when two could have
+// produced the same error (mcp.name and client.name both absent) both are named, since CEL does
+// not say which it tried first.
+func addAbsent(d *Decision, paths []fieldPath, in *Input, key string) bool {
+	found := false
+	for i := range paths {
+		p := &paths[i]
+		var cur any = in.root(p.root)
+		for j, seg := range p.segs {
+			v, present, isMap := lookup(cur, seg)
+			if !isMap {
+				break
+			}
+			if !present {
+				if seg == key {
+					found = true
+					appendUnique(&d.Absent, p.names[j])
+				}
+				break
+			}
+			cur = v
+		}
+	}
+	return found
+}
+
+// resolveString reads a path whose value is a string. absent is the index of the first missing
+// segment, or -1; ok is false when the path is absent or does not lead to a string.
+func (p *fieldPath) resolveString(in *Input) (s string, absent int, ok bool) {
+	var cur any = in.root(p.root)
+	for j, seg := range p.segs {
+		v, present, isMap := lookup(cur, seg)
+		if !isMap {
+			return "", -1, false
+		}
+		if !present {
+			return "", j, false
+		}
+		cur = v
+	}
+	s, ok = cur.(string)
+	return s, -1, ok
+}
+
+func lookup(m any, key string) (v any, present, isMap bool) {
+	switch m := m.(type) {
+	case map[string]any:
+		v, ok := m[key]
+		return v, ok, true
+	case map[string]string:
+		v, ok := m[key]
+		return v, ok, true
+	}
+	return nil, false, false
+}
+
+func appendUnique(list *[]string, s string) {
+	for _, have := range *list {
+		if have == s {
+			return
+		}
+	}
+	*list = append(*list, s)
+}
