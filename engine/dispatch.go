@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"mcpintercept/intercept"
 	"mcpintercept/level1"
 	"mcpintercept/policy"
 	"mcpintercept/telemetry"
@@ -48,11 +49,7 @@ type TLSOptions struct {
 
 // Identity is what an identity-aware steering mechanism (eBPF) knows about the process that
 // opened the connection.
-type Identity struct {
-	PID, UID, GID uint32
-	Comm, Exe     string
-	CgroupID      uint64
-}
+type Identity = intercept.Identity
 
 // IdentityLookup is implemented by mechanisms that know more than the original destination.
 type IdentityLookup interface {
@@ -218,9 +215,56 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) {
 			return
 		}
 		e.level1(ctx, f, route, "plaintext", tlsmitm.NewPrefixConn(f.c, f.peeked), up)
+	case Auto:
+		switch {
+		case f.isTLS():
+			e.terminate(ctx, f, route)
+		case f.badHello():
+			e.closeBadHello(f, route)
+		case route.Level >= 1 && f.looksLikeHTTP():
+			up, ok := e.dial(ctx, f, "plaintext")
+			if !ok {
+				return
+			}
+			e.level1(ctx, f, route, "plaintext", tlsmitm.NewPrefixConn(f.c, f.peeked), up)
+		default:
+			e.opaque(ctx, f, route, "")
+		}
 	default:
 		e.opaque(ctx, f, route, "")
 	}
+}
+
+// httpMethods are the request-line prefixes that make a plaintext stream HTTP/1.x for Auto.
+var httpMethods = []string{"GET ", "POST ", "PUT ", "DELETE ", "HEAD ", "OPTIONS ", "PATCH "}
+
+// looksLikeHTTP reads a few more bytes (at most 8, within the peek timeout) and checks for an
+// HTTP request line. What it reads joins f.peeked, so nothing is lost.
+func (f *flow) looksLikeHTTP() bool {
+	if len(f.peeked) == 0 {
+		return false
+	}
+	to := f.e.opt.TLS.PeekTimeout
+	if to <= 0 {
+		to = 5 * time.Second
+	}
+	f.c.SetReadDeadline(time.Now().Add(to))
+	defer f.c.SetReadDeadline(time.Time{})
+	buf := make([]byte, 8)
+	for len(f.peeked) < 8 && !strings.Contains(string(f.peeked), " ") {
+		n, err := f.c.Read(buf[:8-len(f.peeked)])
+		f.peeked = append(f.peeked, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	s := string(f.peeked)
+	for _, m := range httpMethods {
+		if strings.HasPrefix(s, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // mismatch applies the route's on_mismatch choice and logs it. It returns true to forward

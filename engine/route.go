@@ -13,6 +13,9 @@ const (
 	Passthrough Disposition = "passthrough"
 	Terminate   Disposition = "terminate"
 	Plaintext   Disposition = "plaintext"
+	// Auto is the zero-config `exec` disposition: a TLS ClientHello is terminated, a plaintext
+	// HTTP request line is read at the route's level, anything else is forwarded opaque.
+	Auto Disposition = "auto"
 )
 
 // PortRange is an inclusive range of ports.

@@ -75,17 +75,6 @@ type EBPFOptions struct {
 	PinDir string
 }
 
-// Identity is who made a steered connect, as the BPF program saw it in connect(). PID, UID and
-// GID are as seen from the initial namespaces (an appliance in a container's PID namespace would
-// see other numbers in /proc).
-type Identity struct {
-	PID, UID, GID uint32
-	Comm          string
-	CgroupID      uint64
-	// Exe is /proc/PID/exe at lookup time, "" when the process is gone.
-	Exe string
-}
-
 // EBPF steers every TCP connect of the processes in one cgroup v2 to the appliance's listeners
 // with cgroup/connect4 and cgroup/connect6 programs, and recovers the original destination and
 // the connecting process from socket storage (see bpf/steer.c for the hand-off).
@@ -614,4 +603,25 @@ func unmountUnusedFallback() ([]string, error) {
 		}
 	}
 	return unmountFallbackCgroup2()
+}
+
+// newEBPFFromConfig maps the configuration onto EBPFOptions: the cgroup to steer, the
+// destination set (empty: everything but loopback), and the first listen address per family.
+func newEBPFFromConfig(cfg *config.Config) (Mechanism, error) {
+	o := EBPFOptions{
+		CgroupPath:   cfg.EBPF.Cgroup,
+		Destinations: cfg.Intercept.Destinations,
+		BypassMark:   cfg.Steering.BypassMark,
+	}
+	for _, p := range cfg.Intercept.Ports {
+		o.Ports = append(o.Ports, EBPFPortRange{From: p.From, To: p.To})
+	}
+	v4, v6 := listenTargets(cfg)
+	if v4.IsValid() {
+		o.ListenV4 = netip.AddrPortFrom(v4, cfg.Listen.Port)
+	}
+	if v6.IsValid() {
+		o.ListenV6 = netip.AddrPortFrom(v6, cfg.Listen.Port)
+	}
+	return NewEBPF(o)
 }

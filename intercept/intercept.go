@@ -27,6 +27,17 @@ type Mechanism interface {
 	OriginalDst(c *net.TCPConn) (netip.AddrPort, error)
 }
 
+// Identity is who made a steered connect, as the BPF program saw it in connect(). PID, UID and
+// GID are as seen from the initial namespaces (an appliance in a container's PID namespace would
+// see other numbers in /proc).
+type Identity struct {
+	PID, UID, GID uint32
+	Comm          string
+	CgroupID      uint64
+	// Exe is /proc/PID/exe at lookup time, "" when the process is gone.
+	Exe string
+}
+
 // Table, chain and marker names shared by install and cleanup: cleanup must find everything a
 // daemon could have installed without reading its configuration.
 const (
@@ -49,6 +60,8 @@ func New(cfg *config.Config) (Mechanism, error) {
 		return newIptables(cfg), nil
 	case config.External:
 		return &external{cfg: cfg}, nil
+	case config.EBPF:
+		return newEBPFFromConfig(cfg)
 	default:
 		return nil, fmt.Errorf("mechanism %q is not available in this build", cfg.Mechanism)
 	}

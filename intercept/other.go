@@ -17,6 +17,10 @@ var errNotLinux = errors.New("transparent interception needs Linux (netfilter, p
 func newNftables(cfg *config.Config) Mechanism { return unsupported{config.NftablesTProxy} }
 func newIptables(cfg *config.Config) Mechanism { return unsupported{config.IptablesRedirect} }
 
+func newEBPFFromConfig(cfg *config.Config) (Mechanism, error) { return nil, errNotLinux }
+
+func listenTargets(cfg *config.Config) (v4, v6 netip.Addr) { return }
+
 type unsupported struct{ name config.Mechanism }
 
 func (u unsupported) Name() config.Mechanism        { return u.name }

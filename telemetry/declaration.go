@@ -30,23 +30,44 @@ type Interception struct {
 // Version is the build's version string; the build may override it with -ldflags -X.
 var Version = "0.1.0-dev"
 
-// Declare assembles the declaration for the mechanisms given. What this build implements is fixed
-// here, in one place, so that `declare` and /declaration cannot disagree.
-func Declare(mechs []Interception) Declaration {
+// Capabilities are what the running configuration (or, without one, the build) provides.
+type Capabilities struct {
+	Levels       []int    // awareness levels in effect (0 = opaque only, not a draft level)
+	Dispositions []string // TLS dispositions in effect
+}
+
+// BuildCapabilities is everything this build implements.
+var BuildCapabilities = Capabilities{Levels: []int{1}, Dispositions: []string{"passthrough", "terminate", "plaintext"}}
+
+// Declare assembles the declaration. What the draft's terms mean for this implementation is
+// fixed here, in one place, so that `declare` and /declaration cannot disagree.
+func Declare(mechs []Interception, c Capabilities) Declaration {
+	levels := []int{}
+	for _, l := range c.Levels {
+		if l >= 1 { // level 0 (opaque forwarding) is not an awareness level of the draft
+			levels = append(levels, l)
+		}
+	}
+	note := "Level 1: HTTP metadata (method, path, Mcp-Method, Mcp-Name, MCP-Protocol-Version, Mcp-Session-Id, Authorization presence) read for policy and telemetry; every message forwarded unmodified; refusals are HTTP 403/429/400, never JSON-RPC; no circuit breaker"
+	if len(levels) == 0 {
+		note = "opaque forwarding only (flow log level 0): no HTTP header or body is read or changed"
+	}
+	disp := c.Dispositions
+	if disp == nil {
+		disp = []string{}
+	}
 	return Declaration{
-		Implementation: "mcpintercept",
-		Version:        Version,
-		ModeSet:        []string{"Transparent"},
-		Tier:           "Tier 1",
-		TierLayers:     "Layer 1 (Transport)",
-		// Level 1 (header awareness) and Level 2 (body awareness) are not in this build: every flow
-		// is forwarded as opaque bytes, which the flow log records as level 0.
-		AwarenessLevels: []int{},
-		AwarenessNote:   "opaque forwarding only (flow log level 0): no HTTP header or body is read or changed",
-		TLSDispositions: []string{"passthrough"},
-		TLSNote:         "every stream, encrypted or not, is forwarded without decryption; no certificate is presented and no CA trust change is required",
+		Implementation:  "mcpintercept",
+		Version:         Version,
+		ModeSet:         []string{"Transparent"},
+		Tier:            "Tier 1",
+		TierLayers:      "Layer 1 (Transport), with Layer 5 (Policy) header-based filtering at awareness Level 1",
+		AwarenessLevels: levels,
+		AwarenessNote:   note,
+		TLSDispositions: disp,
+		TLSNote:         "passthrough: encrypted stream forwarded untouched, connection-level policy only (SNI, destination, client); terminate: upstream TLS verified first (system roots plus configured CAs, TLS >= 1.2), then the client's handshake completed with a leaf minted by the appliance CA for the SNI or destination IP — an invalid upstream certificate refuses the client handshake; plaintext: no TLS either side, warned once per route outside development routes; no TLS downgrade unless a route sets plaintext_upstream_trusted_network",
 		Interception:    mechs,
-		Authentication:  "never initiates an authentication flow with a client; reads no credentials",
+		Authentication:  "never initiates an authentication flow with a client; reads only whether an Authorization header is present and its scheme, never its value, and never logs credentials",
 		FailureMode:     "nftables-tproxy and iptables-redirect: while the daemon is down with steering installed (after SIGKILL), steered flows fail closed until `mcpintercept cleanup` removes the steering; an orderly stop removes it itself",
 	}
 }

@@ -128,7 +128,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // disposition it implements", and for integration-provided selection "MUST document which
 // mechanism it expects and how the original destination reaches it").
 func TestDeclaration(t *testing.T) {
-	d := Declare([]Interception{{Mechanism: "external", OriginalDestination: "integration-provided: ...", InEffect: true}})
+	d := Declare([]Interception{{Mechanism: "external", OriginalDestination: "integration-provided: ...", InEffect: true}}, Capabilities{Levels: []int{0, 1}, Dispositions: []string{"terminate"}})
 	if d.Tier == "" || len(d.ModeSet) != 1 || d.ModeSet[0] != "Transparent" {
 		t.Fatalf("tier/mode: %+v", d)
 	}
@@ -139,14 +139,17 @@ func TestDeclaration(t *testing.T) {
 		t.Fatalf("interception: %+v", d.Interception)
 	}
 	b, _ := json.Marshal(d)
-	if !bytes.Contains(b, []byte(`"awareness_levels":[]`)) {
-		t.Fatalf("awareness_levels must be an explicit list: %s", b)
+	if !bytes.Contains(b, []byte(`"awareness_levels":[1]`)) {
+		t.Fatalf("awareness_levels must list level 1 and not the opaque level 0: %s", b)
+	}
+	if d := Declare(nil, Capabilities{Levels: []int{0}}); d.AwarenessLevels == nil || len(d.AwarenessLevels) != 0 {
+		t.Fatalf("an opaque-only configuration declares no awareness level: %+v", d.AwarenessLevels)
 	}
 }
 
 func TestAdminReadiness(t *testing.T) {
 	m := NewMetrics()
-	a, err := NewAdmin("127.0.0.1:0", m, func() any { return Declare(nil) }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := NewAdmin("127.0.0.1:0", m, func() any { return Declare(nil, BuildCapabilities) }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
