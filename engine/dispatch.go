@@ -105,7 +105,17 @@ func (f *flow) isTLS() bool { f.peek(); return f.hello != nil }
 // truncated): the flow is closed and nothing is forwarded.
 func (f *flow) badHello() bool {
 	var te *tlsmitm.Error
-	return f.peekErr != nil && errors.As(f.peekErr, &te)
+	if !errors.As(f.peekErr, &te) {
+		return false
+	}
+	switch te.Kind {
+	case tlsmitm.KindMalformed, tlsmitm.KindOversized:
+		return true
+	case tlsmitm.KindTruncated:
+		// The client hung up halfway through a hello: nothing sensible can be forwarded.
+		return len(f.peeked) > 0
+	}
+	return false
 }
 
 func (f *flow) record() telemetry.FlowRecord {

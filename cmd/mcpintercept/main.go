@@ -5,6 +5,7 @@
 //	mcpintercept check --config FILE [--mechanism NAME]
 //	mcpintercept cleanup
 //	mcpintercept declare [--config FILE] [--mechanism NAME]
+//	mcpintercept ca init|export [--config FILE | --dir DIR]
 package main
 
 import (
@@ -25,7 +26,10 @@ import (
 	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/intercept"
+	"mcpintercept/level1"
+	"mcpintercept/policy"
 	"mcpintercept/telemetry"
+	"mcpintercept/tlsmitm"
 )
 
 // Exit codes: 2 means the invocation or configuration is wrong (nothing was installed); 1 means a
@@ -47,6 +51,13 @@ commands:
   cleanup                                  remove every rule, route and table mcpintercept could have installed
   declare [--config FILE] [--mechanism NAME]
                                            print the conformance declaration (JSON)
+  ca init [--config FILE | --dir DIR] [--force]
+                                           create the appliance CA (key 0600) used by terminate routes
+  ca export [--config FILE | --dir DIR] [--format pem|der]
+                                           print the CA certificate, for clients to trust
+  exec [--config FILE] [--level 1] -- CMD [ARGS...]
+                                           run CMD with its TCP connects steered through the appliance
+                                           (eBPF; zero-config: TLS terminated, HTTP at Level 1)
 
 mechanisms: `+mechanismList()+`
 `)
@@ -74,6 +85,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdCleanup(args[1:], stdout, stderr)
 	case "declare":
 		return cmdDeclare(args[1:], stdout, stderr)
+	case "ca":
+		return cmdCA(args[1:], stdout, stderr)
+	case "exec":
+		return cmdExec(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -125,6 +140,18 @@ func loadConfig(cf *commonFlags, stderr io.Writer) (*config.Config, bool) {
 	return cfg, true
 }
 
+func reportRuleErrors(stderr io.Writer, err error) {
+	var ce policy.CompileErrors
+	if errors.As(err, &ce) {
+		fmt.Fprintf(stderr, "mcpintercept: invalid policy (%d problem(s)); nothing was installed:\n", len(ce))
+		for _, e := range ce {
+			fmt.Fprintf(stderr, "  %s\n", e)
+		}
+		return
+	}
+	fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
+}
+
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	cf, ok := parseFlags("check", args, stderr, true)
 	if !ok {
@@ -134,8 +161,16 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	fmt.Fprintf(stdout, "%s: ok (mechanism %s, %d destination prefix(es), %d port range(s))\n",
-		cf.config, cfg.Mechanism, len(cfg.Intercept.Destinations), len(cfg.Intercept.Ports))
+	if _, _, err := engine.RoutingFromConfig(cfg, nil); err != nil {
+		reportRuleErrors(stderr, err)
+		return exitUsage
+	}
+	nrules := 0
+	for _, rs := range cfg.RuleSets {
+		nrules += len(rs)
+	}
+	fmt.Fprintf(stdout, "%s: ok (mechanism %s, %d destination prefix(es), %d port range(s), %d route(s), %d rule(s) compiled)\n",
+		cf.config, cfg.Mechanism, len(cfg.Intercept.Destinations), len(cfg.Intercept.Ports), len(cfg.Routes), nrules)
 	return exitOK
 }
 
@@ -173,7 +208,33 @@ func declaration(cfg *config.Config) telemetry.Declaration {
 			}
 		}
 	}
-	return telemetry.Declare(ms)
+	caps := telemetry.BuildCapabilities
+	if cfg != nil && cfg.Path != "" {
+		caps = capabilitiesOf(cfg)
+	}
+	return telemetry.Declare(ms, caps)
+}
+
+// capabilitiesOf is what a configuration puts in effect: the levels and dispositions of its
+// routes, plus the default route (opaque, level 0) for flows no route matches.
+func capabilitiesOf(cfg *config.Config) telemetry.Capabilities {
+	var c telemetry.Capabilities
+	seenL, seenD := map[int]bool{}, map[string]bool{}
+	for _, r := range cfg.Routes {
+		if l := r.LevelOrDefault(); !seenL[l] {
+			seenL[l] = true
+			c.Levels = append(c.Levels, l)
+		}
+		if !seenD[r.TLS] {
+			seenD[r.TLS] = true
+			c.Dispositions = append(c.Dispositions, r.TLS)
+		}
+	}
+	if !seenD[config.TLSPassthrough] {
+		// Flows no route matches are forwarded untouched: passthrough in the draft's terms.
+		c.Dispositions = append(c.Dispositions, config.TLSPassthrough)
+	}
+	return c
 }
 
 func cmdDeclare(args []string, stdout, stderr io.Writer) int {
@@ -226,6 +287,28 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// reload re-reads the configuration on SIGHUP and swaps routes and rule sets without touching
+// open flows. Listeners, steering, limits and TLS material keep their start-up values: changing
+// those needs a restart, and the log says so. A bad file keeps the running configuration.
+func reload(cur *config.Config, eng *engine.Engine, prev engine.CompiledRuleSets, log *slog.Logger) engine.CompiledRuleSets {
+	next, err := config.Load(cur.Path, config.Overrides{Mechanism: cur.Mechanism})
+	if err != nil {
+		log.Error("reload refused: invalid configuration; keeping the running one", "err", err)
+		return prev
+	}
+	routing, sets, err := engine.RoutingFromConfig(next, prev)
+	if err != nil {
+		log.Error("reload refused: invalid policy; keeping the running one", "err", err)
+		return prev
+	}
+	if usesTerminate(next) && !usesTerminate(cur) {
+		log.Warn("reload: terminate routes were added; the CA is loaded at start-up, restart to serve them")
+	}
+	eng.SetRouting(routing)
+	log.Info("reloaded routes and rules", "routes", len(routing.Routes), "rule_sets", len(sets))
+	return sets
+}
+
 func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Writer, hup <-chan os.Signal) error {
 	mech, err := intercept.New(cfg)
 	if err != nil {
@@ -274,6 +357,28 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	flows := telemetry.NewFlowLog(flowOut, 8192, log.With("component", "flowlog"), metrics.LogDropped.Inc)
 	defer flows.Close()
 
+	routing, sets, err := engine.RoutingFromConfig(cfg, nil)
+	if err != nil {
+		return err
+	}
+	tlsOpt := engine.TLSOptions{
+		PeekTimeout:      cfg.TLS.PeekTimeout.Duration,
+		MaxClientHello:   cfg.TLS.MaxClientHello,
+		HandshakeTimeout: cfg.Upstream.HandshakeTimeout.Duration,
+	}
+	if usesTerminate(cfg) {
+		minter, err := loadMinter(cfg, log)
+		if err != nil {
+			return err
+		}
+		roots, err := upstreamRoots(cfg)
+		if err != nil {
+			return err
+		}
+		tlsOpt.Leaves = minter
+		tlsOpt.Upstream = tlsmitm.OriginateConfig{Roots: roots, HandshakeTimeout: cfg.Upstream.HandshakeTimeout.Duration}
+	}
+
 	eng := engine.New(engine.Options{
 		Mechanism: string(cfg.Mechanism),
 		Steering:  mech,
@@ -287,6 +392,12 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		Flows:   flows,
 		Metrics: metrics,
 		Log:     log.With("component", "engine"),
+		Routing: routing,
+		TLS:     tlsOpt,
+		HTTP: level1.Options{
+			Limits:        level1.Limits{MaxHeaderBytes: cfg.HTTP.MaxHeaderBytes},
+			HeaderTimeout: cfg.HTTP.HeaderTimeout.Duration,
+		},
 	})
 
 	if err := mech.Install(ctx); err != nil {
@@ -328,7 +439,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		case <-ctx.Done():
 			waiting = false
 		case <-hup:
-			log.Info("SIGHUP: nothing to reload in this build (listeners, steering and limits need a restart)")
+			sets = reload(cfg, eng, sets, log)
 		}
 	}
 

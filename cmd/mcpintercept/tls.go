@@ -1,0 +1,110 @@
+package main
+
+import (
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"mcpintercept/config"
+	"mcpintercept/pki"
+)
+
+// usesTerminate reports whether any route terminates TLS (and so needs the CA).
+func usesTerminate(cfg *config.Config) bool {
+	for _, r := range cfg.Routes {
+		if r.TLS == config.TLSTerminate {
+			return true
+		}
+	}
+	return false
+}
+
+// upstreamRoots is the system pool plus the configured extra CAs.
+func upstreamRoots(cfg *config.Config) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	for _, f := range cfg.Upstream.ExtraCAs {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("upstream_tls.extra_cas: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("upstream_tls.extra_cas: no PEM certificate in %s", f)
+		}
+	}
+	return pool, nil
+}
+
+// loadMinter loads the CA (creating it on first start) and returns a leaf minter.
+func loadMinter(cfg *config.Config, log *slog.Logger) (*pki.Minter, error) {
+	ca, created, err := pki.LoadOrInit(cfg.CA.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("ca: %w", err)
+	}
+	if created {
+		log.Warn("created a new appliance CA; clients must trust it to accept terminated TLS (mcpintercept ca export)", "dir", cfg.CA.Dir)
+	}
+	return pki.NewMinter(ca, pki.MinterOptions{CacheSize: cfg.TLS.LeafCache, Validity: cfg.TLS.LeafValidity.Duration}), nil
+}
+
+// cmdCA is `ca init [--config FILE | --dir DIR] [--force]` and `ca export [--config FILE | --dir
+// DIR] [--format pem|der]`.
+func cmdCA(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "init" && args[0] != "export") {
+		fmt.Fprintln(stderr, "usage: mcpintercept ca init|export [--config FILE | --dir DIR] [--force] [--format pem|der]")
+		return exitUsage
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("ca "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "take the CA directory from this configuration (ca.dir)")
+	dir := fs.String("dir", "", "CA directory (default: ca.dir of --config, else "+config.DefaultCADir+")")
+	force := fs.Bool("force", false, "init: replace an existing CA")
+	format := fs.String("format", "pem", "export: pem or der")
+	if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
+		return exitUsage
+	}
+	d := *dir
+	if d == "" && *cfgPath != "" {
+		cfg, ok := loadConfig(&commonFlags{config: *cfgPath}, stderr)
+		if !ok {
+			return exitUsage
+		}
+		d = cfg.CA.Dir
+	}
+	if d == "" {
+		d = config.DefaultCADir
+	}
+	switch sub {
+	case "init":
+		ca, err := pki.Init(d, *force)
+		if err != nil {
+			fmt.Fprintf(stderr, "mcpintercept ca init: %v\n", err)
+			return exitRuntime
+		}
+		fmt.Fprintf(stdout, "created CA %q in %s (certificate ca.pem 0644, key ca-key.pem 0600)\n", ca.Cert.Subject.CommonName, d)
+	case "export":
+		ca, err := pki.Load(d)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				fmt.Fprintf(stderr, "mcpintercept ca export: no CA in %s (create one with `mcpintercept ca init`, or start `run`): %v\n", d, err)
+			} else {
+				fmt.Fprintf(stderr, "mcpintercept ca export: %v\n", err)
+			}
+			return exitRuntime
+		}
+		b, err := ca.Export(*format)
+		if err != nil {
+			fmt.Fprintf(stderr, "mcpintercept ca export: %v\n", err)
+			return exitUsage
+		}
+		stdout.Write(b)
+	}
+	return exitOK
+}
