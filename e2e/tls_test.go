@@ -108,7 +108,7 @@ func TestTLSTerminate(t *testing.T) {
 	tlsServer(t)
 	caDir := filepath.Join(t.TempDir(), "ca")
 	cfg := tlsConfig(t, caDir)
-	urls := []string{"https://10.200.2.2:8443/mcp", "https://mcp4.lab.test:8443/mcp", "https://[fd00:200:2::2]:8443/mcp"}
+	urls := []string{"https://10.200.2.2:8443/mcp", "https://mcp.lab.test:8443/mcp", "https://[fd00:200:2::2]:8443/mcp"}
 	direct := map[string]string{}
 	nodeDirect := map[string]string{}
 	for _, u := range urls {
@@ -143,7 +143,7 @@ func TestTLSTerminate(t *testing.T) {
 			l1++
 		}
 		switch rec.SNI {
-		case "mcp4.lab.test", "mcp.lab.test":
+		case "mcp.lab.test":
 			byName++
 		case "":
 			byAddr++
