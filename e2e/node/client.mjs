@@ -4,6 +4,9 @@
 // mcpi-client against the server's own address; it never knows an appliance is in the path.
 //
 //   node client.mjs URL            (HTTPS trust via NODE_EXTRA_CA_CERTS, as any Node program)
+//   node client.mjs URL --progress N
+//                                  call trigger-long-running-operation (server-everything) with N
+//                                  steps and print how many progress notifications arrived
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
@@ -13,10 +16,23 @@ if (!url) {
   process.exit(2);
 }
 
+const progressSteps = process.argv[3] === "--progress" ? Number(process.argv[4]) : 0;
+
 const client = new Client({ name: "mcpintercept-lab-node-client", version: "1.0.0" });
 const transport = new StreamableHTTPClientTransport(new URL(url));
 try {
   await client.connect(transport);
+  if (progressSteps > 0) {
+    let seen = 0;
+    const r = await client.callTool(
+      { name: "trigger-long-running-operation", arguments: { duration: progressSteps * 0.2, steps: progressSteps } },
+      undefined,
+      { onprogress: () => { seen++; }, timeout: 30000 },
+    );
+    console.log(JSON.stringify({ progress: seen, text: r.content?.map((c) => c.text).join("") }));
+    await client.close();
+    process.exit(0);
+  }
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name).sort();
   const calls = [];

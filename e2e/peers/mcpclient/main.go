@@ -29,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -69,6 +70,7 @@ func main() {
 	flag.StringVar(&o.args, "args", "{}", "JSON object of arguments for -tool")
 	flag.StringVar(&o.protocolVersion, "protocol-version", "", "protocol version to ask for (default: the SDK's latest, which tries server/discover and falls back to initialize)")
 	flag.Var(&o.headers, "header", `extra HTTP request header "Name: value", repeatable`)
+	flag.StringVar(&dialNetwork, "dial-network", "tcp", `network for every dial: "tcp6" keeps an IPv4-mapped address (::ffff:a.b.c.d) on an IPv6 socket`)
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -137,11 +139,20 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
+// dialNetwork is -dial-network.
+var dialNetwork = "tcp"
+
 func newHTTPClient(caFile string, headers []string) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// The tests route by address; an environment proxy would bypass the
 	// path under test.
 	tr.Proxy = nil
+	if dialNetwork != "tcp" {
+		d := &net.Dialer{Timeout: 10 * time.Second}
+		tr.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, dialNetwork, addr)
+		}
+	}
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
