@@ -229,9 +229,15 @@ func checkCgroup2(path string) error {
 // exit). Processes still inside are moved to the parent cgroup first, so they keep running,
 // unsteered.
 func removeOurCgroups() ([]string, error) {
-	mnt, err := findCgroup2()
+	// Mount the hierarchy when this mount namespace shows none (`ip netns exec` remounts /sys
+	// without it): cgroups are global, and an orphan must be found from anywhere.
+	// The temporary mount goes away again when the walk is done.
+	mnt, mounted, err := Cgroup2Mount()
 	if err != nil || mnt == "" {
 		return nil, err
+	}
+	if mounted {
+		defer unix.Unmount(mnt, unix.MNT_DETACH)
 	}
 	var found []string
 	err = filepath.WalkDir(mnt, func(p string, d os.DirEntry, err error) error {

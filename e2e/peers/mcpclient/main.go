@@ -31,10 +31,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -139,6 +141,26 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
+// dialMapped connects an IPv6 socket (V6ONLY off) to an IPv4-mapped address, as a C program
+// would; Go's own dialer turns such an address into an IPv4 socket or refuses it for "tcp6".
+func dialMapped(ap netip.AddrPort) (net.Conn, error) {
+	fd, err := syscall.Socket(syscall.AF_INET6, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_IPV6, syscall.IPV6_V6ONLY, 0); err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
+	if err := syscall.Connect(fd, &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("connect %s: %w", ap, err)
+	}
+	f := os.NewFile(uintptr(fd), "mapped")
+	defer f.Close()
+	return net.FileConn(f)
+}
+
 // dialNetwork is -dial-network.
 var dialNetwork = "tcp"
 
@@ -150,6 +172,11 @@ func newHTTPClient(caFile string, headers []string) (*http.Client, error) {
 	if dialNetwork != "tcp" {
 		d := &net.Dialer{Timeout: 10 * time.Second}
 		tr.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			if dialNetwork == "tcp6" {
+				if ap, err := netip.ParseAddrPort(addr); err == nil && ap.Addr().Is4In6() {
+					return dialMapped(ap)
+				}
+			}
 			return d.DialContext(ctx, dialNetwork, addr)
 		}
 	}

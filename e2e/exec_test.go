@@ -1,0 +1,215 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// execIn runs `mcpintercept exec ARGS...` in mcpi-client: the appliance and its client processes
+// share the namespace, as on a developer's host.
+func execIn(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command("ip", append([]string{"netns", "exec", nsClient, bin("mcpintercept"), "exec"}, args...)...)
+	cmd.Dir = dir
+	var o, e syncBuf
+	cmd.Stdout, cmd.Stderr = &o, &e
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("exec %v did not finish:\n%s", args, e.String())
+	}
+	return o.String(), e.String(), cmd.ProcessState.ExitCode()
+}
+
+func labConfig() string { return filepath.Join(repoRoot, "examples", "lab.yaml") }
+
+// TestExecNodeTLS: `mcpintercept exec --config examples/lab.yaml -- node client.mjs
+// https://mcp.lab.test:8443/mcp` — the Node SDK client, unmodified, succeeds against the TLS lab
+// server through eBPF steering and terminate, and its calls are listed.
+func TestExecNodeTLS(t *testing.T) {
+	needLab(t)
+	tlsServer(t)
+	direct := runNode(t, labPKI("server-ca.pem"), "https://mcp.lab.test:8443/mcp")
+	out, errOut, code := execIn(t, filepath.Join(repoRoot, "e2e", "node"), "--config", labConfig(), "--",
+		"node", "client.mjs", "https://mcp.lab.test:8443/mcp")
+	if code != 0 || out != direct {
+		t.Fatalf("exit %d; output:\n%s\nwant\n%s\nstderr:\n%s", code, out, direct, errOut)
+	}
+	if !strings.Contains(errOut, "node[") || !strings.Contains(errOut, "-> 10.200.2.2:8443 200") && !strings.Contains(errOut, "-> [fd00:200:2::2]:8443 200") {
+		t.Errorf("no live line for the node client's requests:\n%s", errOut)
+	}
+	if !strings.Contains(errOut, "PROCESS") {
+		t.Errorf("no summary table:\n%s", errOut)
+	}
+}
+
+// TestExecGoIPv6AndMapped: the Go SDK client over IPv6 and over an IPv4-mapped address (an IPv6
+// socket connecting to ::ffff:10.200.2.2), with the appliance CA trusted only through the
+// SSL_CERT_FILE that exec sets.
+func TestExecGoIPv6AndMapped(t *testing.T) {
+	needLab(t)
+	tlsServer(t)
+	cases := []struct{ name, url, network string }{
+		{"ipv6", "https://[fd00:200:2::2]:8443/mcp", "tcp"},
+		{"ipv4-mapped", "https://[::ffff:10.200.2.2]:8443/mcp", "tcp6"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			direct := runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", c.url, "-dial-network", c.network, "-ca", labPKI("server-ca.pem"))
+			out, errOut, code := execIn(t, repoRoot, "--config", labConfig(), "--",
+				bin("mcpclient"), "-url", c.url, "-dial-network", c.network)
+			if code != 0 || out != direct {
+				t.Fatalf("exit %d; output:\n%s\nwant\n%s\nstderr:\n%s", code, out, direct, errOut)
+			}
+			if !strings.Contains(errOut, "mcpclient[") || strings.Contains(errOut, "loop") {
+				t.Errorf("live lines:\n%s", errOut)
+			}
+		})
+	}
+}
+
+// TestExecScope: a process outside the cgroup is not intercepted, a loopback destination is left
+// alone, and exec exits with the command's exit code.
+func TestExecScope(t *testing.T) {
+	needLab(t)
+	goServer(t)
+	lo := startT(t, nsClient, bin("bytepump"), "serve", "-listen", "127.0.0.1:3009", "-reply-bytes", "1000")
+	if err := lo.waitFor("READY", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	script := bin("bytepump") + ` send -addr 127.0.0.1:3009 -bytes 1000 -expect-bytes 1000 >/dev/null && sleep 3; exit 7`
+	type result struct {
+		out, errOut string
+		code        int
+	}
+	res := make(chan result, 1)
+	go func() {
+		o, e, c := execIn(t, repoRoot, "--", "sh", "-c", script)
+		res <- result{o, e, c}
+	}()
+	time.Sleep(1 * time.Second)
+	// Outside the cgroup, in the same namespace, while exec runs.
+	runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", "http://10.200.2.2:8080/mcp")
+	r := <-res
+	if r.code != 7 {
+		t.Errorf("exit code %d, want the command's 7:\n%s", r.code, r.errOut)
+	}
+	if strings.Contains(r.errOut, "mcpclient[") {
+		t.Errorf("a process outside the cgroup was intercepted:\n%s", r.errOut)
+	}
+	if strings.Contains(r.errOut, "-> 127.0.0.1:3009") || strings.Contains(r.errOut, "connection to 127.0.0.1:3009") {
+		t.Errorf("a loopback connection was intercepted:\n%s", r.errOut)
+	}
+	if !strings.Contains(r.errOut, "no intercepted traffic") {
+		t.Errorf("summary should say nothing was intercepted:\n%s", r.errOut)
+	}
+}
+
+// TestExecCommRule: a rule on client.comm denies a tool to one program and allows it to another
+// ("only this program may call that tool").
+func TestExecCommRule(t *testing.T) {
+	needLab(t)
+	statelessServer(t)
+	dir := t.TempDir()
+	for _, name := range []string{"agent-a", "agent-b"} {
+		b, _ := os.ReadFile(bin("mcpclient"))
+		os.WriteFile(filepath.Join(dir, name), b, 0o755)
+	}
+	cfgText, err := os.ReadFile(labConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(cfgText), "  lab:\n", `  lab:
+    - name: only-agent-b-may-echo
+      when: 'client.comm == "agent-a" && mcp.name == "echo"'
+      action: deny
+      reason: agent-a may not call echo
+`, 1)
+	cfg = strings.Replace(cfg, "dir: ../.lab/appliance-ca", "dir: "+filepath.Join(repoRoot, ".lab", "appliance-ca"), 1)
+	cfg = strings.Replace(cfg, "extra_cas: [../.lab/pki/server-ca.pem]", "extra_cas: ["+labPKI("server-ca.pem")+"]", 1)
+	cfgPath := filepath.Join(dir, "comm.yaml")
+	os.WriteFile(cfgPath, []byte(cfg), 0o644)
+	args := []string{"-url", "http://10.200.2.2:3002/mcp", "-tool", "echo", "-args", `{"text":"hi"}`}
+	_, errA, codeA := execIn(t, dir, append([]string{"--config", cfgPath, "--", filepath.Join(dir, "agent-a")}, args...)...)
+	outB, errB, codeB := execIn(t, dir, append([]string{"--config", cfgPath, "--", filepath.Join(dir, "agent-b")}, args...)...)
+	if codeA == 0 || !strings.Contains(errA, "deny (only-agent-b-may-echo)") {
+		t.Errorf("agent-a: exit %d; want a denial by only-agent-b-may-echo:\n%s", codeA, errA)
+	}
+	if codeB != 0 || !strings.Contains(outB, `"hi"`) {
+		t.Errorf("agent-b: exit %d, output %s; want the echo:\n%s", codeB, outB, errB)
+	}
+}
+
+// TestExecFailOpen: SIGKILL the appliance while its command runs: the kernel detaches the
+// programs (bpf_link), so the command connects directly afterwards; `cleanup` then leaves no
+// link, pin or cgroup of ours.
+func TestExecFailOpen(t *testing.T) {
+	needLab(t)
+	goServer(t)
+	p := startT(t, nsClient, bin("mcpintercept"), "exec", "--", "sh", "-c",
+		"sleep 2; exec "+bin("mcpclient")+" -url http://10.200.2.2:8080/mcp")
+	if err := p.waitFor("steering the TCP connects", 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-p.done: // waits for the orphaned command too: it holds the same stdout
+	case <-time.After(60 * time.Second):
+		t.Fatal("the command did not finish after the appliance was killed")
+	}
+	if !strings.Contains(p.stdout.String(), "hello through the network") {
+		t.Fatalf("the command did not reach the server directly after the kill:\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+	}
+	out := runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "cleanup")
+	if !strings.Contains(out, "cgroup") {
+		t.Errorf("cleanup did not remove the orphaned cgroup:\n%s", out)
+	}
+	if left := ourCgroups(t); len(left) > 0 {
+		t.Errorf("cgroups of ours left: %v", left)
+	}
+	if _, err := os.Stat("/sys/fs/bpf/mcpintercept"); err == nil {
+		t.Error("/sys/fs/bpf/mcpintercept left behind")
+	}
+	if haveCmd("bpftool") {
+		o, _ := exec.Command("bpftool", "link", "show").Output()
+		if strings.Contains(string(o), "mcpi_") {
+			t.Errorf("bpf links of ours left:\n%s", o)
+		}
+	}
+}
+
+// ourCgroups lists mcpintercept-* cgroups under every cgroup2 mount of this mount namespace.
+func ourCgroups(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var left []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
+				m, _ := filepath.Glob(filepath.Join(fields[4], "mcpintercept-*"))
+				left = append(left, m...)
+			}
+		}
+	}
+	return left
+}
