@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # make bench: requests/s, p50 and p99 of MCP tools/call (1 KiB JSON bodies, keep-alive, 16
 # connections, fixed duration) from mcpi-client to a stateless Go SDK server in mcpi-server,
-# directly and through each steering mechanism, in one run so the ratios compare like with like.
+# directly and through each steering mechanism, disposition and level, in one run so the ratios
+# compare like with like. Plaintext rows compare with direct plaintext, TLS rows with direct TLS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root" >&2; exit 1; }
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-16}
-MECHS=${MECHS:-"nftables-tproxy iptables-redirect"}
 WORK=$(mktemp -d /tmp/mcpi-bench.XXXXXX)
 APP_PID=
 
@@ -25,31 +25,89 @@ trap finish EXIT
 go build -o bin/mcpintercept ./cmd/mcpintercept
 go build -o bin/ ./e2e/peers/mcpserver ./e2e/peers/loadgen
 scripts/lab.sh up >/dev/null
+PKI=$ROOT/.lab/pki
 
 ip netns exec mcpi-server bin/mcpserver -stateless -listen '10.200.2.2:8080' >"$WORK/server.out" 2>/dev/null &
-for i in $(seq 1 100); do grep -q READY "$WORK/server.out" && break; sleep 0.1; done
+ip netns exec mcpi-server bin/mcpserver -stateless -listen '10.200.2.2:8443,10.200.2.2:9443' \
+	-tls-cert "$PKI/server.pem" -tls-key "$PKI/server-key.pem" >"$WORK/tlsserver.out" 2>/dev/null &
+for i in $(seq 1 100); do grep -q READY "$WORK/server.out" && grep -q READY "$WORK/tlsserver.out" && break; sleep 0.1; done
 
-load() { # label
-	echo "bench: $1 ($DURATION, $CONNS connections)..." >&2
-	ip netns exec mcpi-client bin/loadgen -url http://10.200.2.2:8080/mcp -conns "$CONNS" \
-		-duration "$DURATION" -warmup 2s -body-size 1024 -label "$1" | tee -a "$WORK/results.jsonl" >/dev/null
+base='mechanism: nftables-tproxy
+listen: {port: 15001}
+intercept:
+  destinations: [10.200.2.0/24]
+  ports: [8080, 8443, 9443]
+admin: {listen: "off"}
+log: {flows: "off"}'
+printf '%s\n' "$base" >"$WORK/core.yaml"
+cat >"$WORK/routes.yaml" <<YAML
+$base
+ca: {dir: $WORK/ca}
+upstream_tls: {extra_cas: [$PKI/server-ca.pem]}
+routes:
+  - {name: l1-plain, match: {ports: [8080]}, tls: plaintext, level: 1, development: true, rule_set: bench}
+  - {name: terminate, match: {ports: [8443]}, tls: terminate, level: 1, rule_set: bench}
+  - {name: passthrough, match: {ports: [9443]}, tls: passthrough}
+rule_sets:
+  bench:
+    - name: deny-denied-tools
+      when: 'mcp.method == "tools/call" && mcp.name.startsWith("denied_")'
+      action: deny
+YAML
+
+load() { # label url [extra loadgen args]
+	local label=$1 url=$2
+	shift 2
+	echo "bench: $label ($DURATION, $CONNS connections)..." >&2
+	ip netns exec mcpi-client bin/loadgen -url "$url" -conns "$CONNS" -duration "$DURATION" \
+		-warmup 2s -body-size 1024 -label "$label" "$@" | tee -a "$WORK/results.jsonl" >/dev/null
 }
 
-load direct
-for m in $MECHS; do
-	ip netns exec mcpi-appliance bin/mcpintercept run --config examples/lab.yaml --mechanism "$m" >/dev/null 2>"$WORK/app.log" &
+appliance() { # config mechanism
+	ip netns exec mcpi-appliance bin/mcpintercept run --config "$1" --mechanism "$2" >/dev/null 2>"$WORK/app.log" &
 	APP_PID=$!
-	for i in $(seq 1 100); do grep -q msg=ready "$WORK/app.log" && break; sleep 0.1; done
-	load "$m"
-	kill -TERM "$APP_PID"; wait "$APP_PID" || true; APP_PID=
+	for i in $(seq 1 100); do grep -q msg=ready "$WORK/app.log" && return 0; sleep 0.1; done
+	cat "$WORK/app.log" >&2
+	return 1
+}
+stop_appliance() { kill -TERM "$APP_PID"; wait "$APP_PID" || true; APP_PID=; }
+
+PLAIN=http://10.200.2.2:8080/mcp
+load direct "$PLAIN"
+for m in nftables-tproxy iptables-redirect; do
+	appliance "$WORK/core.yaml" "$m"
+	load "$m" "$PLAIN"
+	stop_appliance
 done
+appliance "$WORK/routes.yaml" nftables-tproxy
+load "level1 (tproxy)" "$PLAIN"
+stop_appliance
+
+# eBPF: the appliance runs on the client's host (exec), the load generator is its child.
+echo "bench: ebpf ($DURATION, $CONNS connections)..." >&2
+ip netns exec mcpi-client bin/mcpintercept exec --config "$WORK/core.yaml" -- bin/loadgen -url "$PLAIN" \
+	-conns "$CONNS" -duration "$DURATION" -warmup 2s -body-size 1024 -label "ebpf (exec)" 2>/dev/null >>"$WORK/results.jsonl"
+
+echo "tls" >>"$WORK/results.jsonl"
+load "direct TLS" https://10.200.2.2:8443/mcp -ca "$PKI/server-ca.pem"
+appliance "$WORK/routes.yaml" nftables-tproxy
+ip netns exec mcpi-appliance bin/mcpintercept ca export --dir "$WORK/ca" >"$WORK/appliance-ca.pem"
+load "passthrough" https://10.200.2.2:9443/mcp -ca "$PKI/server-ca.pem"
+load "terminate+L1" https://10.200.2.2:8443/mcp -ca "$WORK/appliance-ca.pem"
+stop_appliance
 
 python3 - "$WORK/results.jsonl" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-d = rows[0]
-print(f"{'path':<20}{'req/s':>10}{'p50 us':>10}{'p99 us':>10}{'errors':>8}{'x direct':>10}{'+p50 us':>10}")
-for r in rows:
-    print(f"{r['label']:<20}{r['rps']:>10.0f}{r['p50_us']:>10.0f}{r['p99_us']:>10.0f}{r['errors']:>8}"
-          f"{r['rps']/d['rps']:>10.2f}{r['p50_us']-d['p50_us']:>10.0f}")
+base = None
+print(f"{'path':<22}{'req/s':>10}{'p50 us':>10}{'p99 us':>10}{'errors':>8}{'x direct':>10}{'+p50 us':>10}")
+for line in open(sys.argv[1]):
+    if line.strip() == "tls":
+        base = None
+        print()
+        continue
+    r = json.loads(line)
+    if base is None:
+        base = r
+    print(f"{r['label']:<22}{r['rps']:>10.0f}{r['p50_us']:>10.0f}{r['p99_us']:>10.0f}{r['errors']:>8}"
+          f"{r['rps']/base['rps']:>10.2f}{r['p50_us']-base['p50_us']:>10.0f}")
 PY
