@@ -1,0 +1,279 @@
+package level1
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func mustHead(t testing.TB, s string) *Head {
+	t.Helper()
+	h, err := NewReader(strings.NewReader(s), Limits{}).ReadRequestHead()
+	if err != nil {
+		t.Fatalf("parse %q: %v", s, err)
+	}
+	return h
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		name      string
+		head      string
+		kind      string
+		transport string
+		check     func(t *testing.T, info *RequestInfo)
+	}{
+		{
+			name:      "2026-07-28 stateless tools/call with encoded name",
+			head:      "POST /mcp?x=1 HTTP/1.1\r\nHost: s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: =?base64?5aSp5rCX?=\r\nOrigin: http://localhost\r\n\r\n",
+			kind:      KindMCP,
+			transport: TransportStreamable,
+			check: func(t *testing.T, info *RequestInfo) {
+				want := RequestInfo{Method: "POST", Path: "/mcp", MCPMethod: "tools/call", MCPName: "天気",
+					ProtocolVersion: "2026-07-28", Accept: "application/json, text/event-stream",
+					ContentType: "application/json", Origin: "http://localhost", Kind: KindMCP, Transport: TransportStreamable}
+				got := *info
+				got.Headers = nil
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("info = %+v\nwant   %+v", got, want)
+				}
+				if info.Headers["mcp-method"] != "tools/call" || info.Headers["host"] != "s" {
+					t.Errorf("headers = %v", info.Headers)
+				}
+			},
+		},
+		{
+			name:      "2025-06-18 session header only",
+			head:      "GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: abc\r\nMCP-Protocol-Version: 2025-06-18\r\n\r\n",
+			kind:      KindMCP,
+			transport: TransportStreamable,
+			check: func(t *testing.T, info *RequestInfo) {
+				sum := sha256.Sum256([]byte("abc"))
+				if info.SessionHash != hex.EncodeToString(sum[:])[:12] {
+					t.Errorf("SessionHash = %q", info.SessionHash)
+				}
+				if info.ProtocolVersion != "2025-06-18" {
+					t.Errorf("ProtocolVersion = %q", info.ProtocolVersion)
+				}
+			},
+		},
+		{
+			name:      "2025-03-26 initialize: json post accepting sse",
+			head:      "POST /mcp HTTP/1.1\r\ncontent-type: application/json; charset=utf-8\r\naccept: application/json, text/event-stream\r\n\r\n",
+			kind:      KindMCP,
+			transport: TransportStreamable,
+		},
+		{
+			name:      "2024-11-05 sse stream",
+			head:      "GET /sse HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n",
+			kind:      KindMCP,
+			transport: TransportSSEStream,
+		},
+		{
+			name:      "2024-11-05 sse stream with prefix and trailing slash",
+			head:      "GET /api/v1/sse/ HTTP/1.1\r\nAccept: TEXT/EVENT-STREAM\r\n\r\n",
+			kind:      KindMCP,
+			transport: TransportSSEStream,
+		},
+		{
+			name:      "2024-11-05 post, typescript endpoint",
+			head:      "POST /message?sessionId=0f3c HTTP/1.1\r\nContent-Type: application/json\r\n\r\n",
+			kind:      KindMCP,
+			transport: TransportSSEPost,
+			check: func(t *testing.T, info *RequestInfo) {
+				if info.Path != "/message" {
+					t.Errorf("Path = %q", info.Path)
+				}
+			},
+		},
+		{
+			name:      "2024-11-05 post, python endpoint",
+			head:      "POST /messages/?session_id=0f3c HTTP/1.1\r\nContent-Type: application/json\r\n\r\n",
+			kind:      KindMCP,
+			transport: TransportSSEPost,
+		},
+		{
+			name: "post to messages without session query",
+			head: "POST /messages HTTP/1.1\r\nContent-Type: application/json\r\n\r\n",
+			kind: KindHTTP,
+		},
+		{
+			name: "plain json api",
+			head: "POST /api HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json\r\n\r\n",
+			kind: KindHTTP,
+		},
+		{
+			name: "sse without the sse path",
+			head: "GET /events HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n",
+			kind: KindHTTP,
+		},
+		{
+			name: "browser get",
+			head: "GET /index.html HTTP/1.1\r\nHost: x\r\nCookie: s=1\r\n\r\n",
+			kind: KindHTTP,
+			check: func(t *testing.T, info *RequestInfo) {
+				if _, ok := info.Headers["cookie"]; ok {
+					t.Error("cookie reached Headers")
+				}
+			},
+		},
+		{
+			name: "absolute-form target",
+			head: "POST http://h:8080/mcp?a=b HTTP/1.1\r\nMcp-Method: ping\r\n\r\n",
+			kind: KindMCP, transport: TransportStreamable,
+			check: func(t *testing.T, info *RequestInfo) {
+				if info.Path != "/mcp" {
+					t.Errorf("Path = %q", info.Path)
+				}
+			},
+		},
+		{
+			name: "authorization reduced to its scheme",
+			head: "POST /mcp HTTP/1.1\r\nMcp-Method: ping\r\nAuthorization: bearer eyJsecret\r\n\r\n",
+			kind: KindMCP, transport: TransportStreamable,
+			check: func(t *testing.T, info *RequestInfo) {
+				if !info.AuthPresent || info.AuthScheme != "Bearer" {
+					t.Errorf("auth = %v %q", info.AuthPresent, info.AuthScheme)
+				}
+			},
+		},
+		{
+			name: "bare credential is not taken for a scheme",
+			head: "POST /mcp HTTP/1.1\r\nMcp-Method: ping\r\nAuthorization: sk-live-123456\r\n\r\n",
+			kind: KindMCP, transport: TransportStreamable,
+			check: func(t *testing.T, info *RequestInfo) {
+				if !info.AuthPresent || info.AuthScheme != "other" {
+					t.Errorf("auth = %v %q", info.AuthPresent, info.AuthScheme)
+				}
+			},
+		},
+		{
+			name: "first value wins",
+			head: "POST /mcp HTTP/1.1\r\nMcp-Method: tools/list\r\nMcp-Method: tools/call\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
+			kind: KindMCP, transport: TransportStreamable,
+			check: func(t *testing.T, info *RequestInfo) {
+				if info.MCPMethod != "tools/list" || info.Headers["x-a"] != "1" {
+					t.Errorf("MCPMethod = %q, x-a = %q", info.MCPMethod, info.Headers["x-a"])
+				}
+			},
+		},
+		{
+			name: "invalid encoded name",
+			head: "POST /mcp HTTP/1.1\r\nMcp-Method: tools/call\r\nMcp-Name: =?base64?not base64!?=\r\n\r\n",
+			kind: KindMCP, transport: TransportStreamable,
+			check: func(t *testing.T, info *RequestInfo) {
+				var me *MalformedError
+				if !errors.As(info.Err, &me) || info.MCPName != "" {
+					t.Errorf("Err = %v, MCPName = %q", info.Err, info.MCPName)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			info := Classify(mustHead(t, tt.head))
+			if info.Kind != tt.kind || info.Transport != tt.transport {
+				t.Errorf("kind, transport = %q %q, want %q %q", info.Kind, info.Transport, tt.kind, tt.transport)
+			}
+			if tt.check != nil {
+				tt.check(t, info)
+			}
+		})
+	}
+}
+
+func TestDecodeHeaderValue(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want string
+		err  bool
+	}{
+		{name: "plain ascii", in: "get_weather", want: "get_weather"},
+		{name: "empty", in: "", want: ""},
+		{name: "encoded utf-8", in: "=?base64?5aSp5rCX?=", want: "天気"},
+		{name: "encoded look-alike of the sentinel", in: "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?=", want: "=?base64?literal?="},
+		{name: "encoded leading space", in: "=?base64?IHg=?=", want: " x"},
+		{name: "empty payload", in: "=?base64??=", want: ""},
+		{name: "markers are case-sensitive", in: "=?BASE64?eA==?=", want: "=?BASE64?eA==?="},
+		{name: "prefix only is plain", in: "=?base64?abc", want: "=?base64?abc"},
+		{name: "invalid base64", in: "=?base64?***?=", err: true},
+		{name: "missing padding", in: "=?base64?eA?=", want: "x"},
+		{name: "bad padding", in: "=?base64?eA=?=", err: true},
+		{name: "url-safe alphabet", in: "=?base64?-_8=?=", err: true},
+		{name: "not utf-8", in: "=?base64?/w==?=", err: true},
+		{name: "line break inside the payload", in: "=?base64?ZGVs\nZXRl?=", err: true},
+		{name: "carriage return only (fuzz regression)", in: "=?base64?\r?=", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodeHeaderValue(tt.in)
+			if (err != nil) != tt.err {
+				t.Fatalf("err = %v, want error %v", err, tt.err)
+			}
+			if err != nil {
+				var me *MalformedError
+				if !errors.As(err, &me) {
+					t.Errorf("err is %T, want *MalformedError", err)
+				}
+				return
+			}
+			if got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRequestInfoHoldsNoSecret: "The appliance ... only reads credentials that are already present,
+// and never logs them" (DESIGN.md); RequestInfo goes to logs and policy, so no field may hold one.
+func TestRequestInfoHoldsNoSecret(t *testing.T) {
+	const (
+		bearer  = "eyJhbGciOiJSUzI1NiJ9.c2VjcmV0LXBheWxvYWQ"
+		session = "sess-7f1c2a9e-4b7d-4e3f-a1c2-secret"
+	)
+	secrets := []string{bearer, session, "cookie-value-42", "proxy-cred-9", "k-api-555", "tok-777", "pw-888", "s3cr3t-999", "sessaff-1"}
+	head := "POST /mcp HTTP/1.1\r\n" +
+		"Authorization: Bearer " + bearer + "\r\n" +
+		"Mcp-Session-Id: " + session + "\r\n" +
+		"mcp-session-id: " + session + "\r\n" +
+		"Cookie: sid=cookie-value-42\r\n" +
+		"Proxy-Authorization: Basic proxy-cred-9\r\n" +
+		"X-Api-Key: k-api-555\r\n" +
+		"X-Auth-Token: tok-777\r\n" +
+		"X-Password: pw-888\r\n" +
+		"X-Client-Secret: s3cr3t-999\r\n" +
+		"X-Session-Affinity: sessaff-1\r\n" +
+		"Mcp-Method: tools/call\r\n" +
+		"Content-Type: application/json\r\n\r\n"
+	info := Classify(mustHead(t, head))
+	var strs []string
+	v := reflect.ValueOf(*info)
+	for i := 0; i < v.NumField(); i++ {
+		if f := v.Field(i); f.Kind() == reflect.String {
+			strs = append(strs, v.Type().Field(i).Name+"="+f.String())
+		}
+	}
+	for k, val := range info.Headers {
+		strs = append(strs, "Headers["+k+"]="+val)
+	}
+	if info.Err != nil {
+		strs = append(strs, info.Err.Error())
+	}
+	for _, s := range strs {
+		for _, secret := range secrets {
+			if strings.Contains(s, secret) {
+				t.Errorf("%s leaks %q", s, secret)
+			}
+		}
+	}
+	if !info.AuthPresent || info.AuthScheme != "Bearer" || info.SessionHash == "" {
+		t.Errorf("auth %v %q session %q", info.AuthPresent, info.AuthScheme, info.SessionHash)
+	}
+	if info.Headers["mcp-method"] != "tools/call" {
+		t.Errorf("ordinary header dropped: %v", info.Headers)
+	}
+}
