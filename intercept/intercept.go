@@ -93,7 +93,7 @@ func Recovery(cfg *config.Config) string {
 		}
 		return "integration-provided: the operator's infrastructure delivers flows TPROXY-style to the listener (IP_TRANSPARENT); the accepted socket's local address is the original destination"
 	case config.EBPF:
-		return "eBPF cgroup connect4/connect6 rewrite the destination to the listener and record the original in socket storage"
+		return "eBPF cgroup/connect4 and cgroup/connect6 on the steered cgroup record the original destination and the process (pid, uid, gid, comm, cgroup id) in socket storage and rewrite the destination to the loopback listener; a sockops program moves the record onto the accepted socket, where the engine reads it by file descriptor"
 	case config.DNS:
 		return "DNS answers map names to virtual IPs; the original name and port come from the VIP table"
 	}

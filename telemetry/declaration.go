@@ -68,6 +68,6 @@ func Declare(mechs []Interception, c Capabilities) Declaration {
 		TLSNote:         "passthrough: encrypted stream forwarded untouched, connection-level policy only (SNI, destination, client); terminate: upstream TLS verified first (system roots plus configured CAs, TLS >= 1.2), then the client's handshake completed with a leaf minted by the appliance CA for the SNI or destination IP — an invalid upstream certificate refuses the client handshake; plaintext: no TLS either side, warned once per route outside development routes; no TLS downgrade unless a route sets plaintext_upstream_trusted_network",
 		Interception:    mechs,
 		Authentication:  "never initiates an authentication flow with a client; reads only whether an Authorization header is present and its scheme, never its value, and never logs credentials",
-		FailureMode:     "nftables-tproxy and iptables-redirect: while the daemon is down with steering installed (after SIGKILL), steered flows fail closed until `mcpintercept cleanup` removes the steering; an orderly stop removes it itself",
+		FailureMode:     "nftables-tproxy and iptables-redirect: while the daemon is down with steering installed (after SIGKILL), steered flows fail closed until `mcpintercept cleanup` removes the steering; an orderly stop removes it itself. ebpf: programs are attached with bpf_link and never pinned, so when the appliance dies the kernel detaches them and clients connect directly (fail-open); `cleanup` removes a cgroup a killed `exec` left",
 	}
 }

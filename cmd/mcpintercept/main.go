@@ -199,7 +199,7 @@ func declaration(cfg *config.Config) telemetry.Declaration {
 	if cfg != nil && cfg.Path != "" {
 		ms = append(ms, telemetry.Interception{Mechanism: string(cfg.Mechanism), OriginalDestination: intercept.Recovery(cfg), InEffect: true})
 	} else {
-		for _, m := range []config.Mechanism{config.NftablesTProxy, config.IptablesRedirect, config.External} {
+		for _, m := range []config.Mechanism{config.NftablesTProxy, config.IptablesRedirect, config.EBPF, config.External} {
 			c := config.Default(m)
 			ms = append(ms, telemetry.Interception{Mechanism: string(m), OriginalDestination: intercept.Recovery(c)})
 			if m == config.External {
