@@ -44,8 +44,13 @@ bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/ ./telemetry/
 	scripts/bench.sh
 
+# Every fuzz target for FUZZTIME each (the committed corpora also run in `make test`).
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config/
+	@set -e; for t in config:FuzzParse tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
+		level1:FuzzReadRequestHead level1:FuzzReadResponseHead level1:FuzzDecodeHeaderValue policy:FuzzCompile; do \
+		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$$pkg/; done
 
 vet:
 	$(GO) vet ./...
