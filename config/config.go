@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -16,10 +19,11 @@ type Mechanism string
 const (
 	NftablesTProxy   Mechanism = "nftables-tproxy"
 	IptablesRedirect Mechanism = "iptables-redirect"
-	// EBPF is reserved so that configs and `declare` can name it, but this
-	// build cannot steer with it yet, so Validate rejects it.
+	// EBPF steers the connects of one cgroup's processes (EBPFConfig.Cgroup),
+	// which is what `mcpintercept exec` uses on a developer's host.
 	EBPF Mechanism = "ebpf"
-	// DNS is reserved like EBPF.
+	// DNS is reserved so that configs and `declare` can name it, but this
+	// build cannot steer with it yet, so Validate rejects it.
 	DNS      Mechanism = "dns"
 	External Mechanism = "external"
 )
@@ -39,7 +43,7 @@ func (m Mechanism) Known() bool {
 
 // Available reports whether this build can steer with m.
 func (m Mechanism) Available() bool {
-	return m.Known() && m != EBPF && m != DNS
+	return m.Known() && m != DNS
 }
 
 // Values of ExternalConfig.OriginalDst.
@@ -74,6 +78,50 @@ const (
 	DefaultDrainTimeout             = 10 * time.Second
 	DefaultAdminListen              = "127.0.0.1:9464"
 	DefaultLogLevel                 = "info"
+	DefaultCADir                    = "/var/lib/mcpintercept/ca"
+	DefaultHandshakeTimeout         = 10 * time.Second
+	DefaultPeekTimeout              = 5 * time.Second
+	// DefaultMaxClientHello fits any ClientHello seen in practice, post-quantum
+	// key shares included, with room to spare.
+	DefaultMaxClientHello = 65536
+	DefaultLeafCache      = 1024
+	// DefaultLeafValidity is short because leaves are minted on demand and
+	// cost nothing to replace, while a leaked one is valid until it expires.
+	DefaultLeafValidity   = 24 * time.Hour
+	DefaultMaxHeaderBytes = 65536
+	DefaultHeaderTimeout  = 10 * time.Second
+)
+
+// Bounds of the TLS, HTTP and certificate settings.
+const (
+	minClientHello  = 512 // smaller than any real ClientHello
+	maxClientHello  = 1 << 20
+	minHeaderBytes  = 1024
+	maxHeaderBytes  = 1 << 20
+	minLeafValidity = time.Hour
+	// maxLeafValidity is the longest lifetime macOS and iOS accept for a
+	// TLS server certificate (and the old CA/Browser Forum limit).
+	maxLeafValidity = 825 * 24 * time.Hour
+)
+
+// Values of Route.TLS: the three dispositions of the draft ("TLS Considerations").
+const (
+	TLSPassthrough = "passthrough"
+	TLSTerminate   = "terminate"
+	TLSPlaintext   = "plaintext"
+)
+
+// Values of Route.OnMismatch.
+const (
+	OnMismatchPassthrough = "passthrough" // forward the bytes opaquely (the default)
+	OnMismatchClose       = "close"
+)
+
+// Values of Rule.Action.
+const (
+	ActionAllow     = "allow"
+	ActionDeny      = "deny"
+	ActionRateLimit = "rate_limit"
 )
 
 // Config is the whole appliance configuration.
@@ -84,9 +132,20 @@ type Config struct {
 	Intercept Intercept      `yaml:"intercept"`
 	Steering  Steering       `yaml:"steering"`
 	External  ExternalConfig `yaml:"external"`
-	Limits    Limits         `yaml:"limits"`
-	Admin     Admin          `yaml:"admin"`
-	Log       Log            `yaml:"log"`
+	EBPF      EBPFConfig     `yaml:"ebpf"`
+	CA        CAConfig       `yaml:"ca"`
+	Upstream  UpstreamTLS    `yaml:"upstream_tls"`
+	TLS       TLSConfig      `yaml:"tls"`
+	HTTP      HTTPConfig     `yaml:"http"`
+	// Routes are tried in order; the first whose match holds decides a flow.
+	Routes   []Route           `yaml:"routes"`
+	RuleSets map[string][]Rule `yaml:"rule_sets"`
+	// RuleSetOrder names every rule set once, in file order, which the map
+	// loses; compiling in this order reports rule errors top to bottom.
+	RuleSetOrder []string `yaml:"-"`
+	Limits       Limits   `yaml:"limits"`
+	Admin        Admin    `yaml:"admin"`
+	Log          Log      `yaml:"log"`
 }
 
 // Listen is where the transparent listeners bind.
@@ -164,6 +223,211 @@ type ExternalConfig struct {
 	OriginalDst string `yaml:"original_dst"`
 }
 
+// EBPFConfig configures the ebpf mechanism.
+type EBPFConfig struct {
+	// Cgroup is the cgroup v2 directory whose processes (and their
+	// descendants) are steered. Required when the mechanism is ebpf; ignored
+	// otherwise, so one file can serve several mechanisms.
+	Cgroup string `yaml:"cgroup"`
+}
+
+// CAConfig locates the appliance's own certificate authority, which signs the
+// leaves presented to clients on tls: terminate routes.
+type CAConfig struct {
+	// Dir holds the CA key and certificate. Parse resolves a relative path
+	// against the directory of the config file, so the file means the same
+	// whatever directory the daemon starts in; the result is still relative
+	// when the config path was.
+	Dir string `yaml:"dir"`
+}
+
+// UpstreamTLS configures the appliance's TLS client towards the original
+// destination on tls: terminate routes.
+type UpstreamTLS struct {
+	// ExtraCAs are PEM files trusted in addition to the system roots.
+	// Relative paths are resolved like CAConfig.Dir. Their existence is not
+	// checked here: files can appear after the config is written, and the
+	// daemon reports a missing one when it loads them.
+	ExtraCAs         []string `yaml:"extra_cas"`
+	HandshakeTimeout Duration `yaml:"handshake_timeout"`
+}
+
+// TLSConfig bounds ClientHello handling and leaf minting.
+type TLSConfig struct {
+	// PeekTimeout is how long to wait for a client's first bytes when a route
+	// needs them (SNI, or telling TLS from plaintext).
+	PeekTimeout    Duration `yaml:"peek_timeout"`
+	MaxClientHello int      `yaml:"max_client_hello"` // bytes
+	LeafCache      int      `yaml:"leaf_cache"`       // minted leaves kept
+	LeafValidity   Duration `yaml:"leaf_validity"`
+}
+
+// HTTPConfig bounds the Level 1 request reader.
+type HTTPConfig struct {
+	MaxHeaderBytes int      `yaml:"max_header_bytes"`
+	HeaderTimeout  Duration `yaml:"header_timeout"`
+}
+
+// Route decides how matching flows are treated.
+type Route struct {
+	Name  string     `yaml:"name"`
+	Match RouteMatch `yaml:"match"`
+	TLS   string     `yaml:"tls"` // TLSPassthrough, TLSTerminate or TLSPlaintext
+	// Level is a pointer so that a route built in code can leave it to
+	// LevelOrDefault; Parse always fills it.
+	Level *int `yaml:"level"`
+	// OnMismatch is what happens when a TLS route sees non-TLS bytes, or a
+	// plaintext level 1 route sees a TLS ClientHello: OnMismatchPassthrough
+	// or OnMismatchClose.
+	OnMismatch string `yaml:"on_mismatch"`
+	// Development silences the plaintext warning; tls: plaintext only.
+	Development bool `yaml:"development"`
+	// PlaintextUpstreamTrustedNetwork lets a tls: terminate route forward
+	// plaintext upstream. That is a TLS downgrade, which the draft forbids
+	// "unless explicitly configured within a trusted network boundary"; this
+	// key is that explicit configuration.
+	PlaintextUpstreamTrustedNetwork bool `yaml:"plaintext_upstream_trusted_network"`
+	// StrictMCPHeaders refuses MCP requests without Mcp-Method (clients older
+	// than 2026-07-28) instead of letting method and tool rules not match
+	// them. Needs level 1.
+	StrictMCPHeaders bool `yaml:"strict_mcp_headers"`
+	// RuleSet names an entry of Config.RuleSets; "" applies no rules (allow).
+	// A passthrough route can take one at level 0 (connection-level rules);
+	// other routes need level 1.
+	RuleSet string `yaml:"rule_set"`
+	// Line and Column locate the route's mapping in the file (0 when built
+	// in code), for messages about the route as a whole.
+	Line, Column int `yaml:"-"`
+}
+
+// LevelOrDefault is the route's awareness level: Level when set, else 0 for
+// passthrough (the stream stays encrypted) and 1 otherwise.
+func (r Route) LevelOrDefault() int {
+	switch {
+	case r.Level != nil:
+		return *r.Level
+	case r.TLS == TLSPassthrough:
+		return 0
+	}
+	return 1
+}
+
+// RouteMatch selects flows; every list is optional, an empty one matches
+// anything, and a flow must satisfy every non-empty list.
+type RouteMatch struct {
+	Destinations []netip.Prefix `yaml:"destinations"`
+	Ports        []PortRange    `yaml:"ports"`
+	// SNI holds lower-case names, exact or "*.suffix" (one or more labels in
+	// front of suffix).
+	SNI     []string       `yaml:"sni"`
+	Clients []netip.Prefix `yaml:"clients"`
+}
+
+// Rule is one entry of a rule set. Expressions are CEL source text; the
+// policy package compiles them.
+type Rule struct {
+	Name      string     `yaml:"name"`
+	When      string     `yaml:"when"`   // "" matches every request
+	Action    string     `yaml:"action"` // ActionAllow, ActionDeny or ActionRateLimit
+	Reason    string     `yaml:"reason"` // one line of an HTTP response body
+	RateLimit *RateLimit `yaml:"rate_limit"`
+	WhenPos   Pos        `yaml:"-"` // where When's text starts in the file
+	KeyPos    Pos        `yaml:"-"` // where RateLimit.Key's text starts in the file
+	// Line and Column locate the rule's mapping in the file (0 when built
+	// in code).
+	Line, Column int `yaml:"-"`
+}
+
+// MarshalYAML writes the same keys as plain struct encoding, but spells the
+// expressions with strNode.
+func (r Rule) MarshalYAML() (any, error) {
+	rl := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
+	if r.RateLimit != nil {
+		v, err := r.RateLimit.MarshalYAML()
+		if err != nil {
+			return nil, err
+		}
+		rl = v.(*yaml.Node)
+	}
+	return mappingNode("name", r.Name, "when", r.When, "action", r.Action, "reason", r.Reason, "rate_limit", rl)
+}
+
+// RateLimit is the token bucket of a rate_limit rule.
+type RateLimit struct {
+	Key   string  `yaml:"key"`   // CEL expression naming the bucket, e.g. client.address
+	Rate  float64 `yaml:"rate"`  // tokens per second
+	Burst int     `yaml:"burst"` // bucket size
+}
+
+// MarshalYAML writes the same keys as plain struct encoding, but spells the
+// key expression with strNode.
+func (r RateLimit) MarshalYAML() (any, error) {
+	return mappingNode("key", r.Key, "rate", r.Rate, "burst", r.Burst)
+}
+
+// mappingNode builds a mapping from key, value pairs; string values go
+// through strNode, the rest are encoded as usual.
+func mappingNode(kv ...any) (*yaml.Node, error) {
+	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		var v *yaml.Node
+		switch x := kv[i+1].(type) {
+		case *yaml.Node:
+			v = x
+		case string:
+			v = strNode(x)
+		default:
+			v = &yaml.Node{}
+			if err := v.Encode(x); err != nil {
+				return nil, err
+			}
+		}
+		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: kv[i].(string)}, v)
+	}
+	return m, nil
+}
+
+// strNode spells s as yaml.v3 does, except a multi-line string that starts
+// with white space or a line break: yaml.v3 writes those as block scalars it
+// cannot read back (the indentation indicator or the first line comes out
+// wrong), which a CEL expression from a block with an indentation indicator
+// or a leading blank line can be. Those are double-quoted instead.
+func strNode(s string) *yaml.Node {
+	if r, _ := utf8.DecodeRuneInString(s); strings.Contains(s, "\n") && unicode.IsSpace(r) && utf8.ValidString(s) {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s, Style: yaml.DoubleQuotedStyle}
+	}
+	n := &yaml.Node{}
+	if err := n.Encode(s); err != nil {
+		// Encoding a string cannot fail; keep the value rather than panic.
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s, Style: yaml.DoubleQuotedStyle}
+	}
+	return n
+}
+
+// Pos is where an expression's text starts in the config file, so that the
+// policy package can turn CEL's (line, column) inside the expression into a
+// file position: file line = Line + CEL line - 1, file column = Column + CEL
+// column (0-based). Lines and columns are 1-based and count characters.
+//
+//   - Plain scalar: the first character of the expression.
+//   - Double- or single-quoted scalar: one column after the opening quote,
+//     i.e. again the first character of the text.
+//   - Block scalar (| or >): the first content line (the line after the
+//     header, even when it is blank, because CEL counts that line too) and
+//     the column where the block's indentation ends, which is the same on
+//     every line of the block.
+//
+// Only literal block scalars keep the expression's own line breaks. In a
+// multi-line plain or quoted scalar, and a folded (>) block, YAML folds the
+// lines into one, and an escape sequence in a double-quoted scalar is shorter
+// in the expression than in the file, so a position after the first fold or
+// escape is approximate. A tag or anchor before the value is skipped. Pos is
+// the zero value when the expression was not read from a file.
+type Pos struct {
+	File         string
+	Line, Column int
+}
+
 // Limits bound resource use so that a flood degrades service instead of the host.
 type Limits struct {
 	MaxFlows          int      `yaml:"max_flows"`
@@ -213,7 +477,9 @@ type Overrides struct {
 
 // Default returns a config with every default applied for mechanism m.
 // Intercept.Destinations and Intercept.Ports have no sensible default, so the
-// caller must fill them before the config validates.
+// caller must fill them before the config validates, except for ebpf, where
+// empty means every (non-loopback) destination and every port, and which
+// instead needs EBPF.Cgroup.
 func Default(m Mechanism) *Config {
 	c := &Config{Mechanism: m}
 	applyDefaults(c, func(key string) bool { return key == "mechanism" })
@@ -224,7 +490,8 @@ func Default(m Mechanism) *Config {
 // none, or nil when m has no default (external, unknown).
 func DefaultAddresses(m Mechanism) []netip.Addr {
 	switch m {
-	case NftablesTProxy:
+	case NftablesTProxy, EBPF:
+		// The eBPF program rewrites connects to a loopback listener.
 		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 	case IptablesRedirect:
 		return []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
@@ -283,6 +550,42 @@ func applyDefaults(c *Config, set func(key string) bool) {
 	}
 	if !set("limits.drain_timeout") {
 		c.Limits.DrainTimeout = Duration{DefaultDrainTimeout}
+	}
+	if !set("ca.dir") {
+		c.CA.Dir = DefaultCADir
+	}
+	if !set("upstream_tls.handshake_timeout") {
+		c.Upstream.HandshakeTimeout = Duration{DefaultHandshakeTimeout}
+	}
+	if !set("tls.peek_timeout") {
+		c.TLS.PeekTimeout = Duration{DefaultPeekTimeout}
+	}
+	if !set("tls.max_client_hello") {
+		c.TLS.MaxClientHello = DefaultMaxClientHello
+	}
+	if !set("tls.leaf_cache") {
+		c.TLS.LeafCache = DefaultLeafCache
+	}
+	if !set("tls.leaf_validity") {
+		c.TLS.LeafValidity = Duration{DefaultLeafValidity}
+	}
+	if !set("http.max_header_bytes") {
+		c.HTTP.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if !set("http.header_timeout") {
+		c.HTTP.HeaderTimeout = Duration{DefaultHeaderTimeout}
+	}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		key := fmt.Sprintf("routes[%d]", i)
+		if !set(key + ".level") {
+			// Filled in so that the effective level shows in a printed config.
+			l := r.LevelOrDefault()
+			r.Level = &l
+		}
+		if !set(key + ".on_mismatch") {
+			r.OnMismatch = OnMismatchPassthrough
+		}
 	}
 	if !set("admin.listen") {
 		c.Admin.Listen = DefaultAdminListen

@@ -3,11 +3,14 @@ package config
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +23,29 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/ from the curre
 
 // minimal is the part every valid test file needs; cases append to it.
 const minimal = "intercept:\n  destinations: [10.0.0.0/8]\n  ports: [443]\n"
+
+// withRoutes and withRuleSets open their section on line 4; the first entry
+// a case appends is on line 5.
+const (
+	withRoutes   = minimal + "routes:\n"
+	withRuleSets = minimal + "rule_sets:\n"
+)
+
+// aliasBomb is a small file whose aliases expand past maxEntries: routes
+// that all match the same 1000 ports, the list anchored on line 5. The 200
+// routes and 100 lists of ports reach the limit at routes[99].
+func aliasBomb() string {
+	var b strings.Builder
+	b.WriteString(withRoutes + "  - {name: r0, tls: terminate, match: {ports: &ports [")
+	for i := range 1000 {
+		fmt.Fprintf(&b, "%d, ", i+1)
+	}
+	b.WriteString("]}}\n")
+	for i := 1; i < 200; i++ {
+		fmt.Fprintf(&b, "  - {name: r%d, tls: terminate, match: {ports: *ports}}\n", i)
+	}
+	return b.String()
+}
 
 func mustParse(t *testing.T, src string, o Overrides) *Config {
 	t.Helper()
@@ -244,6 +270,168 @@ func TestParseValid(t *testing.T) {
 			},
 		},
 		{
+			name: "ebpf needs neither destinations nor ports, and listens on loopback",
+			src:  "mechanism: ebpf\nebpf: {cgroup: /sys/fs/cgroup/dev.slice}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Intercept.Destinations != nil || c.Intercept.Ports != nil {
+					t.Errorf("intercept = %+v", c.Intercept)
+				}
+				if got, want := c.Listen.Addresses, addrs("127.0.0.1", "::1"); !reflect.DeepEqual(got, want) {
+					t.Errorf("addresses = %v, want %v", got, want)
+				}
+				if c.EBPF.Cgroup != "/sys/fs/cgroup/dev.slice" {
+					t.Errorf("cgroup = %q", c.EBPF.Cgroup)
+				}
+			},
+		},
+		{
+			name: "ebpf by override, with empty intercept lists",
+			src:  "intercept: {destinations: [], ports: []}\nebpf: {cgroup: /sys/fs/cgroup/x}\n",
+			o:    Overrides{Mechanism: EBPF},
+			check: func(t *testing.T, c *Config) {
+				if c.Mechanism != EBPF || len(c.Intercept.Destinations) != 0 {
+					t.Errorf("config = %+v", c)
+				}
+			},
+		},
+		{
+			name: "TLS, HTTP and CA settings",
+			src: minimal + "ca: {dir: /srv/ca}\nupstream_tls: {extra_cas: [/a.pem, /b.pem], handshake_timeout: 1s}\n" +
+				"tls: {peek_timeout: 250ms, max_client_hello: 512, leaf_cache: 1, leaf_validity: 19800h}\n" +
+				"http: {max_header_bytes: 1048576, header_timeout: 1m}\n",
+			check: func(t *testing.T, c *Config) {
+				want := Default(NftablesTProxy)
+				want.CA.Dir = "/srv/ca"
+				want.Upstream = UpstreamTLS{ExtraCAs: []string{"/a.pem", "/b.pem"}, HandshakeTimeout: Duration{time.Second}}
+				want.TLS = TLSConfig{PeekTimeout: Duration{250 * time.Millisecond}, MaxClientHello: 512, LeafCache: 1, LeafValidity: Duration{825 * 24 * time.Hour}}
+				want.HTTP = HTTPConfig{MaxHeaderBytes: 1 << 20, HeaderTimeout: Duration{time.Minute}}
+				if c.CA != want.CA || !reflect.DeepEqual(c.Upstream, want.Upstream) || c.TLS != want.TLS || c.HTTP != want.HTTP {
+					t.Errorf("got  %+v %+v %+v %+v\nwant %+v %+v %+v %+v", c.CA, c.Upstream, c.TLS, c.HTTP, want.CA, want.Upstream, want.TLS, want.HTTP)
+				}
+			},
+		},
+		{
+			name: "new sections left empty take their defaults",
+			src:  minimal + "ca:\nupstream_tls: {}\ntls: ~\nhttp:\n  header_timeout:\nroutes:\nrule_sets:\nebpf:\n",
+			check: func(t *testing.T, c *Config) {
+				want := Default(NftablesTProxy)
+				if c.CA != want.CA || c.TLS != want.TLS || c.HTTP != want.HTTP || c.Upstream.HandshakeTimeout != want.Upstream.HandshakeTimeout ||
+					c.Routes != nil || c.RuleSets != nil || c.RuleSetOrder != nil || c.EBPF.Cgroup != "" {
+					t.Errorf("defaults not applied: %+v", c)
+				}
+			},
+		},
+		{
+			name: "route defaults depend on tls",
+			src: withRoutes +
+				"  - {name: t, tls: terminate}\n" +
+				"  - {name: p, tls: passthrough}\n" +
+				"  - name: x\n    tls: plaintext\n" +
+				"  - {name: t0, tls: terminate, level: 0, on_mismatch: close}\n",
+			check: func(t *testing.T, c *Config) {
+				type got struct {
+					name          string
+					level         int
+					mismatch      string
+					line, column  int
+					levelFromFile bool
+				}
+				want := []got{{"t", 1, "passthrough", 5, 5, false}, {"p", 0, "passthrough", 6, 5, false}, {"x", 1, "passthrough", 7, 5, false}, {"t0", 0, "close", 9, 5, true}}
+				if len(c.Routes) != len(want) {
+					t.Fatalf("routes = %+v", c.Routes)
+				}
+				for i, r := range c.Routes {
+					w := want[i]
+					if r.Name != w.name || r.Level == nil || *r.Level != w.level || r.LevelOrDefault() != w.level || r.OnMismatch != w.mismatch || r.Line != w.line || r.Column != w.column {
+						t.Errorf("routes[%d] = %+v (level %v), want %+v", i, r, r.LevelOrDefault(), w)
+					}
+				}
+			},
+		},
+		{
+			name: "match lists are optional, empty ones are nil, SNI is lower-cased",
+			src: withRoutes + "  - name: a\n    tls: terminate\n    match:\n      destinations: []\n      clients: [10.1.2.3, 10.0.0.0/8]\n" +
+				"      sni: [API.Example.COM, \"*.Mcp.Example\", xn--bcher-kva.example, a-1.b2]\n" +
+				"  - {name: b, tls: passthrough}\n",
+			check: func(t *testing.T, c *Config) {
+				m := c.Routes[0].Match
+				if m.Destinations != nil || m.Ports != nil || !reflect.DeepEqual(m.Clients, prefixes("10.1.2.3/32", "10.0.0.0/8")) {
+					t.Errorf("match = %+v", m)
+				}
+				if want := []string{"api.example.com", "*.mcp.example", "xn--bcher-kva.example", "a-1.b2"}; !reflect.DeepEqual(m.SNI, want) {
+					t.Errorf("sni = %q, want %q", m.SNI, want)
+				}
+				if !reflect.DeepEqual(c.Routes[1].Match, RouteMatch{}) {
+					t.Errorf("absent match = %+v", c.Routes[1].Match)
+				}
+			},
+		},
+		{
+			name: "route options on the routes they apply to",
+			src: withRoutes +
+				"  - {name: t, tls: terminate, plaintext_upstream_trusted_network: true, strict_mcp_headers: true, rule_set: s}\n" +
+				"  - {name: p, tls: passthrough, rule_set: s, development: false}\n" +
+				"  - {name: x, tls: plaintext, development: true, level: 1, strict_mcp_headers: true, rule_set: s}\n" +
+				"rule_sets: {s: []}\n",
+			check: func(t *testing.T, c *Config) {
+				r := c.Routes
+				if !r[0].PlaintextUpstreamTrustedNetwork || !r[0].StrictMCPHeaders || r[0].RuleSet != "s" || r[1].RuleSet != "s" || !r[2].Development || !r[2].StrictMCPHeaders {
+					t.Errorf("routes = %+v", r)
+				}
+			},
+		},
+		{
+			name: "route names may repeat rule and rule set names; rule names repeat across sets; unused sets are fine",
+			src: withRoutes + "  - {name: a, tls: terminate, rule_set: a}\nrule_sets:\n" +
+				"  a: [{name: a, action: allow}]\n  b: [{name: a, action: deny}]\n  unused:\n",
+			check: func(t *testing.T, c *Config) {
+				if len(c.RuleSets) != 3 || c.RuleSets["unused"] != nil {
+					t.Errorf("rule sets = %+v", c.RuleSets)
+				}
+			},
+		},
+		{
+			name: "rule sets keep file order",
+			src:  withRuleSets + "  zeta: []\n  alpha: [{name: r, action: allow}]\n  mid:\n  \"42\": []\n",
+			check: func(t *testing.T, c *Config) {
+				if want := []string{"zeta", "alpha", "mid", "42"}; !reflect.DeepEqual(c.RuleSetOrder, want) {
+					t.Errorf("order = %q, want %q", c.RuleSetOrder, want)
+				}
+			},
+		},
+		{
+			name: "rules: fields, positions, rate forms",
+			src: withRuleSets + "  s:\n" +
+				"    - name: d\n      when: mcp.method == \"tools/call\"\n      action: deny\n      reason: " + strings.Repeat("é", 200) + "\n" + // 6-9
+				"    - {name: i, action: rate_limit, rate_limit: {key: client.address, rate: 10, burst: 1}}\n" + // 10
+				"    - {name: f, action: rate_limit, rate_limit: {key: k, rate: 0.25, burst: 0x10}}\n" +
+				"    - {name: h, action: rate_limit, rate_limit: {key: k, rate: 0x10, burst: 2147483647}}\n" +
+				"    - {name: e, action: rate_limit, rate_limit: {key: k, rate: 1e3, burst: 1}}\n" +
+				"    - {name: a, action: allow, when: true}\n", // 14
+			check: func(t *testing.T, c *Config) {
+				rs := c.RuleSets["s"]
+				if len(rs) != 6 {
+					t.Fatalf("rules = %+v", rs)
+				}
+				d := rs[0]
+				if d.When != `mcp.method == "tools/call"` || d.Action != ActionDeny || len([]rune(d.Reason)) != 200 || d.RateLimit != nil ||
+					d.Line != 6 || d.Column != 7 || d.WhenPos != (Pos{"test.yaml", 7, 13}) || d.KeyPos != (Pos{}) {
+					t.Errorf("rule d = %+v", d)
+				}
+				if rl := rs[1].RateLimit; rl == nil || *rl != (RateLimit{Key: "client.address", Rate: 10, Burst: 1}) || rs[1].KeyPos != (Pos{"test.yaml", 10, 55}) {
+					t.Errorf("rule i = %+v %+v", rs[1], rl)
+				}
+				for i, want := range []RateLimit{{"k", 0.25, 16}, {"k", 16, 2147483647}, {"k", 1000, 1}} {
+					if rl := rs[i+2].RateLimit; rl == nil || *rl != want {
+						t.Errorf("rule %s rate_limit = %+v, want %+v", rs[i+2].Name, rl, want)
+					}
+				}
+				if rs[5].When != "true" {
+					t.Errorf("when: true read as %q", rs[5].When)
+				}
+			},
+		},
+		{
 			name:  "trailing document marker is harmless",
 			src:   minimal + "---\n",
 			check: func(t *testing.T, c *Config) {},
@@ -290,7 +478,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "scanner error", src: minimal + "log:\n  level: a: b\n", want: []wantErr{{5, "", "mapping values are not allowed in this context"}}},
 
 		// Keys.
-		{name: "unknown top-level key", src: minimal + "listn: {}\n", want: []wantErr{{4, "listn", `unknown key "listn" (valid: mechanism, listen, intercept, steering, external, limits, admin, log)`}}},
+		{name: "unknown top-level key", src: minimal + "listn: {}\n", want: []wantErr{{4, "listn", `unknown key "listn" (valid: mechanism, listen, intercept, steering, external, ebpf, ca, upstream_tls, tls, http, routes, rule_sets, limits, admin, log)`}}},
 		{name: "unknown nested key", src: minimal + "listen:\n  port: 1\n  adresses: []\n", want: []wantErr{{6, "listen.adresses", `unknown key "adresses" (valid: port, addresses)`}}},
 		{name: "duplicate top-level key", src: minimal + "log: {}\nlog: {}\n", want: []wantErr{{5, "log", `duplicate key "log" (first at line 4)`}}},
 		{name: "duplicate nested key", src: "intercept:\n  destinations: [10.0.0.0/8]\n  ports: [1]\n  ports: [2]\n", want: []wantErr{{4, "intercept.ports", "duplicate key"}}},
@@ -320,11 +508,18 @@ func TestParseErrors(t *testing.T) {
 
 		// Mechanism.
 		{name: "unknown mechanism lists valid names", src: "mechanism: tproxy\n" + minimal, want: []wantErr{{1, "mechanism", `unknown mechanism "tproxy" (valid: nftables-tproxy, iptables-redirect, ebpf, dns, external)`}}},
-		{name: "ebpf not available", src: "mechanism: ebpf\n" + minimal, want: []wantErr{{1, "mechanism", `mechanism "ebpf" is not available in this build yet`}}},
+		{name: "ebpf needs a cgroup", src: "mechanism: ebpf\n" + minimal, want: []wantErr{{1, "ebpf.cgroup", "mechanism ebpf needs ebpf.cgroup (a cgroup v2 directory), or use `mcpintercept exec`"}}},
+		{name: "ebpf needs a cgroup, empty value", src: "mechanism: ebpf\nebpf:\n  cgroup:\n" + minimal, want: []wantErr{{3, "ebpf.cgroup", "mechanism ebpf needs ebpf.cgroup"}}},
+		{name: "ebpf via override needs a cgroup", src: minimal, o: Overrides{Mechanism: EBPF}, want: []wantErr{{1, "ebpf.cgroup", "mechanism ebpf needs ebpf.cgroup"}}},
+		{name: "ebpf via override points at the ebpf section, not the file's mechanism", src: "mechanism: iptables-redirect\n" + minimal + "ebpf: {}\n", o: Overrides{Mechanism: EBPF}, want: []wantErr{{5, "ebpf.cgroup", "mechanism ebpf needs ebpf.cgroup"}}},
+		{name: "relative cgroup", src: minimal + "ebpf: {cgroup: mcpi.slice}\n", want: []wantErr{{4, "ebpf.cgroup", `"mcpi.slice" is relative; give the absolute path of a cgroup v2 directory`}}},
+		{name: "cgroup is not a string", src: minimal + "ebpf: {cgroup: [a]}\n", want: []wantErr{{4, "ebpf.cgroup", "expected a string, got a list"}}},
+		{name: "ebpf still checks what destinations and ports it is given", src: "mechanism: ebpf\nebpf: {cgroup: /sys/fs/cgroup/x}\nintercept: {destinations: [nope], ports: [0]}\n", want: []wantErr{
+			{3, "intercept.destinations[0]", "invalid prefix"}, {3, "intercept.ports[0]", "must be between 1 and 65535"}}},
 		{name: "dns not available", src: minimal + "mechanism: dns\n", want: []wantErr{{4, "mechanism", `mechanism "dns" is not available in this build yet`}}},
 		{name: "empty mechanism", src: "mechanism: \"\"\n" + minimal, want: []wantErr{{1, "mechanism", "must not be empty (valid: nftables-tproxy"}}},
 		{name: "unknown override", src: minimal, o: Overrides{Mechanism: "bogus"}, want: []wantErr{{0, "", `unknown mechanism "bogus" (valid: nftables-tproxy`}}},
-		{name: "unavailable override", src: "mechanism: nftables-tproxy\n" + minimal, o: Overrides{Mechanism: EBPF}, want: []wantErr{{0, "", `"ebpf" is not available`}}},
+		{name: "unavailable override", src: "mechanism: nftables-tproxy\n" + minimal, o: Overrides{Mechanism: DNS}, want: []wantErr{{0, "", `"dns" is not available`}}},
 		{name: "override error alongside an empty file", src: "", o: Overrides{Mechanism: "x"}, want: []wantErr{{0, "", "unknown mechanism"}, {0, "", "the file is empty"}}},
 		{name: "external needs addresses", src: "mechanism: external\n" + minimal, want: []wantErr{{1, "listen.addresses", `required when mechanism is "external"`}}},
 		{name: "external needs addresses, listen present", src: "mechanism: external\nlisten:\n  port: 1\n" + minimal, want: []wantErr{{2, "listen.addresses", "required"}}},
@@ -377,6 +572,176 @@ func TestParseErrors(t *testing.T) {
 		{name: "admin bad port", src: minimal + "admin: {listen: \"127.0.0.1:http\"}\n", want: []wantErr{{4, "admin.listen", "port \"http\" must be a number"}}},
 		{name: "log level", src: minimal + "log: {level: INFO}\n", want: []wantErr{{4, "log.level", `unknown level "INFO" (valid: debug, info, warn, error)`}}},
 		{name: "log flows empty", src: minimal + "log: {flows: \"\"}\n", want: []wantErr{{4, "log.flows", "must be"}}},
+		{name: "log flows with a tab", src: minimal + "log: {flows: \"\\tx\\ny\"}\n", want: []wantErr{{4, "log.flows", "contains the control character U+0009"}}},
+		{name: "admin listen with a line break", src: minimal + "admin: {listen: \"\\nx:1\"}\n", want: []wantErr{{4, "admin.listen", "contains the control character U+000A"}}},
+
+		// CA, upstream TLS, TLS and HTTP limits.
+		{name: "empty ca.dir", src: minimal + "ca: {dir: \"\"}\n", want: []wantErr{{4, "ca.dir", "must not be empty"}}},
+		{name: "ca.dir with a NUL byte", src: minimal + "ca: {dir: \"a\\0b\"}\n", want: []wantErr{{4, "ca.dir", "contains a NUL byte"}}},
+		{name: "ca.dir with a line break", src: minimal + "ca:\n  dir: |\n    /a\n", want: []wantErr{{5, "ca.dir", "contains the control character U+000A"}}},
+		{name: "extra_cas with a tab", src: minimal + "upstream_tls: {extra_cas: [\"a\\tb.pem\"]}\n", want: []wantErr{{4, "upstream_tls.extra_cas[0]", "contains the control character U+0009"}}},
+		{name: "cgroup with a line break", src: minimal + "ebpf: {cgroup: \"/sys/fs/cgroup/a\\nb\"}\n", want: []wantErr{{4, "ebpf.cgroup", "U+000A"}}},
+		{name: "ca is not a mapping", src: minimal + "ca: /etc/ca\n", want: []wantErr{{4, "ca", `expected a mapping, got string "/etc/ca"`}}},
+		{name: "extra_cas is not a list", src: minimal + "upstream_tls: {extra_cas: /a.pem}\n", want: []wantErr{{4, "upstream_tls.extra_cas", "expected a list"}}},
+		{name: "extra_cas item is not a string", src: minimal + "upstream_tls:\n  extra_cas: [/a.pem, 5]\n", want: []wantErr{{5, "upstream_tls.extra_cas[1]", "expected a string, got integer 5"}}},
+		{name: "extra_cas item is empty", src: minimal + "upstream_tls:\n  extra_cas: [/a.pem, \"\"]\n", want: []wantErr{{5, "upstream_tls.extra_cas[1]", "must not be empty"}}},
+		{name: "zero handshake timeout", src: minimal + "upstream_tls:\n  handshake_timeout: 0s\n", want: []wantErr{{5, "upstream_tls.handshake_timeout", "must be greater than 0, got 0s"}}},
+		{name: "zero peek timeout", src: minimal + "tls: {peek_timeout: 0s}\n", want: []wantErr{{4, "tls.peek_timeout", "must be greater than 0"}}},
+		{name: "peek timeout without a unit", src: minimal + "tls: {peek_timeout: 5}\n", want: []wantErr{{4, "tls.peek_timeout", `invalid duration "5"`}}},
+		{name: "max_client_hello too small", src: minimal + "tls: {max_client_hello: 511}\n", want: []wantErr{{4, "tls.max_client_hello", "must be between 512 and 1048576, got 511"}}},
+		{name: "max_client_hello too large", src: minimal + "tls: {max_client_hello: 1048577}\n", want: []wantErr{{4, "tls.max_client_hello", "got 1048577"}}},
+		{name: "max_client_hello is a string", src: minimal + "tls: {max_client_hello: 64k}\n", want: []wantErr{{4, "tls.max_client_hello", `expected an integer, got string "64k"`}}},
+		{name: "leaf_cache 0", src: minimal + "tls: {leaf_cache: 0}\n", want: []wantErr{{4, "tls.leaf_cache", "must be between 1 and 2147483647, got 0"}}},
+		{name: "leaf_validity under an hour", src: minimal + "tls: {leaf_validity: 59m}\n", want: []wantErr{{4, "tls.leaf_validity", "must be between 1h and 825 days (19800h), got 59m0s"}}},
+		{name: "leaf_validity over 825 days", src: minimal + "tls: {leaf_validity: 19801h}\n", want: []wantErr{{4, "tls.leaf_validity", "got 19801h0m0s"}}},
+		{name: "max_header_bytes too small", src: minimal + "http: {max_header_bytes: 1023}\n", want: []wantErr{{4, "http.max_header_bytes", "must be between 1024 and 1048576, got 1023"}}},
+		{name: "max_header_bytes too large", src: minimal + "http: {max_header_bytes: 0x100001}\n", want: []wantErr{{4, "http.max_header_bytes", "got 1048577"}}},
+		{name: "negative header timeout", src: minimal + "http:\n  header_timeout: -1s\n", want: []wantErr{{5, "http.header_timeout", "must be greater than 0, got -1s"}}},
+
+		// Routes: shape.
+		{name: "routes is not a list", src: minimal + "routes: {name: a}\n", want: []wantErr{{4, "routes", "expected a list of routes, got a mapping"}}},
+		{name: "route is not a mapping", src: withRoutes + "  - a\n", want: []wantErr{{5, "routes[0]", `expected a mapping, got string "a"`}}},
+		{name: "empty route", src: withRoutes + "  -\n  - {name: b, tls: terminate}\n", want: []wantErr{{5, "routes[0]", "expected a mapping, got an empty value"}}},
+		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, development, plaintext_upstream_trusted_network, strict_mcp_headers, rule_set)`}}},
+		{name: "unknown match key", src: withRoutes + "  - name: a\n    tls: terminate\n    match: {port: [1]}\n", want: []wantErr{{7, "routes[0].match.port", `unknown key "port" (valid: destinations, ports, sni, clients)`}}},
+		{name: "match is not a mapping", src: withRoutes + "  - {name: a, tls: terminate, match: [1]}\n", want: []wantErr{{5, "routes[0].match", "expected a mapping, got a list"}}},
+		{name: "a broken route does not hide the next one's problems", src: withRoutes + "  - x\n  - {name: b, tls: nope}\n", want: []wantErr{
+			{5, "routes[0]", "expected a mapping"}, {6, "routes[1].tls", `unknown value "nope"`}}},
+
+		// Routes: names, tls, level.
+		{name: "route name required", src: withRoutes + "  - {tls: terminate}\n", want: []wantErr{{5, "routes[0].name", "required: a name for logs and metrics"}}},
+		{name: "route name characters", src: withRoutes + "  - {name: \"a b\", tls: terminate}\n", want: []wantErr{{5, "routes[0].name", `invalid name "a b": use letters, digits, '_', '.' and '-'`}}},
+		{name: "route name is not a string", src: withRoutes + "  - {name: 7, tls: terminate}\n", want: []wantErr{{5, "routes[0].name", "expected a string, got integer 7"}}},
+		{name: "duplicate route names", src: withRoutes + "  - {name: a, tls: terminate}\n  - {name: b, tls: terminate}\n  - {name: a, tls: plaintext}\n", want: []wantErr{{7, "routes[2].name", `duplicate route name "a" (also routes[0])`}}},
+		{name: "tls required", src: withRoutes + "  - name: a\n    level: 1\n", want: []wantErr{{5, "routes[0].tls", "required: passthrough, terminate or plaintext"}}},
+		{name: "tls unknown", src: withRoutes + "  - {name: a, tls: mitm}\n", want: []wantErr{{5, "routes[0].tls", `unknown value "mitm" (valid: passthrough, terminate, plaintext)`}}},
+		{name: "level 2 is not available", src: withRoutes + "  - name: a\n    tls: terminate\n    level: 2\n", want: []wantErr{{7, "routes[0].level", "level 2 is not available in this build yet"}}},
+		{name: "level 3", src: withRoutes + "  - {name: a, tls: terminate, level: 3}\n", want: []wantErr{{5, "routes[0].level", "must be 0 (opaque) or 1 (HTTP headers), got 3"}}},
+		{name: "negative level", src: withRoutes + "  - {name: a, tls: terminate, level: -1}\n", want: []wantErr{{5, "routes[0].level", "got -1"}}},
+		{name: "level as a string", src: withRoutes + "  - {name: a, tls: terminate, level: \"1\"}\n", want: []wantErr{{5, "routes[0].level", `expected an integer, got string "1"`}}},
+		{name: "passthrough at level 1", src: withRoutes + "  - name: a\n    tls: passthrough\n    level: 1\n", want: []wantErr{{7, "routes[0].level", "passthrough cannot read HTTP headers (the stream stays encrypted); use level 0, or tls: terminate"}}},
+		{name: "on_mismatch unknown", src: withRoutes + "  - {name: a, tls: terminate, on_mismatch: drop}\n", want: []wantErr{{5, "routes[0].on_mismatch", `unknown value "drop" (valid: passthrough, close)`}}},
+		{name: "on_mismatch empty", src: withRoutes + "  - {name: a, tls: terminate, on_mismatch: \"\"}\n", want: []wantErr{{5, "routes[0].on_mismatch", "must not be empty (valid: passthrough, close)"}}},
+
+		// Routes: options that depend on tls and level.
+		{name: "development on terminate", src: withRoutes + "  - name: a\n    tls: terminate\n    development: true\n", want: []wantErr{{7, "routes[0].development", "development applies to tls: plaintext routes only"}}},
+		{name: "development on passthrough", src: withRoutes + "  - {name: a, tls: passthrough, development: true}\n", want: []wantErr{{5, "routes[0].development", "development applies to tls: plaintext routes only"}}},
+		{name: "development: false is fine anywhere, but must be a boolean", src: withRoutes + "  - {name: a, tls: terminate, development: false}\n  - {name: b, tls: plaintext, development: 1}\n", want: []wantErr{{6, "routes[1].development", "expected true or false, got integer 1"}}},
+		{name: "plaintext upstream on a plaintext route", src: withRoutes + "  - name: a\n    tls: plaintext\n    plaintext_upstream_trusted_network: true\n", want: []wantErr{{7, "routes[0].plaintext_upstream_trusted_network", "plaintext_upstream_trusted_network applies to tls: terminate routes only"}}},
+		{name: "plaintext upstream on passthrough", src: withRoutes + "  - {name: a, tls: passthrough, plaintext_upstream_trusted_network: true}\n", want: []wantErr{{5, "routes[0].plaintext_upstream_trusted_network", "applies to tls: terminate routes only"}}},
+		{name: "strict headers at level 0", src: withRoutes + "  - name: a\n    tls: terminate\n    level: 0\n    strict_mcp_headers: true\n", want: []wantErr{{8, "routes[0].strict_mcp_headers", "needs level 1: MCP headers are not read at level 0"}}},
+		{name: "strict headers on passthrough's default level", src: withRoutes + "  - {name: a, tls: passthrough, strict_mcp_headers: true}\n", want: []wantErr{{5, "routes[0].strict_mcp_headers", "needs level 1"}}},
+		{name: "rule_set unknown, none defined", src: withRoutes + "  - {name: a, tls: terminate, rule_set: strict}\n", want: []wantErr{{5, "routes[0].rule_set", `unknown rule set "strict": rule_sets defines none`}}},
+		{name: "rule_set unknown lists the sets in file order", src: withRoutes + "  - {name: a, tls: terminate, rule_set: strict}\nrule_sets:\n  zeta: []\n  alpha:\n", want: []wantErr{{5, "routes[0].rule_set", `unknown rule set "strict" (defined: "zeta", "alpha")`}}},
+		{name: "rule_set on a level 0 terminate route", src: withRoutes + "  - name: a\n    tls: terminate\n    level: 0\n    rule_set: s\nrule_sets: {s: []}\n", want: []wantErr{{8, "routes[0].rule_set", "needs level 1: a level 0 terminate route does not read requests (only passthrough routes apply connection-level rules at level 0)"}}},
+		{name: "rule_set on a level 0 plaintext route", src: withRoutes + "  - {name: a, tls: plaintext, level: 0, rule_set: s}\nrule_sets: {s: []}\n", want: []wantErr{{5, "routes[0].rule_set", "a level 0 plaintext route"}}},
+		{name: "combination checks wait for a valid tls", src: withRoutes + "  - {name: a, tls: nope, level: 0, development: true, strict_mcp_headers: true, plaintext_upstream_trusted_network: true}\n", want: []wantErr{{5, "routes[0].tls", `unknown value "nope"`}}},
+		{name: "combination checks wait for a valid level", src: withRoutes + "  - {name: a, tls: passthrough, level: 5, strict_mcp_headers: true}\n", want: []wantErr{{5, "routes[0].level", "got 5"}}},
+
+		// Routes: match.
+		{name: "route destinations and clients", src: withRoutes + "  - name: a\n    tls: terminate\n    match:\n      destinations: [10.0.0.0/8, example.com]\n      clients: [\"fe80::1%eth0\"]\n", want: []wantErr{
+			{8, "routes[0].match.destinations[1]", `invalid prefix "example.com"`}, {9, "routes[0].match.clients[0]", "zone"}}},
+		{name: "route ports", src: withRoutes + "  - name: a\n    tls: terminate\n    match: {ports: [\"9-1\", 0]}\n", want: []wantErr{
+			{7, "routes[0].match.ports[0]", "range 9-1 is backwards"}, {7, "routes[0].match.ports[1]", "must be between 1 and 65535, got 0"}}},
+		{name: "sni names", src: withRoutes + "  - name: a\n    tls: terminate\n    match:\n      sni:\n" +
+			"        - 10.0.0.1\n" + // 9
+			"        - \"::1\"\n" +
+			"        - \"[2001:db8::1]\"\n" +
+			"        - 10.0.0.0/8\n" +
+			"        - \"*\"\n" + // 13
+			"        - a.*.example.com\n" +
+			"        - \"*foo.example.com\"\n" +
+			"        - example.com.\n" +
+			"        - a..example.com\n" + // 17
+			"        - -a.example.com\n" +
+			"        - a_b.example.com\n" +
+			"        - \"\\u212Aelvin.example.com\"\n" +
+			"        - 5\n" + // 21
+			"        - " + strings.Repeat("a", 64) + ".com\n" +
+			"        - \"\"\n" +
+			"        - " + strings.Repeat("abcdefghi.", 26) + "com\n" +
+			"        - ok.example.com\n",
+			want: []wantErr{
+				{9, "routes[0].match.sni[0]", "SNI carries names, not addresses; match on destinations instead"},
+				{10, "routes[0].match.sni[1]", "SNI carries names, not addresses"},
+				{11, "routes[0].match.sni[2]", "SNI carries names, not addresses"},
+				{12, "routes[0].match.sni[3]", "SNI carries names, not addresses"},
+				{13, "routes[0].match.sni[4]", `a wildcard needs a suffix, e.g. "*.example.com"; leave sni out to match every name`},
+				{14, "routes[0].match.sni[5]", `"a.*.example.com": a wildcard must be the whole first label`},
+				{15, "routes[0].match.sni[6]", "a wildcard must be the whole first label"},
+				{16, "routes[0].match.sni[7]", `"example.com." ends with a dot`},
+				{17, "routes[0].match.sni[8]", `"a..example.com" has an empty label`},
+				{18, "routes[0].match.sni[9]", `label "-a" starts or ends with '-'`},
+				{19, "routes[0].match.sni[10]", `label "a_b" contains '_'; names use letters, digits and '-'`},
+				{20, "routes[0].match.sni[11]", `label "Kelvin" contains U+212A 'K'`},
+				{21, "routes[0].match.sni[12]", "expected a server name such as api.example.com or *.example.com, got integer 5"},
+				{22, "routes[0].match.sni[13]", "is longer than 63 characters"},
+				{23, "routes[0].match.sni[14]", "must not be empty"},
+				{24, "routes[0].match.sni[15]", "is 263 characters long; a DNS name has at most 253"},
+			}},
+
+		// Rule sets: shape.
+		{name: "rule_sets is not a mapping", src: minimal + "rule_sets: [a]\n", want: []wantErr{{4, "rule_sets", "expected a mapping of rule set names to lists of rules, got a list"}}},
+		{name: "rule set is not a list", src: withRuleSets + "  s: {name: a}\n", want: []wantErr{{5, "rule_sets.s", "expected a list of rules, got a mapping"}}},
+		{name: "rule is not a mapping", src: withRuleSets + "  s: [deny]\n", want: []wantErr{{5, "rule_sets.s[0]", `expected a mapping, got string "deny"`}}},
+		{name: "unknown rule key", src: withRuleSets + "  s:\n    - {name: a, action: deny, reasn: x}\n", want: []wantErr{{6, "rule_sets.s[0].reasn", `unknown key "reasn" (valid: name, when, action, reason, rate_limit)`}}},
+		{name: "unknown rate_limit key", src: withRuleSets + "  s:\n    - {name: a, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, per: 1s}}\n", want: []wantErr{{6, "rule_sets.s[0].rate_limit.per", `unknown key "per" (valid: key, rate, burst)`}}},
+		{name: "rate_limit is not a mapping", src: withRuleSets + "  s:\n    - {name: a, action: rate_limit, rate_limit: 10}\n", want: []wantErr{{6, "rule_sets.s[0].rate_limit", "expected a mapping, got integer 10"}}},
+		{name: "rule set name characters", src: withRuleSets + "  \"my set\": []\n", want: []wantErr{{5, `rule_sets."my set"`, `invalid name "my set"`}}},
+		{name: "duplicate rule set", src: withRuleSets + "  s: []\n  s: []\n", want: []wantErr{{6, "rule_sets.s", `duplicate key "s" (first at line 5)`}}},
+		{name: "merge key in rule_sets", src: withRuleSets + "  <<: {s: []}\n", want: []wantErr{{5, "rule_sets", "merge keys"}}},
+		{name: "rule set name is not a scalar", src: withRuleSets + "  ? [s]\n  : []\n", want: []wantErr{{5, "rule_sets", "keys must be plain names, got a list"}}},
+
+		// Rules.
+		{name: "rule name required", src: withRuleSets + "  s:\n    - action: deny\n", want: []wantErr{{6, "rule_sets.s[0].name", "required: a name for the decision log"}}},
+		{name: "rule name characters", src: withRuleSets + "  s:\n    - {name: \"deny/all\", action: deny}\n", want: []wantErr{{6, "rule_sets.s[0].name", `invalid name "deny/all"`}}},
+		{name: "duplicate rule in a set", src: withRuleSets + "  s:\n    - {name: a, action: deny}\n    - {name: b, action: deny}\n    - {name: a, action: allow}\n", want: []wantErr{{8, "rule_sets.s[2].name", `duplicate rule name "a" (also rule_sets.s[0])`}}},
+		{name: "action required", src: withRuleSets + "  s:\n    - name: a\n      when: \"true\"\n", want: []wantErr{{6, "rule_sets.s[0].action", "required: allow, deny or rate_limit"}}},
+		{name: "action unknown", src: withRuleSets + "  s:\n    - {name: a, action: block}\n", want: []wantErr{{6, "rule_sets.s[0].action", `unknown value "block" (valid: allow, deny, rate_limit)`}}},
+		{name: "when is a list", src: withRuleSets + "  s:\n    - {name: a, action: deny, when: [x]}\n", want: []wantErr{{6, "rule_sets.s[0].when", "expected a CEL expression (a string), got a list"}}},
+		{name: "reason too long", src: withRuleSets + "  s:\n    - name: a\n      action: deny\n      reason: " + strings.Repeat("é", 201) + "\n", want: []wantErr{{8, "rule_sets.s[0].reason", "is 201 characters long; keep it to 200"}}},
+		{name: "reason with a line break", src: withRuleSets + "  s:\n    - {name: a, action: deny, reason: \"no\\nway\"}\n", want: []wantErr{{6, "rule_sets.s[0].reason", "contains the non-printing character U+000A; write one line of plain text"}}},
+		{name: "reason with a tab", src: withRuleSets + "  s:\n    - {name: a, action: deny, reason: \"no\\tway\"}\n", want: []wantErr{{6, "rule_sets.s[0].reason", "U+0009"}}},
+		{name: "reason with a C1 control", src: withRuleSets + "  s:\n    - {name: a, action: deny, reason: \"no\\x9bway\"}\n", want: []wantErr{{6, "rule_sets.s[0].reason", "U+009B"}}},
+		{name: "reason is not a string", src: withRuleSets + "  s:\n    - {name: a, action: deny, reason: 403}\n", want: []wantErr{{6, "rule_sets.s[0].reason", "expected a string, got integer 403"}}},
+		{name: "rate_limit required by the action, reported at the action", src: withRuleSets + "  s:\n    - name: a\n      action: rate_limit\n", want: []wantErr{{7, "rule_sets.s[0].rate_limit", "required when action is rate_limit: give key, rate and burst"}}},
+		{name: "rate_limit on a deny rule", src: withRuleSets + "  s:\n    - name: a\n      action: deny\n      rate_limit: {key: k, rate: 1, burst: 1}\n", want: []wantErr{{8, "rule_sets.s[0].rate_limit", "applies to action: rate_limit only, and this rule's action is deny"}}},
+		{name: "rate_limit parts required", src: withRuleSets + "  s:\n    - name: a\n      action: rate_limit\n      rate_limit: {}\n", want: []wantErr{
+			{8, "rule_sets.s[0].rate_limit.burst", "required: the bucket size"},
+			{8, "rule_sets.s[0].rate_limit.key", "required: a CEL expression naming the bucket, e.g. client.address"},
+			{8, "rule_sets.s[0].rate_limit.rate", "required: tokens per second, greater than 0"}}},
+		{name: "blank rate_limit key", src: withRuleSets + "  s:\n    - {name: a, action: rate_limit, rate_limit: {key: \" \", rate: 1, burst: 1}}\n", want: []wantErr{{6, "rule_sets.s[0].rate_limit.key", "required"}}},
+		{name: "bad rates", src: withRuleSets + "  s:\n" +
+			"    - {name: a, action: rate_limit, rate_limit: {key: k, burst: 1, rate: 0}}\n" +
+			"    - {name: b, action: rate_limit, rate_limit: {key: k, burst: 1, rate: -0.5}}\n" +
+			"    - {name: c, action: rate_limit, rate_limit: {key: k, burst: 1, rate: .inf}}\n" +
+			"    - {name: d, action: rate_limit, rate_limit: {key: k, burst: 1, rate: .nan}}\n" +
+			"    - {name: e, action: rate_limit, rate_limit: {key: k, burst: 1, rate: fast}}\n" +
+			"    - {name: f, action: rate_limit, rate_limit: {key: k, burst: 1, rate: 010}}\n",
+			want: []wantErr{
+				{6, "rule_sets.s[0].rate_limit.rate", "must be a positive number of tokens per second, got 0"},
+				{7, "rule_sets.s[1].rate_limit.rate", "got -0.5"},
+				{8, "rule_sets.s[2].rate_limit.rate", "got +Inf"},
+				{9, "rule_sets.s[3].rate_limit.rate", "got NaN"},
+				{10, "rule_sets.s[4].rate_limit.rate", `expected a number of tokens per second such as 10 or 0.5, got string "fast"`},
+				{11, "rule_sets.s[5].rate_limit.rate", "leading zero"}}},
+		{name: "bad bursts", src: withRuleSets + "  s:\n" +
+			"    - {name: a, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 0}}\n" +
+			"    - {name: b, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1.5}}\n",
+			want: []wantErr{
+				{6, "rule_sets.s[0].rate_limit.burst", "must be between 1 and 2147483647, got 0"},
+				{7, "rule_sets.s[1].rate_limit.burst", "expected an integer, got number 1.5"}}},
+		{name: "a broken rule does not hide the set from routes", src: withRoutes + "  - {name: r, tls: terminate, rule_set: s}\nrule_sets:\n  s: [{name: a, action: rate_limit, rate_limit: 1}]\n", want: []wantErr{{7, "rule_sets.s[0].rate_limit", "expected a mapping"}}},
+		{name: "a rule set that is not a list still exists for routes", src: withRoutes + "  - {name: r, tls: terminate, rule_set: s}\nrule_sets:\n  s: deny\n", want: []wantErr{{7, "rule_sets.s", "expected a list of rules"}}},
+		{name: "aliases cannot multiply a file past the entry limit", src: aliasBomb(), want: []wantErr{{5, "routes[99].match.ports", "the file has more than 100000 list entries and rule sets (each use of an alias counts again)"}}},
+		{name: "errors in rule sets and routes come out in file order", src: minimal +
+			"rule_sets:\n  s:\n    - {name: a, action: nope}\n" + // 6
+			"routes:\n  - {name: r, tls: terminate, rule_set: t}\n" + // 8
+			"log: {level: loud}\n", // 9
+			want: []wantErr{
+				{6, "rule_sets.s[0].action", "unknown value"},
+				{8, "routes[0].rule_set", `unknown rule set "t" (defined: "s")`},
+				{9, "log.level", "unknown level"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -507,6 +872,43 @@ func TestLoad(t *testing.T) {
 			t.Errorf("File = %q, want %q", e.File, path)
 		}
 	})
+	t.Run("lab routes", func(t *testing.T) {
+		c, err := Load("testdata/lab-routes.yaml", Overrides{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Relative to testdata/, where the file is.
+		if c.CA.Dir != ".lab/appliance-ca" || !reflect.DeepEqual(c.Upstream.ExtraCAs, []string{".lab/pki/server-ca.pem"}) {
+			t.Errorf("paths = %q, %q", c.CA.Dir, c.Upstream.ExtraCAs)
+		}
+		type route struct {
+			name, tls string
+			level     int
+			ruleSet   string
+			dev       bool
+		}
+		var got []route
+		for _, r := range c.Routes {
+			got = append(got, route{r.Name, r.TLS, *r.Level, r.RuleSet, r.Development})
+		}
+		want := []route{{"lab-terminate", "terminate", 1, "lab", false}, {"lab-passthrough", "passthrough", 0, "", false}, {"lab-plaintext", "plaintext", 1, "lab", true}}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("routes = %+v\nwant %+v", got, want)
+		}
+		if !reflect.DeepEqual(c.RuleSetOrder, []string{"lab"}) || len(c.RuleSets["lab"]) != 2 {
+			t.Fatalf("rule sets = %+v", c.RuleSets)
+		}
+		deny, rate := c.RuleSets["lab"][0], c.RuleSets["lab"][1]
+		file := "testdata/lab-routes.yaml"
+		if deny.When != `mcp.method == "tools/call" && mcp.name.startsWith("denied_")` || deny.WhenPos != (Pos{file, 29, 14}) ||
+			deny.Action != ActionDeny || deny.Reason != "tools named denied_* are blocked in the lab" || deny.Line != 28 || deny.Column != 7 {
+			t.Errorf("deny rule = %+v", deny)
+		}
+		if rate.WhenPos != (Pos{file, 33, 13}) || rate.KeyPos != (Pos{file, 35, 25}) ||
+			rate.RateLimit == nil || *rate.RateLimit != (RateLimit{Key: "client.address", Rate: 50, Burst: 200}) {
+			t.Errorf("rate rule = %+v %+v", rate, rate.RateLimit)
+		}
+	})
 	t.Run("path is recorded", func(t *testing.T) {
 		c, err := Load("testdata/lab.yaml", Overrides{})
 		if err != nil {
@@ -621,10 +1023,94 @@ func TestFullExampleUsesEveryKey(t *testing.T) {
 		{"admin.listen", c.Admin.Listen, d.Admin.Listen},
 		{"log.level", c.Log.Level, d.Log.Level},
 		{"log.flows", c.Log.Flows, d.Log.Flows},
+		{"ebpf.cgroup", c.EBPF.Cgroup, d.EBPF.Cgroup},
+		{"ca.dir", c.CA.Dir, d.CA.Dir},
+		{"upstream_tls.extra_cas", c.Upstream.ExtraCAs, d.Upstream.ExtraCAs},
+		{"upstream_tls.handshake_timeout", c.Upstream.HandshakeTimeout, d.Upstream.HandshakeTimeout},
+		{"tls.peek_timeout", c.TLS.PeekTimeout, d.TLS.PeekTimeout},
+		{"tls.max_client_hello", c.TLS.MaxClientHello, d.TLS.MaxClientHello},
+		{"tls.leaf_cache", c.TLS.LeafCache, d.TLS.LeafCache},
+		{"tls.leaf_validity", c.TLS.LeafValidity, d.TLS.LeafValidity},
+		{"http.max_header_bytes", c.HTTP.MaxHeaderBytes, d.HTTP.MaxHeaderBytes},
+		{"http.header_timeout", c.HTTP.HeaderTimeout, d.HTTP.HeaderTimeout},
 	} {
 		if reflect.DeepEqual(f.got, f.dflt) {
 			t.Errorf("full.yaml sets %s to its default %v", f.key, f.got)
 		}
+	}
+
+	// Routes and rules are lists, which the loops above only see exist:
+	// each of their keys must be set in some entry, to something other
+	// than its default in some entry.
+	entryKeys := func(v any) map[string]any {
+		out, err := yaml.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys map[string]any
+		if err := yaml.Unmarshal(out, &keys); err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	covers := func(what string, entries []any, keys map[string]any) {
+		for k, v := range keys {
+			found, foundSub := false, map[string]bool{}
+			for _, e := range entries {
+				m, _ := e.(map[string]any)
+				if _, ok := m[k]; ok {
+					found = true
+					sub, _ := m[k].(map[string]any)
+					for sk := range sub {
+						foundSub[sk] = true
+					}
+				}
+			}
+			if !found {
+				t.Errorf("no entry of full.yaml's %s sets %s", what, k)
+			}
+			if sub, ok := v.(map[string]any); ok {
+				for sk := range sub {
+					if !foundSub[sk] {
+						t.Errorf("no entry of full.yaml's %s sets %s.%s", what, k, sk)
+					}
+				}
+			}
+		}
+	}
+	routes, _ := file["routes"].([]any)
+	covers("routes", routes, entryKeys(Route{}))
+	var rules []any
+	sets, _ := file["rule_sets"].(map[string]any)
+	for _, set := range sets {
+		list, _ := set.([]any)
+		rules = append(rules, list...)
+	}
+	covers("rules", rules, entryKeys(Rule{RateLimit: &RateLimit{}}))
+
+	var r struct{ match, level, close, dev, plain, strict, set bool }
+	for _, x := range c.Routes {
+		m := x.Match
+		r.match = r.match || len(m.Destinations) > 0 && len(m.Ports) > 0 && len(m.SNI) > 0 && len(m.Clients) > 0
+		r.level = r.level || *x.Level != (Route{TLS: x.TLS}).LevelOrDefault()
+		r.close = r.close || x.OnMismatch != OnMismatchPassthrough
+		r.dev = r.dev || x.Development
+		r.plain = r.plain || x.PlaintextUpstreamTrustedNetwork
+		r.strict = r.strict || x.StrictMCPHeaders
+		r.set = r.set || x.RuleSet != ""
+	}
+	if r != (struct{ match, level, close, dev, plain, strict, set bool }{true, true, true, true, true, true, true}) {
+		t.Errorf("some route key never leaves its default in full.yaml (false below): %+v", r)
+	}
+	var when, reason, limit, actions = false, false, false, map[string]bool{}
+	for _, name := range c.RuleSetOrder {
+		for _, x := range c.RuleSets[name] {
+			when, reason, limit = when || x.When != "", reason || x.Reason != "", limit || x.RateLimit != nil
+			actions[x.Action] = true
+		}
+	}
+	if !when || !reason || !limit || len(actions) != 3 {
+		t.Errorf("full.yaml's rules leave a key at its default: when %v, reason %v, rate_limit %v, actions %v", when, reason, limit, actions)
 	}
 }
 
@@ -639,7 +1125,6 @@ func TestDefault(t *testing.T) {
 		{name: "nftables-tproxy", m: NftablesTProxy},
 		{name: "iptables-redirect", m: IptablesRedirect},
 		{name: "external needs addresses", m: External, wantErr: "listen.addresses: required"},
-		{name: "ebpf is reserved", m: EBPF, wantErr: `mechanism: mechanism "ebpf" is not available in this build yet`},
 		{name: "dns is reserved", m: DNS, wantErr: `mechanism "dns" is not available`},
 		{name: "unknown", m: "nope", wantErr: "unknown mechanism"},
 	}
@@ -662,6 +1147,33 @@ func TestDefault(t *testing.T) {
 			}
 		})
 	}
+	t.Run("ebpf validates with only a cgroup filled in", func(t *testing.T) {
+		c := Default(EBPF)
+		err := c.Validate()
+		if err == nil || err.Error() != "ebpf.cgroup: mechanism ebpf needs ebpf.cgroup (a cgroup v2 directory), or use `mcpintercept exec`" {
+			t.Errorf("Validate without a cgroup = %v", err)
+		}
+		c.EBPF.Cgroup = "/sys/fs/cgroup/user.slice/mcpi-exec.scope"
+		if err := c.Validate(); err != nil {
+			t.Errorf("Validate: %v", err)
+		}
+		if got, want := c.Listen.Addresses, DefaultAddresses(NftablesTProxy); !reflect.DeepEqual(got, want) {
+			t.Errorf("addresses = %v, want %v", got, want)
+		}
+	})
+	t.Run("defaults of the TLS, HTTP and CA settings", func(t *testing.T) {
+		c := Default(NftablesTProxy)
+		want := Config{
+			CA:       CAConfig{Dir: "/var/lib/mcpintercept/ca"},
+			Upstream: UpstreamTLS{HandshakeTimeout: Duration{10 * time.Second}},
+			TLS:      TLSConfig{PeekTimeout: Duration{5 * time.Second}, MaxClientHello: 65536, LeafCache: 1024, LeafValidity: Duration{24 * time.Hour}},
+			HTTP:     HTTPConfig{MaxHeaderBytes: 65536, HeaderTimeout: Duration{10 * time.Second}},
+		}
+		if c.CA != want.CA || !reflect.DeepEqual(c.Upstream, want.Upstream) || c.TLS != want.TLS || c.HTTP != want.HTTP ||
+			c.Routes != nil || c.RuleSets != nil || c.RuleSetOrder != nil || c.EBPF != (EBPFConfig{}) {
+			t.Errorf("Default = %+v", c)
+		}
+	})
 	t.Run("default marks do not alias", func(t *testing.T) {
 		if DefaultMark&DefaultBypassMark != 0 {
 			t.Errorf("%#x & %#x != 0", DefaultMark, DefaultBypassMark)
@@ -698,6 +1210,57 @@ func TestValidateInCode(t *testing.T) {
 		{name: "backwards range", modify: func(c *Config) { c.Intercept.Ports = []PortRange{{9, 5}} }, want: "backwards"},
 		{name: "path names the file", modify: func(c *Config) { c.Path = "x.yaml"; c.Log.Level = "" }, want: "x.yaml: log.level: unknown level"},
 		{name: "zero value config", modify: func(c *Config) { *c = Config{} }, want: "mechanism: must not be empty"},
+		{name: "valid routes and rule sets, levels left to LevelOrDefault", modify: func(c *Config) {
+			c.Routes = []Route{
+				{Name: "p", TLS: TLSPassthrough, OnMismatch: OnMismatchPassthrough, RuleSet: "conn"},
+				{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, StrictMCPHeaders: true, RuleSet: "http"},
+			}
+			c.RuleSets = map[string][]Rule{
+				"http": {{Name: "r", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "client.address", Rate: 0.5, Burst: 1}}},
+				"conn": {{Name: "r", Action: ActionDeny, When: "conn.orig_port == 1"}},
+			}
+			c.RuleSetOrder = []string{"http", "conn"}
+		}},
+		{name: "passthrough route's default level has no headers", modify: func(c *Config) {
+			c.Routes = []Route{{Name: "p", TLS: TLSPassthrough, OnMismatch: OnMismatchPassthrough, StrictMCPHeaders: true}}
+		}, want: "routes[0].strict_mcp_headers: needs level 1"},
+		{name: "route without on_mismatch", modify: func(c *Config) {
+			c.Routes = []Route{{Name: "p", TLS: TLSPassthrough}}
+		}, want: "routes[0].on_mismatch: must not be empty"},
+		{name: "upper-case SNI", modify: func(c *Config) {
+			c.Routes = []Route{{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, Match: RouteMatch{SNI: []string{"Example.com"}}}}
+		}, want: `routes[0].match.sni[0]: "Example.com" must be lower case`},
+		{name: "route prefixes with host bits", modify: func(c *Config) {
+			c.Routes = []Route{{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, Match: RouteMatch{Clients: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/8")}}}}
+		}, want: "routes[0].match.clients[0]: 10.1.2.3/8 has host bits set"},
+		{name: "rule sets without RuleSetOrder", modify: func(c *Config) {
+			c.RuleSets = map[string][]Rule{"s": nil}
+		}, want: "rule_sets: RuleSetOrder must name every rule set exactly once"},
+		{name: "RuleSetOrder names a missing set", modify: func(c *Config) {
+			c.RuleSets = map[string][]Rule{"s": nil}
+			c.RuleSetOrder = []string{"s", "t"}
+		}, want: "RuleSetOrder must name every rule set exactly once"},
+		{name: "RuleSetOrder repeats a set", modify: func(c *Config) {
+			c.RuleSets = map[string][]Rule{"s": nil}
+			c.RuleSetOrder = []string{"s", "s"}
+		}, want: "RuleSetOrder must name every rule set exactly once"},
+		{name: "reason that is not UTF-8", modify: func(c *Config) {
+			c.RuleSets = map[string][]Rule{"s": {{Name: "r", Action: ActionDeny, Reason: "\xff"}}}
+			c.RuleSetOrder = []string{"s"}
+		}, want: "rule_sets.s[0].reason: is not valid UTF-8"},
+		{name: "NaN rate", modify: func(c *Config) {
+			c.RuleSets = map[string][]Rule{"s": {{Name: "r", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "k", Rate: math.NaN(), Burst: 1}}}}
+			c.RuleSetOrder = []string{"s"}
+		}, want: "rule_sets.s[0].rate_limit.rate: must be a positive number of tokens per second, got NaN"},
+		{name: "negative burst", modify: func(c *Config) {
+			c.RuleSets = map[string][]Rule{"s": {{Name: "r", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "k", Rate: 1, Burst: -1}}}}
+			c.RuleSetOrder = []string{"s"}
+		}, want: "rule_sets.s[0].rate_limit.burst: must be between 1 and 2147483647, got -1"},
+		{name: "odd rule set names are quoted in keys", modify: func(c *Config) {
+			c.RuleSets = map[string][]Rule{"a b": nil}
+			c.RuleSetOrder = []string{"a b"}
+		}, want: `rule_sets."a b": invalid name "a b"`},
+		{name: "zero TLS and HTTP settings", modify: func(c *Config) { c.TLS, c.HTTP = TLSConfig{}, HTTPConfig{} }, want: "tls.peek_timeout: must be greater than 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -787,7 +1350,7 @@ func TestDurationYAML(t *testing.T) {
 // TestMarshalRoundTrip checks that a loaded config written back out as YAML
 // loads to the same value, so a future `check --print` cannot drift.
 func TestMarshalRoundTrip(t *testing.T) {
-	for _, f := range []string{"testdata/lab.yaml", "testdata/full.yaml", "testdata/minimal.yaml"} {
+	for _, f := range []string{"testdata/lab.yaml", "testdata/lab-routes.yaml", "testdata/full.yaml", "testdata/minimal.yaml"} {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			c, err := Load(f, Overrides{})
 			if err != nil {
@@ -798,17 +1361,135 @@ func TestMarshalRoundTrip(t *testing.T) {
 	}
 }
 
+// TestMarshalAwkwardExpressions covers the strings yaml.v3 writes as block
+// scalars it cannot read back; Rule and RateLimit double-quote them.
+func TestMarshalAwkwardExpressions(t *testing.T) {
+	for _, expr := range []string{"  x\n", "\nx\n", "\tx\ny", " x\ny", "\u2028x\n", "x\n  y\n", "x\n\ty", "  x", "true", "no", "1:20", ""} {
+		t.Run(strconv.Quote(expr), func(t *testing.T) {
+			c := Default(NftablesTProxy)
+			c.Intercept.Destinations = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+			c.Intercept.Ports = []PortRange{{80, 80}}
+			c.RuleSets = map[string][]Rule{"s": {
+				{Name: "w", When: expr, Action: ActionDeny},
+				{Name: "k", Action: ActionRateLimit, RateLimit: &RateLimit{Key: expr + "k", Rate: 1.5, Burst: 2}},
+			}}
+			c.RuleSetOrder = []string{"s"}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			roundTrip(t, c)
+		})
+	}
+	t.Run("plain expressions read like a hand-written file", func(t *testing.T) {
+		out, err := yaml.Marshal(Rule{Name: "r", When: "a ==\n  b\n", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "client.address", Rate: 50, Burst: 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "name: r\nwhen: |\n    a ==\n      b\naction: rate_limit\nreason: \"\"\nrate_limit:\n    key: client.address\n    rate: 50\n    burst: 3\n"
+		if string(out) != want {
+			t.Errorf("got\n%s\nwant\n%s", out, want)
+		}
+	})
+}
+
 func roundTrip(t *testing.T, c *Config) {
 	t.Helper()
 	out, err := yaml.Marshal(c)
 	if err != nil {
 		t.Fatalf("marshal: %v", err)
 	}
-	back, err := Parse(c.Path, out, Overrides{})
+	// Parsed without a name: the paths in out are already resolved
+	// against the directory of c.Path, and must not be resolved twice.
+	back, err := Parse("", out, Overrides{})
 	if err != nil {
 		t.Fatalf("re-parse: %v\n%s", err, out)
 	}
-	if !reflect.DeepEqual(back, c) {
-		t.Fatalf("round trip changed the config:\n%+v\n%+v\n%s", c, back, out)
+	if got, want := normalized(back), normalized(c); !reflect.DeepEqual(got, want) {
+		t.Fatalf("round trip changed the config:\n%+v\n%+v\n%s", want, got, out)
+	}
+}
+
+// normalized drops what a written-out config cannot carry: the file name,
+// positions in the file, and the order of the rule sets (YAML writes a map
+// sorted).
+func normalized(c *Config) *Config {
+	out := *c
+	out.Path = ""
+	out.Routes = slices.Clone(c.Routes)
+	for i := range out.Routes {
+		out.Routes[i].Line, out.Routes[i].Column = 0, 0
+	}
+	if c.RuleSets != nil {
+		out.RuleSets = map[string][]Rule{}
+		for name, rules := range c.RuleSets {
+			rules = slices.Clone(rules)
+			for i := range rules {
+				rules[i].Line, rules[i].Column, rules[i].WhenPos, rules[i].KeyPos = 0, 0, Pos{}, Pos{}
+			}
+			out.RuleSets[name] = rules
+		}
+	}
+	out.RuleSetOrder = slices.Sorted(slices.Values(c.RuleSetOrder))
+	return &out
+}
+
+func TestPathsResolvedAgainstTheConfigFile(t *testing.T) {
+	src := minimal + "ca: {dir: ca}\nupstream_tls: {extra_cas: [../pki/a.pem, /etc/b.pem, ./c.pem]}\n"
+	tests := []struct {
+		name    string
+		file    string
+		dir     string
+		extraCA []string
+	}{
+		{name: "absolute config path", file: "/etc/mcpintercept/config.yaml", dir: "/etc/mcpintercept/ca", extraCA: []string{"/etc/pki/a.pem", "/etc/b.pem", "/etc/mcpintercept/c.pem"}},
+		{name: "relative config path", file: "conf/mcpi.yaml", dir: "conf/ca", extraCA: []string{"pki/a.pem", "/etc/b.pem", "conf/c.pem"}},
+		{name: "config in the working directory", file: "mcpi.yaml", dir: "ca", extraCA: []string{"../pki/a.pem", "/etc/b.pem", "c.pem"}},
+		{name: "no file name: left as written", file: "", dir: "ca", extraCA: []string{"../pki/a.pem", "/etc/b.pem", "./c.pem"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse(tt.file, []byte(src), Overrides{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.CA.Dir != tt.dir || !reflect.DeepEqual(c.Upstream.ExtraCAs, tt.extraCA) {
+				t.Errorf("ca.dir = %q, extra_cas = %q\nwant %q, %q", c.CA.Dir, c.Upstream.ExtraCAs, tt.dir, tt.extraCA)
+			}
+		})
+	}
+	t.Run("the default is absolute and stays", func(t *testing.T) {
+		c, err := Parse("conf/mcpi.yaml", []byte(minimal), Overrides{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.CA.Dir != DefaultCADir {
+			t.Errorf("ca.dir = %q", c.CA.Dir)
+		}
+	})
+	t.Run("missing files are not an error", func(t *testing.T) {
+		mustParse(t, minimal+"upstream_tls: {extra_cas: [/nonexistent/ca.pem]}\nca: {dir: /nonexistent/ca}\n", Overrides{})
+	})
+}
+
+func TestLevelOrDefault(t *testing.T) {
+	one, zero := 1, 0
+	tests := []struct {
+		name string
+		r    Route
+		want int
+	}{
+		{name: "passthrough", r: Route{TLS: TLSPassthrough}, want: 0},
+		{name: "terminate", r: Route{TLS: TLSTerminate}, want: 1},
+		{name: "plaintext", r: Route{TLS: TLSPlaintext}, want: 1},
+		{name: "explicit level wins", r: Route{TLS: TLSTerminate, Level: &zero}, want: 0},
+		{name: "explicit level on passthrough is returned as is", r: Route{TLS: TLSPassthrough, Level: &one}, want: 1},
+		{name: "no tls yet", r: Route{}, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.r.LevelOrDefault(); got != tt.want {
+				t.Errorf("LevelOrDefault() = %d, want %d", got, tt.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzParse feeds arbitrary bytes (and an arbitrary --mechanism) to Parse.
@@ -47,6 +48,48 @@ func FuzzParse(f *testing.F) {
 		if err := c.Validate(); err != nil {
 			t.Fatalf("Parse accepted a config that Validate rejects: %v\ninput:\n%s", err, data)
 		}
+		for i, r := range c.Routes {
+			if r.Level == nil || r.Line < 1 || r.Column < 1 {
+				t.Fatalf("routes[%d] = %+v: level not defaulted or no position", i, r)
+			}
+		}
+		for _, name := range c.RuleSetOrder {
+			for _, r := range c.RuleSets[name] {
+				checkTextPos(t, data, "when", r.When, r.WhenPos)
+				if r.RateLimit != nil {
+					checkTextPos(t, data, "rate_limit.key", r.RateLimit.Key, r.KeyPos)
+				}
+			}
+		}
 		roundTrip(t, c)
 	})
+}
+
+// checkTextPos checks that pos is where text starts in data: the character
+// there is text's first, except where YAML spells it differently (an escape
+// in a double-quoted scalar, a doubled quote in a single-quoted one) or text
+// starts with a line that is blank in the file.
+func checkTextPos(t *testing.T, data []byte, what, text string, pos Pos) {
+	t.Helper()
+	if text == "" {
+		return
+	}
+	if pos.File != "fuzz.yaml" {
+		t.Fatalf("%s %q: position %+v names the wrong file", what, text, pos)
+	}
+	lines := (&decoder{src: data}).sourceLines()
+	if pos.Line < 1 || pos.Line > len(lines) || pos.Column < 1 {
+		t.Fatalf("%s %q: position %+v is outside the file", what, text, pos)
+	}
+	w, _ := utf8.DecodeRuneInString(text)
+	if w == '\n' || w == ' ' {
+		return // a blank first line in a block, or a folded line break
+	}
+	line := []rune(lines[pos.Line-1])
+	if pos.Column > len(line) {
+		t.Fatalf("%s %q: position %+v is past the end of line %q", what, text, pos, string(line))
+	}
+	if c := line[pos.Column-1]; c != w && c != '\\' {
+		t.Fatalf("%s %q: position %+v points at %q in line %q", what, text, pos, c, string(line))
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -31,6 +32,7 @@ func Load(path string, o Overrides) (*Config, error) {
 func Parse(name string, data []byte, o Overrides) (*Config, error) {
 	d := &decoder{
 		file: name,
+		src:  data,
 		vals: map[string]*yaml.Node{},
 		keys: map[string]*yaml.Node{},
 		set:  map[string]bool{},
@@ -51,10 +53,17 @@ func Parse(name string, data []byte, o Overrides) (*Config, error) {
 		}
 	}
 	applyDefaults(c, func(key string) bool { return d.set[key] })
+	if name != "" {
+		c.resolvePaths(filepath.Dir(name))
+	}
 	if d.root != nil {
 		for _, e := range c.validate() {
 			if (o.Mechanism != "" && e.Key == "mechanism") || d.suppressed(e) {
 				continue
+			}
+			if o.Mechanism != "" && e.alt == "mechanism" {
+				// The file's mechanism line is not the one in effect.
+				e.alt = ""
 			}
 			e.File = name
 			e.Line, e.Column = d.locate(e.Key, e.alt)
@@ -72,14 +81,30 @@ func Parse(name string, data []byte, o Overrides) (*Config, error) {
 // decoding, which stops at the first problem, cannot name the key path, and
 // cannot tell an absent key from an explicit zero.
 type decoder struct {
-	file string
-	errs Errors
-	root *yaml.Node
-	vals map[string]*yaml.Node // key path -> value node, to place validation errors
-	keys map[string]*yaml.Node // key path -> key node, to place errors about missing children
-	set  map[string]bool       // key paths given a usable value; the rest get defaults
-	bad  map[string]bool       // key paths already reported, so validation does not repeat them
+	file  string
+	src   []byte
+	lines []string // src split the way YAML counts lines, on first use
+	runes map[int][]rune
+	// textPosOf caches textPos per node.
+	textPosOf map[*yaml.Node]Pos
+	errs      Errors
+	root      *yaml.Node
+	vals      map[string]*yaml.Node // key path -> value node, to place validation errors
+	keys      map[string]*yaml.Node // key path -> key node, to place errors about missing children
+	set       map[string]bool       // key paths given a usable value; the rest get defaults
+	bad       map[string]bool       // key paths already reported, so validation does not repeat them
+	// badAbove holds every parent of a key in bad; suppressed builds it
+	// once decoding is done.
+	badAbove map[string]bool
+	// entries counts list items and rule sets decoded, aliases counted at
+	// each use, against maxEntries.
+	entries int
 }
+
+// maxEntries bounds the work and memory a file can demand. Without it a few
+// hundred kilobytes of aliases (a list of N aliases to a list of N rules)
+// would expand to N² rules.
+const maxEntries = 100000
 
 func (d *decoder) fail(n *yaml.Node, key, msg string) {
 	d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Column: n.Column, Key: key, Msg: msg})
@@ -244,6 +269,35 @@ func (d *decoder) mapping(n *yaml.Node, path string, fields []field) bool {
 		d.fail(n, path, "expected a mapping, got "+describe(n))
 		return false
 	}
+	d.pairs(n, path, func(kn, vn *yaml.Node, key string) {
+		var f *field
+		for j := range fields {
+			if fields[j].name == kn.Value {
+				f = &fields[j]
+				break
+			}
+		}
+		if f == nil {
+			d.fail(kn, key, fmt.Sprintf("unknown key %s (valid: %s)", quote(kn.Value), fieldNames(fields)))
+			return
+		}
+		d.keys[key], d.vals[key] = kn, vn
+		if isNull(vn) {
+			// "key:" with nothing after it reads as "use the default".
+			return
+		}
+		if f.decode(vn, key) {
+			d.set[key] = true
+		} else {
+			d.bad[key] = true
+		}
+	})
+	return true
+}
+
+// pairs calls each for every key of mapping n that is a plain, first-seen
+// name, reporting the others; key is the dotted path of the pair.
+func (d *decoder) pairs(n *yaml.Node, path string, each func(kn, vn *yaml.Node, key string)) {
 	first := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		kn, vn := deref(n.Content[i]), deref(n.Content[i+1])
@@ -261,29 +315,8 @@ func (d *decoder) mapping(n *yaml.Node, path string, fields []field) bool {
 			continue
 		}
 		first[kn.Value] = kn
-		var f *field
-		for j := range fields {
-			if fields[j].name == kn.Value {
-				f = &fields[j]
-				break
-			}
-		}
-		if f == nil {
-			d.fail(kn, key, fmt.Sprintf("unknown key %s (valid: %s)", quote(kn.Value), fieldNames(fields)))
-			continue
-		}
-		d.keys[key], d.vals[key] = kn, vn
-		if isNull(vn) {
-			// "key:" with nothing after it reads as "use the default".
-			continue
-		}
-		if f.decode(vn, key) {
-			d.set[key] = true
-		} else {
-			d.bad[key] = true
-		}
+		each(kn, vn, key)
 	}
-	return true
 }
 
 func (d *decoder) section(name string, fields []field) field {
@@ -313,6 +346,28 @@ func (d *decoder) schema(c *Config) []field {
 		d.section("external", []field{
 			{"original_dst", d.str(&c.External.OriginalDst)},
 		}),
+		d.section("ebpf", []field{
+			{"cgroup", d.str(&c.EBPF.Cgroup)},
+		}),
+		d.section("ca", []field{
+			{"dir", d.str(&c.CA.Dir)},
+		}),
+		d.section("upstream_tls", []field{
+			{"extra_cas", list(d, &c.Upstream.ExtraCAs, parseString)},
+			{"handshake_timeout", d.duration(&c.Upstream.HandshakeTimeout)},
+		}),
+		d.section("tls", []field{
+			{"peek_timeout", d.duration(&c.TLS.PeekTimeout)},
+			{"max_client_hello", intField(d, &c.TLS.MaxClientHello, checkMaxClientHello)},
+			{"leaf_cache", intField(d, &c.TLS.LeafCache, checkCount)},
+			{"leaf_validity", d.duration(&c.TLS.LeafValidity)},
+		}),
+		d.section("http", []field{
+			{"max_header_bytes", intField(d, &c.HTTP.MaxHeaderBytes, checkMaxHeaderBytes)},
+			{"header_timeout", d.duration(&c.HTTP.HeaderTimeout)},
+		}),
+		{"routes", d.routes(&c.Routes)},
+		{"rule_sets", d.ruleSets(&c.RuleSets, &c.RuleSetOrder)},
 		d.section("limits", []field{
 			{"max_flows", intField(d, &c.Limits.MaxFlows, checkCount)},
 			{"max_flows_per_client", intField(d, &c.Limits.MaxFlowsPerClient, checkCount)},
@@ -337,6 +392,18 @@ func (d *decoder) str(dst *string) func(*yaml.Node, string) bool {
 			return false
 		}
 		*dst = v.Value
+		return true
+	}
+}
+
+func (d *decoder) boolean(dst *bool) func(*yaml.Node, string) bool {
+	var p *bool
+	set := d.boolPtr(&p)
+	return func(v *yaml.Node, key string) bool {
+		if !set(v, key) {
+			return false
+		}
+		*dst = *p
 		return true
 	}
 }
@@ -382,15 +449,48 @@ func intField[T uint16 | uint32 | int](d *decoder, dst *T, check func(int64) str
 	}
 }
 
+// intPtr is intField for a key whose absence the config must tell from 0.
+func intPtr(d *decoder, dst **int, check func(int64) string) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		var i int
+		if !intField(d, &i, check)(v, key) {
+			return false
+		}
+		*dst = &i
+		return true
+	}
+}
+
+// count charges n entries against maxEntries, reporting the first overrun
+// only: one message says what is wrong, the rest would be noise.
+func (d *decoder) count(v *yaml.Node, key string, n int) bool {
+	over := d.entries > maxEntries
+	d.entries += n
+	if d.entries <= maxEntries {
+		return true
+	}
+	if !over {
+		d.fail(v, key, fmt.Sprintf("the file has more than %d list entries and rule sets (each use of an alias counts again); use fewer aliases or split the configuration", maxEntries))
+	}
+	return false
+}
+
 // list stores nothing unless every item is usable, so that the indexes in
-// later validation errors match the file.
+// later validation errors match the file. An empty list is stored as nil,
+// like an absent one, so that a config written back out reads the same.
 func list[T any](d *decoder, dst *[]T, item func(*yaml.Node) (T, string)) func(*yaml.Node, string) bool {
 	return func(v *yaml.Node, key string) bool {
 		if v.Kind != yaml.SequenceNode {
 			d.fail(v, key, "expected a list, got "+describe(v))
 			return false
 		}
-		out := make([]T, 0, len(v.Content))
+		if !d.count(v, key, len(v.Content)) {
+			return false
+		}
+		var out []T
+		if len(v.Content) > 0 {
+			out = make([]T, 0, len(v.Content))
+		}
 		ok := true
 		for i, it := range v.Content {
 			it = deref(it)
@@ -409,6 +509,204 @@ func list[T any](d *decoder, dst *[]T, item func(*yaml.Node) (T, string)) func(*
 			*dst = out
 		}
 		return ok
+	}
+}
+
+// entries decodes a list of mappings (routes, rules). Unlike list it keeps
+// every entry, usable or not, so that the others are still validated and
+// indexes match the file; Parse returns no config when any entry failed.
+func entries[T any](d *decoder, v *yaml.Node, key, what string, schema func(*T) []field, at func(*T, *yaml.Node)) ([]T, bool) {
+	if v.Kind != yaml.SequenceNode {
+		d.fail(v, key, "expected a list of "+what+", got "+describe(v))
+		return nil, false
+	}
+	if !d.count(v, key, len(v.Content)) {
+		return nil, false
+	}
+	if len(v.Content) == 0 {
+		return nil, true
+	}
+	out := make([]T, len(v.Content))
+	for i, it := range v.Content {
+		it = deref(it)
+		k := fmt.Sprintf("%s[%d]", key, i)
+		d.keys[k], d.vals[k] = it, it
+		at(&out[i], it)
+		if !d.mapping(it, k, schema(&out[i])) {
+			d.bad[k] = true
+		}
+	}
+	return out, true
+}
+
+func (d *decoder) routes(dst *[]Route) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		out, ok := entries(d, v, key, "routes", d.routeSchema, func(r *Route, n *yaml.Node) {
+			r.Line, r.Column = n.Line, n.Column
+		})
+		*dst = out
+		return ok
+	}
+}
+
+func (d *decoder) routeSchema(r *Route) []field {
+	return []field{
+		{"name", d.str(&r.Name)},
+		d.section("match", []field{
+			{"destinations", list(d, &r.Match.Destinations, parsePrefix)},
+			{"ports", list(d, &r.Match.Ports, parsePortRange)},
+			{"sni", list(d, &r.Match.SNI, parseSNI)},
+			{"clients", list(d, &r.Match.Clients, parsePrefix)},
+		}),
+		{"tls", d.str(&r.TLS)},
+		{"level", intPtr(d, &r.Level, checkLevel)},
+		{"on_mismatch", d.str(&r.OnMismatch)},
+		{"development", d.boolean(&r.Development)},
+		{"plaintext_upstream_trusted_network", d.boolean(&r.PlaintextUpstreamTrustedNetwork)},
+		{"strict_mcp_headers", d.boolean(&r.StrictMCPHeaders)},
+		{"rule_set", d.str(&r.RuleSet)},
+	}
+}
+
+// ruleSets decodes a mapping whose keys are names the user chose, which
+// mapping cannot do; order records them as the file lists them.
+func (d *decoder) ruleSets(dst *map[string][]Rule, order *[]string) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		if v.Kind != yaml.MappingNode {
+			d.fail(v, key, "expected a mapping of rule set names to lists of rules, got "+describe(v))
+			return false
+		}
+		sets := map[string][]Rule{}
+		var names []string
+		ok := true
+		d.pairs(v, key, func(kn, vn *yaml.Node, k string) {
+			if !ok || !d.count(kn, k, 1) {
+				ok = false
+				return
+			}
+			// The key, not the list, is what a message about the set's
+			// name or existence should point at.
+			d.keys[k], d.vals[k] = kn, kn
+			var rules []Rule
+			if !isNull(vn) { // "name:" alone is a set without rules
+				var good bool
+				rules, good = entries(d, vn, k, "rules", d.ruleSchema, func(r *Rule, n *yaml.Node) {
+					r.Line, r.Column = n.Line, n.Column
+				})
+				if !good {
+					d.bad[k] = true
+				}
+			}
+			// Registered even when broken, so that a route naming it is
+			// not also told the set does not exist.
+			sets[kn.Value] = rules
+			names = append(names, kn.Value)
+		})
+		if len(names) > 0 {
+			*dst, *order = sets, names
+		}
+		return ok
+	}
+}
+
+func (d *decoder) ruleSchema(r *Rule) []field {
+	return []field{
+		{"name", d.str(&r.Name)},
+		{"when", d.expr(&r.When, &r.WhenPos)},
+		{"action", d.str(&r.Action)},
+		{"reason", d.str(&r.Reason)},
+		{"rate_limit", func(v *yaml.Node, key string) bool {
+			rl := &RateLimit{}
+			r.RateLimit = rl
+			return d.mapping(v, key, []field{
+				{"key", d.expr(&rl.Key, &r.KeyPos)},
+				{"rate", d.rate(&rl.Rate)},
+				{"burst", intField(d, &rl.Burst, checkCount)},
+			})
+		}},
+	}
+}
+
+// expr takes any scalar, since `when: true` is as much a CEL expression as
+// a quoted one, and records where its text starts for the policy package.
+func (d *decoder) expr(dst *string, pos *Pos) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		if v.Kind != yaml.ScalarNode {
+			d.fail(v, key, "expected a CEL expression (a string), got "+describe(v))
+			return false
+		}
+		*dst = v.Value
+		*pos = d.textPos(v)
+		return true
+	}
+}
+
+func (d *decoder) rate(dst *float64) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		r, msg := parseRate(v)
+		if msg != "" {
+			d.fail(v, key, msg)
+			return false
+		}
+		*dst = r
+		return true
+	}
+}
+
+func parseRate(n *yaml.Node) (float64, string) {
+	var r float64
+	switch {
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int":
+		i, msg := parseInt(n)
+		if msg != "" {
+			return 0, msg
+		}
+		r = float64(i)
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float":
+		if err := n.Decode(&r); err != nil {
+			return 0, fmt.Sprintf("invalid number %s", quote(n.Value))
+		}
+	default:
+		return 0, "expected a number of tokens per second such as 10 or 0.5, got " + describe(n)
+	}
+	return r, checkRate(r)
+}
+
+func parseString(n *yaml.Node) (string, string) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return "", "expected a string, got " + describe(n)
+	}
+	return n.Value, ""
+}
+
+// parseSNI lower-cases ASCII only: strings.ToLower would turn the Kelvin
+// sign into "k" and so accept a name no client can send.
+func parseSNI(n *yaml.Node) (string, string) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return "", "expected a server name such as api.example.com or *.example.com, got " + describe(n)
+	}
+	b := []byte(n.Value)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	s := string(b)
+	return s, checkSNI(s)
+}
+
+// resolvePaths makes relative file paths relative to dir, the directory of
+// the config file.
+func (c *Config) resolvePaths(dir string) {
+	resolve := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	c.CA.Dir = resolve(c.CA.Dir)
+	for i, p := range c.Upstream.ExtraCAs {
+		c.Upstream.ExtraCAs[i] = resolve(p)
 	}
 }
 
@@ -612,20 +910,29 @@ func parent(key string) string {
 
 // suppressed drops a validation error about a key that, or whose parent or
 // child, already failed to decode: that value was replaced by its default
-// and a second message would only mislead.
+// and a second message would only mislead. It looks keys up rather than
+// scanning d.bad, which a file with thousands of broken entries makes long.
 func (d *decoder) suppressed(e *Error) bool {
-	for b := range d.bad {
-		if related(e.Key, b) || (e.alt != "" && related(e.alt, b)) {
-			return true
+	if d.badAbove == nil {
+		d.badAbove = map[string]bool{}
+		for b := range d.bad {
+			for k := parent(b); k != "" && !d.badAbove[k]; k = parent(k) {
+				d.badAbove[k] = true
+			}
+		}
+	}
+	for _, key := range []string{e.Key, e.alt} {
+		if key == "" {
+			continue
+		}
+		if d.badAbove[key] {
+			return true // a child failed
+		}
+		for k := key; k != ""; k = parent(k) {
+			if d.bad[k] {
+				return true // the key or a parent failed
+			}
 		}
 	}
 	return false
-}
-
-func related(a, b string) bool {
-	return a == b || under(a, b) || under(b, a)
-}
-
-func under(key, anc string) bool {
-	return len(key) > len(anc) && strings.HasPrefix(key, anc) && (key[len(anc)] == '.' || key[len(anc)] == '[')
 }

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Validate checks c as it is, without applying defaults, so a config built in
@@ -62,24 +65,17 @@ func (c *Config) validate() Errors {
 		v.check("listen.addresses", "must not be empty")
 	}
 
-	if len(c.Intercept.Destinations) == 0 {
+	// The eBPF program sees every connect of its cgroup, so there empty
+	// means everything; the other mechanisms install rules per prefix and
+	// port, and steering a whole host by accident is not a default.
+	if len(c.Intercept.Destinations) == 0 && c.Mechanism != EBPF {
 		v.check("intercept.destinations", "required: list the prefixes whose traffic is intercepted, e.g. [10.0.0.0/8]")
 	}
-	for i, p := range c.Intercept.Destinations {
-		key := fmt.Sprintf("intercept.destinations[%d]", i)
-		switch {
-		case !p.IsValid():
-			v.check(key, "invalid prefix")
-		case p != p.Masked():
-			v.check(key, fmt.Sprintf("%s has host bits set; write %s", p, p.Masked()))
-		}
-	}
-	if len(c.Intercept.Ports) == 0 {
+	v.prefixes("intercept.destinations", c.Intercept.Destinations)
+	if len(c.Intercept.Ports) == 0 && c.Mechanism != EBPF {
 		v.check("intercept.ports", "required: list the ports to intercept, e.g. [80, 443, \"3000-3010\"]")
 	}
-	for i, p := range c.Intercept.Ports {
-		v.check(fmt.Sprintf("intercept.ports[%d]", i), checkPortRange(p))
-	}
+	v.ports("intercept.ports", c.Intercept.Ports)
 
 	s := c.Steering
 	v.check("steering.mark", checkMark(int64(s.Mark)))
@@ -100,6 +96,28 @@ func (c *Config) validate() Errors {
 
 	v.check("external.original_dst", checkOriginalDst(c.External.OriginalDst))
 
+	switch {
+	case c.EBPF.Cgroup == "" && c.Mechanism == EBPF:
+		v.checkAlt("ebpf.cgroup", "mechanism", "mechanism ebpf needs ebpf.cgroup (a cgroup v2 directory), or use `mcpintercept exec`")
+	case c.EBPF.Cgroup != "":
+		v.check("ebpf.cgroup", checkCgroup(c.EBPF.Cgroup))
+	}
+
+	v.check("ca.dir", checkPath(c.CA.Dir))
+	for i, p := range c.Upstream.ExtraCAs {
+		v.check(fmt.Sprintf("upstream_tls.extra_cas[%d]", i), checkPath(p))
+	}
+	v.check("upstream_tls.handshake_timeout", checkPositive(c.Upstream.HandshakeTimeout.Duration))
+	v.check("tls.peek_timeout", checkPositive(c.TLS.PeekTimeout.Duration))
+	v.check("tls.max_client_hello", checkMaxClientHello(int64(c.TLS.MaxClientHello)))
+	v.check("tls.leaf_cache", checkCount(int64(c.TLS.LeafCache)))
+	v.check("tls.leaf_validity", checkLeafValidity(c.TLS.LeafValidity.Duration))
+	v.check("http.max_header_bytes", checkMaxHeaderBytes(int64(c.HTTP.MaxHeaderBytes)))
+	v.check("http.header_timeout", checkPositive(c.HTTP.HeaderTimeout.Duration))
+
+	v.routes(c)
+	v.ruleSets(c)
+
 	l := c.Limits
 	v.check("limits.max_flows", checkCount(int64(l.MaxFlows)))
 	v.check("limits.max_flows_per_client", checkCount(int64(l.MaxFlowsPerClient)))
@@ -115,6 +133,161 @@ func (c *Config) validate() Errors {
 	v.check("log.level", checkLogLevel(c.Log.Level))
 	v.check("log.flows", checkLogFlows(c.Log.Flows))
 	return v.errs
+}
+
+func (v *validator) prefixes(key string, ps []netip.Prefix) {
+	for i, p := range ps {
+		k := fmt.Sprintf("%s[%d]", key, i)
+		switch {
+		case !p.IsValid():
+			v.check(k, "invalid prefix")
+		case p != p.Masked():
+			v.check(k, fmt.Sprintf("%s has host bits set; write %s", p, p.Masked()))
+		}
+	}
+}
+
+func (v *validator) ports(key string, ps []PortRange) {
+	for i, p := range ps {
+		v.check(fmt.Sprintf("%s[%d]", key, i), checkPortRange(p))
+	}
+}
+
+func (v *validator) routes(c *Config) {
+	names := map[string]int{}
+	for i, r := range c.Routes {
+		key := fmt.Sprintf("routes[%d]", i)
+		switch j, dup := names[r.Name]; {
+		case r.Name == "":
+			v.check(key+".name", "required: a name for logs and metrics, e.g. partner-api")
+		case dup:
+			v.check(key+".name", fmt.Sprintf("duplicate route name %s (also routes[%d])", quote(r.Name), j))
+		default:
+			names[r.Name] = i
+			v.check(key+".name", checkName(r.Name))
+		}
+
+		v.prefixes(key+".match.destinations", r.Match.Destinations)
+		v.ports(key+".match.ports", r.Match.Ports)
+		for j, s := range r.Match.SNI {
+			v.check(fmt.Sprintf("%s.match.sni[%d]", key, j), checkSNI(s))
+		}
+		v.prefixes(key+".match.clients", r.Match.Clients)
+
+		tlsKey, levelKey := key+".tls", key+".level"
+		tlsOK := checkTLS(r.TLS) == ""
+		v.check(tlsKey, checkTLS(r.TLS))
+		levelOK := true
+		if r.Level != nil {
+			msg := checkLevel(int64(*r.Level))
+			levelOK = msg == ""
+			v.check(levelKey, msg)
+		}
+		v.check(key+".on_mismatch", checkOneOf(r.OnMismatch, OnMismatchPassthrough, OnMismatchClose))
+		level := r.LevelOrDefault()
+
+		// The cross checks need both sides valid: a message about a
+		// combination is noise while one half is itself wrong.
+		if tlsOK && levelOK {
+			if r.TLS == TLSPassthrough && level >= 1 {
+				v.checkAlt(levelKey, tlsKey, "passthrough cannot read HTTP headers (the stream stays encrypted); use level 0, or tls: terminate")
+			}
+			if r.StrictMCPHeaders && level < 1 {
+				v.checkAlt(key+".strict_mcp_headers", levelKey, fmt.Sprintf("needs level 1: MCP headers are not read at level %d", level))
+			}
+			if r.RuleSet != "" && level < 1 && r.TLS != TLSPassthrough {
+				v.checkAlt(key+".rule_set", levelKey, fmt.Sprintf("needs level 1: a level 0 %s route does not read requests (only passthrough routes apply connection-level rules at level 0)", r.TLS))
+			}
+		}
+		if tlsOK && r.Development && r.TLS != TLSPlaintext {
+			v.checkAlt(key+".development", tlsKey, "development applies to tls: plaintext routes only")
+		}
+		if tlsOK && r.PlaintextUpstreamTrustedNetwork && r.TLS != TLSTerminate {
+			v.checkAlt(key+".plaintext_upstream_trusted_network", tlsKey, "plaintext_upstream_trusted_network applies to tls: terminate routes only (it lets the decrypted stream go upstream in plaintext)")
+		}
+		if _, ok := c.RuleSets[r.RuleSet]; r.RuleSet != "" && !ok {
+			msg := fmt.Sprintf("unknown rule set %s: rule_sets defines none", quote(r.RuleSet))
+			if names := c.ruleSetNames(); len(names) > 0 {
+				for i, n := range names {
+					names[i] = quote(n)
+				}
+				msg = fmt.Sprintf("unknown rule set %s (defined: %s)", quote(r.RuleSet), strings.Join(names, ", "))
+			}
+			v.check(key+".rule_set", msg)
+		}
+	}
+}
+
+// ruleSetNames lists the rule sets in file order, then any RuleSetOrder
+// misses (a config built in code), sorted.
+func (c *Config) ruleSetNames() []string {
+	var names []string
+	for _, n := range c.RuleSetOrder {
+		if _, ok := c.RuleSets[n]; ok && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	var rest []string
+	for n := range c.RuleSets {
+		if !slices.Contains(names, n) {
+			rest = append(rest, n)
+		}
+	}
+	slices.Sort(rest)
+	return append(names, rest...)
+}
+
+func (v *validator) ruleSets(c *Config) {
+	names := c.ruleSetNames()
+	if len(c.RuleSetOrder) != len(names) || !slices.Equal(c.RuleSetOrder, names[:len(c.RuleSetOrder)]) {
+		// Only reachable from code: Parse keeps the two in step.
+		v.check("rule_sets", "RuleSetOrder must name every rule set exactly once")
+	}
+	for _, name := range names {
+		setKey := join("rule_sets", segment(name))
+		v.check(setKey, checkName(name))
+		first := map[string]int{}
+		for i, r := range c.RuleSets[name] {
+			key := fmt.Sprintf("%s[%d]", setKey, i)
+			switch j, dup := first[r.Name]; {
+			case r.Name == "":
+				v.check(key+".name", "required: a name for the decision log, e.g. deny-admin-tools")
+			case dup:
+				v.check(key+".name", fmt.Sprintf("duplicate rule name %s (also %s[%d])", quote(r.Name), setKey, j))
+			default:
+				first[r.Name] = i
+				v.check(key+".name", checkName(r.Name))
+			}
+			actionKey, rlKey := key+".action", key+".rate_limit"
+			actionMsg := checkOneOf(r.Action, ActionAllow, ActionDeny, ActionRateLimit)
+			if r.Action == "" {
+				actionMsg = "required: allow, deny or rate_limit"
+			}
+			v.check(actionKey, actionMsg)
+			v.check(key+".reason", checkReason(r.Reason))
+			switch {
+			case r.Action == ActionRateLimit && r.RateLimit == nil:
+				v.checkAlt(rlKey, actionKey, "required when action is rate_limit: give key, rate and burst")
+			case actionMsg == "" && r.Action != ActionRateLimit && r.RateLimit != nil:
+				v.checkAlt(rlKey, actionKey, fmt.Sprintf("applies to action: rate_limit only, and this rule's action is %s", r.Action))
+			}
+			if rl := r.RateLimit; rl != nil {
+				if strings.TrimSpace(rl.Key) == "" {
+					v.check(rlKey+".key", "required: a CEL expression naming the bucket, e.g. client.address")
+				}
+				if rl.Rate == 0 {
+					v.check(rlKey+".rate", "required: tokens per second, greater than 0")
+				} else {
+					v.check(rlKey+".rate", checkRate(rl.Rate))
+				}
+				if rl.Burst == 0 {
+					v.check(rlKey+".burst", "required: the bucket size (requests allowed at once), at least 1")
+				} else {
+					v.check(rlKey+".burst", checkCount(int64(rl.Burst)))
+				}
+			}
+		}
+	}
 }
 
 // The check functions return "" when the value is fine and the message
@@ -213,6 +386,9 @@ func checkAdminListen(s string) string {
 	if s == Off {
 		return ""
 	}
+	if msg := checkControl(s); msg != "" {
+		return msg
+	}
 	_, port, err := net.SplitHostPort(s)
 	if err != nil {
 		return fmt.Sprintf(`must be "off" or host:port, got %s`, quote(s))
@@ -234,8 +410,166 @@ func checkLogFlows(s string) string {
 	switch {
 	case s == "":
 		return `must be "stdout", "off" or a file path`
-	case strings.ContainsRune(s, 0):
-		return "file path contains a NUL byte"
+	}
+	return checkControl(s)
+}
+
+// checkControl rejects control characters (line breaks and tabs included)
+// where they can only be a mistake: file paths and addresses. They would
+// also break a log line, and yaml.v3 cannot always write them back out.
+func checkControl(s string) string {
+	for _, r := range s {
+		if r == 0 {
+			return "contains a NUL byte"
+		}
+		if unicode.IsControl(r) {
+			return fmt.Sprintf("contains the control character %U", r)
+		}
+	}
+	return ""
+}
+
+func checkOneOf(s string, valid ...string) string {
+	if s == "" {
+		return "must not be empty (valid: " + strings.Join(valid, ", ") + ")"
+	}
+	if !slices.Contains(valid, s) {
+		return fmt.Sprintf("unknown value %s (valid: %s)", quote(s), strings.Join(valid, ", "))
+	}
+	return ""
+}
+
+func checkTLS(s string) string {
+	if s == "" {
+		return "required: passthrough, terminate or plaintext"
+	}
+	return checkOneOf(s, TLSPassthrough, TLSTerminate, TLSPlaintext)
+}
+
+func checkLevel(v int64) string {
+	switch v {
+	case 0, 1:
+		return ""
+	case 2:
+		return "level 2 is not available in this build yet"
+	}
+	return fmt.Sprintf("must be 0 (opaque) or 1 (HTTP headers), got %d", v)
+}
+
+// checkName keeps route and rule names safe to print in logs and metric
+// labels as they are.
+func checkName(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
+			return fmt.Sprintf("invalid name %s: use letters, digits, '_', '.' and '-'", quote(s))
+		}
+	}
+	if s == "" {
+		return "must not be empty"
+	}
+	return ""
+}
+
+const maxReason = 200
+
+// checkReason keeps a reason to one printable line, since it becomes a line
+// of an HTTP response body and of the decision log.
+func checkReason(s string) string {
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8"
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Sprintf("contains the non-printing character %U; write one line of plain text", r)
+		}
+	}
+	if n := utf8.RuneCountInString(s); n > maxReason {
+		return fmt.Sprintf("is %d characters long; keep it to %d", n, maxReason)
+	}
+	return ""
+}
+
+func checkRate(r float64) string {
+	if math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 {
+		return fmt.Sprintf("must be a positive number of tokens per second, got %v", r)
+	}
+	return ""
+}
+
+func checkMaxClientHello(v int64) string { return between(v, minClientHello, maxClientHello) }
+
+func checkMaxHeaderBytes(v int64) string { return between(v, minHeaderBytes, maxHeaderBytes) }
+
+func checkLeafValidity(d time.Duration) string {
+	if d < minLeafValidity || d > maxLeafValidity {
+		return fmt.Sprintf("must be between 1h and 825 days (19800h), got %s", d)
+	}
+	return ""
+}
+
+func checkPath(s string) string {
+	if s == "" {
+		return "must not be empty"
+	}
+	return checkControl(s)
+}
+
+func checkCgroup(s string) string {
+	if msg := checkPath(s); msg != "" {
+		return msg
+	}
+	if !strings.HasPrefix(s, "/") {
+		return fmt.Sprintf("%s is relative; give the absolute path of a cgroup v2 directory, e.g. /sys/fs/cgroup/mcpintercept.slice", quote(s))
+	}
+	return ""
+}
+
+// checkSNI accepts what a client can put in server_name (RFC 6066: a DNS
+// host name, no trailing dot, never an address) plus a leading "*." label.
+func checkSNI(s string) string {
+	if s == "" {
+		return "must not be empty"
+	}
+	if _, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
+		return "SNI carries names, not addresses; match on destinations instead"
+	}
+	if _, err := netip.ParsePrefix(s); err == nil {
+		return "SNI carries names, not addresses; match on destinations instead"
+	}
+	if len(s) > 253 {
+		return fmt.Sprintf("is %d characters long; a DNS name has at most 253", len(s))
+	}
+	labels := strings.Split(s, ".")
+	for i, l := range labels {
+		switch {
+		case l == "*" && i == 0 && len(labels) > 1:
+			continue
+		case l == "*" && i == 0:
+			return `a wildcard needs a suffix, e.g. "*.example.com"; leave sni out to match every name`
+		case strings.Contains(l, "*"):
+			return fmt.Sprintf(`%s: a wildcard must be the whole first label, as in "*.example.com"`, quote(s))
+		case l == "" && i == len(labels)-1:
+			return fmt.Sprintf("%s ends with a dot; remove it (SNI names carry no trailing dot)", quote(s))
+		case l == "":
+			return fmt.Sprintf("%s has an empty label", quote(s))
+		case len(l) > 63:
+			return fmt.Sprintf("label %s is longer than 63 characters", quote(l))
+		case l[0] == '-' || l[len(l)-1] == '-':
+			return fmt.Sprintf("label %s starts or ends with '-'", quote(l))
+		}
+		for _, c := range l {
+			if c >= 'A' && c <= 'Z' {
+				return fmt.Sprintf("%s must be lower case", quote(s))
+			}
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				what := fmt.Sprintf("%q", c)
+				if c >= utf8.RuneSelf {
+					// Spelled out: U+212A prints exactly like "K".
+					what = fmt.Sprintf("%U %s", c, what)
+				}
+				return fmt.Sprintf("label %s contains %s; names use letters, digits and '-'", quote(l), what)
+			}
+		}
 	}
 	return ""
 }
