@@ -220,12 +220,12 @@ func execRun(cfg *config.Config, zeroConfig bool, argv []string, stderr io.Write
 	// Start the child directly inside the cgroup (clone3 CLONE_INTO_CGROUP): there is no moment in
 	// which it runs unsteered.
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgFD.Fd())}
-	fmt.Fprintf(stderr, "mcpintercept: steering the TCP connects of %q (cgroup %s) to %s\n", strings.Join(argv, " "), cg, listenerList(lns))
 	if err := cmd.Start(); err != nil {
 		cgFD.Close()
 		return 127, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	cgFD.Close()
+	fmt.Fprintf(stderr, "mcpintercept: steering the TCP connects of %q (pid %d, cgroup %s) to %s\n", strings.Join(argv, " "), cmd.Process.Pid, cg, listenerList(lns))
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
