@@ -193,9 +193,11 @@ func runNodeArgs(t *testing.T, caFile string, args ...string) string {
 	if caFile != "" {
 		cmd.Env = append(cmd.Env, "NODE_EXTRA_CA_CERTS="+caFile)
 	}
-	out, err := cmd.CombinedOutput()
+	var stderr syncBuf
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("node client %v: %v\n%s", args, err, out)
+		t.Fatalf("node client %v: %v\n%s", args, err, stderr.String())
 	}
 	return string(out)
 }

@@ -156,18 +156,7 @@ func TestTLSTerminate(t *testing.T) {
 
 func runNode(t *testing.T, caFile, url string) string {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", nsClient, "node", "client.mjs", url)
-	cmd.Dir = filepath.Join(repoRoot, "e2e", "node")
-	cmd.Env = append(os.Environ(), "NODE_EXTRA_CA_CERTS="+caFile)
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("node client %s: %v\n%s", url, err, stderr)
-	}
-	return string(out)
+	return runNodeArgs(t, caFile, url)
 }
 
 // TestTLSPassthrough: "The encrypted stream is forwarded without being decrypted. No certificate is

@@ -171,14 +171,7 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) {
 	switch route.TLS {
 	case Passthrough:
 		if !f.isTLS() {
-			if f.badHello() {
-				e.closeBadHello(f, route)
-				return
-			}
-			if !e.mismatch(f, route, "passthrough route saw non-TLS bytes") {
-				return
-			}
-			e.opaque(ctx, f, route, "")
+			e.notTLS(ctx, f, route)
 			return
 		}
 		if !e.connPolicy(f, route, "passthrough") {
@@ -187,14 +180,7 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) {
 		e.opaque(ctx, f, route, "passthrough")
 	case Terminate:
 		if !f.isTLS() {
-			if f.badHello() {
-				e.closeBadHello(f, route)
-				return
-			}
-			if !e.mismatch(f, route, "terminate route saw non-TLS bytes") {
-				return
-			}
-			e.opaque(ctx, f, route, "")
+			e.notTLS(ctx, f, route)
 			return
 		}
 		e.terminate(ctx, f, route)
@@ -275,6 +261,18 @@ func (f *flow) looksLikeHTTP() bool {
 		}
 	}
 	return false
+}
+
+// notTLS handles a TLS route whose client did not open with a valid ClientHello: a broken hello
+// closes the flow, anything else follows the route's on_mismatch.
+func (e *Engine) notTLS(ctx context.Context, f *flow, route *Route) {
+	if f.badHello() {
+		e.closeBadHello(f, route)
+		return
+	}
+	if e.mismatch(f, route, string(route.TLS)+" route saw non-TLS bytes") {
+		e.opaque(ctx, f, route, "")
+	}
 }
 
 // mismatch applies the route's on_mismatch choice and logs it. It returns true to forward

@@ -60,7 +60,7 @@ load() { # label url [extra loadgen args]
 	shift 2
 	echo "bench: $label ($DURATION, $CONNS connections)..." >&2
 	ip netns exec mcpi-client bin/loadgen -url "$url" -conns "$CONNS" -duration "$DURATION" \
-		-warmup 2s -body-size 1024 -label "$label" "$@" | tee -a "$WORK/results.jsonl" >/dev/null
+		-warmup 2s -body-size 1024 -label "$label" "$@" >>"$RESULTS"
 }
 
 appliance() { # config mechanism
@@ -73,34 +73,44 @@ appliance() { # config mechanism
 stop_appliance() { kill -TERM "$APP_PID"; wait "$APP_PID" || true; APP_PID=; }
 
 PLAIN=http://10.200.2.2:8080/mcp
-load direct "$PLAIN"
-for m in nftables-tproxy iptables-redirect; do
-	appliance "$WORK/core.yaml" "$m"
-	load "$m" "$PLAIN"
+run_pass() { # results-file
+	RESULTS=$1
+	load direct "$PLAIN"
+	for m in nftables-tproxy iptables-redirect; do
+		appliance "$WORK/core.yaml" "$m"
+		load "$m" "$PLAIN"
+		stop_appliance
+	done
+	appliance "$WORK/routes.yaml" nftables-tproxy
+	load "level1 (tproxy)" "$PLAIN"
 	stop_appliance
-done
-appliance "$WORK/routes.yaml" nftables-tproxy
-load "level1 (tproxy)" "$PLAIN"
-stop_appliance
 
-# eBPF: the appliance runs on the client's host (exec), the load generator is its child.
-echo "bench: ebpf ($DURATION, $CONNS connections)..." >&2
-ip netns exec mcpi-client bin/mcpintercept exec --config "$WORK/core.yaml" -- bin/loadgen -url "$PLAIN" \
-	-conns "$CONNS" -duration "$DURATION" -warmup 2s -body-size 1024 -label "ebpf (exec)" 2>/dev/null >>"$WORK/results.jsonl"
+	# eBPF: the appliance runs on the client's host (exec), the load generator is its child.
+	echo "bench: ebpf ($DURATION, $CONNS connections)..." >&2
+	ip netns exec mcpi-client bin/mcpintercept exec --config "$WORK/core.yaml" -- bin/loadgen -url "$PLAIN" \
+		-conns "$CONNS" -duration "$DURATION" -warmup 2s -body-size 1024 -label "ebpf (exec)" 2>/dev/null >>"$RESULTS"
 
-echo "tls" >>"$WORK/results.jsonl"
-load "direct TLS" https://10.200.2.2:8443/mcp -ca "$PKI/server-ca.pem"
-appliance "$WORK/routes.yaml" nftables-tproxy
-ip netns exec mcpi-appliance bin/mcpintercept ca export --dir "$WORK/ca" >"$WORK/appliance-ca.pem"
-load "passthrough" https://10.200.2.2:9443/mcp -ca "$PKI/server-ca.pem"
-load "terminate+L1" https://10.200.2.2:8443/mcp -ca "$WORK/appliance-ca.pem"
-stop_appliance
+	echo "tls" >>"$RESULTS"
+	load "direct TLS" https://10.200.2.2:8443/mcp -ca "$PKI/server-ca.pem"
+	appliance "$WORK/routes.yaml" nftables-tproxy
+	ip netns exec mcpi-appliance bin/mcpintercept ca export --dir "$WORK/ca" >"$WORK/appliance-ca.pem"
+	load "passthrough" https://10.200.2.2:9443/mcp -ca "$PKI/server-ca.pem"
+	load "terminate+L1" https://10.200.2.2:8443/mcp -ca "$WORK/appliance-ca.pem"
+	stop_appliance
+}
 
-python3 - "$WORK/results.jsonl" <<'PY'
+# Throughput at 16 connections (the server saturates the 2 cores: p50 there is mostly queueing),
+# then latency with one connection (nothing queues: the added p50 is the appliance's own cost).
+run_pass "$WORK/results.jsonl"
+CONNS=1 DURATION=${LATENCY_DURATION:-5s} run_pass "$WORK/latency.jsonl"
+
+python3 - "$WORK/results.jsonl" "$WORK/latency.jsonl" <<'PY'
 import json, sys
-base = None
-print(f"{'path':<22}{'req/s':>10}{'p50 us':>10}{'p99 us':>10}{'errors':>8}{'x direct':>10}{'+p50 us':>10}")
-for line in open(sys.argv[1]):
+for path, title in ((sys.argv[1], "throughput: 16 connections"), (sys.argv[2], "latency: 1 connection")):
+  base = None
+  print(f"\n== {title}")
+  print(f"{'path':<22}{'req/s':>10}{'p50 us':>10}{'p99 us':>10}{'errors':>8}{'x direct':>10}{'+p50 us':>10}")
+  for line in open(path):
     if line.strip() == "tls":
         base = None
         print()

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -280,6 +281,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	// A CPU profile of the whole run, for performance work: MCPINTERCEPT_CPUPROFILE=FILE.
+	if f := os.Getenv("MCPINTERCEPT_CPUPROFILE"); f != "" {
+		if out, err := os.Create(f); err == nil {
+			pprof.StartCPUProfile(out)
+			defer func() { pprof.StopCPUProfile(); out.Close() }()
+		}
+	}
 	if err := run(ctx, cfg, log, stdout, hup); err != nil {
 		log.Error("stopped", "err", err)
 		return exitRuntime
