@@ -41,7 +41,8 @@ demo: deps build
 
 # Requests/s, p50 and p99 direct and through each mechanism, with ratios.
 bench: deps build
-	$(GO) test -run '^$$' -bench . -benchmem ./engine/ ./telemetry/
+	$(GO) test -run '^$$' -bench . -benchmem ./engine/ ./level1/ ./policy/ ./pki/ ./tlsmitm/
+	$(GO) test -run '^$$' -bench ConnectRedirect -benchtime 2000x ./intercept/
 	scripts/bench.sh
 
 # Every fuzz target for FUZZTIME each (the committed corpora also run in `make test`).

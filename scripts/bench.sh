@@ -23,7 +23,7 @@ finish() {
 trap finish EXIT
 
 go build -o bin/mcpintercept ./cmd/mcpintercept
-go build -o bin/ ./e2e/peers/mcpserver ./e2e/peers/loadgen
+go build -o bin/ ./e2e/peers/mcpserver ./e2e/peers/loadgen ./e2e/peers/tlsprobe
 scripts/lab.sh up >/dev/null
 PKI=$ROOT/.lab/pki
 
@@ -104,7 +104,20 @@ run_pass() { # results-file
 run_pass "$WORK/results.jsonl"
 CONNS=1 DURATION=${LATENCY_DURATION:-5s} run_pass "$WORK/latency.jsonl"
 
-python3 - "$WORK/results.jsonl" "$WORK/latency.jsonl" <<'PY'
+# TLS handshakes (TCP connect + handshake, microseconds): direct, then through terminate for a
+# name the appliance has not minted a leaf for yet (first) and again (cached leaf).
+hs() { ip netns exec mcpi-client bin/tlsprobe -addr 10.200.2.2:8443 -sni "$1" -ca "$2" -path /mcp | python3 -c 'import json,sys; print(json.load(sys.stdin)["handshake_us"])'; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "bench: TLS handshakes..." >&2
+hs_direct=$(for i in 1 2 3 4 5 6 7; do hs mcp.lab.test "$PKI/server-ca.pem"; done | median)
+appliance "$WORK/routes.yaml" nftables-tproxy
+hs_first_name=$(hs mcp.lab.test "$WORK/appliance-ca.pem")
+hs_first_ip=$(hs 10.200.2.2 "$WORK/appliance-ca.pem")
+hs_cached=$(for i in 1 2 3 4 5 6 7; do hs mcp.lab.test "$WORK/appliance-ca.pem"; done | median)
+stop_appliance
+printf '{"direct": %s, "first_name": %s, "first_ip": %s, "cached": %s}\n' "$hs_direct" "$hs_first_name" "$hs_first_ip" "$hs_cached" >"$WORK/handshake.json"
+
+python3 - "$WORK/results.jsonl" "$WORK/latency.jsonl" "$WORK/handshake.json" <<'PY'
 import json, sys
 for path, title in ((sys.argv[1], "throughput: 16 connections"), (sys.argv[2], "latency: 1 connection")):
   base = None
@@ -120,4 +133,9 @@ for path, title in ((sys.argv[1], "throughput: 16 connections"), (sys.argv[2], "
         base = r
     print(f"{r['label']:<22}{r['rps']:>10.0f}{r['p50_us']:>10.0f}{r['p99_us']:>10.0f}{r['errors']:>8}"
           f"{r['rps']/base['rps']:>10.2f}{r['p50_us']-base['p50_us']:>10.0f}")
+h = json.load(open(sys.argv[3]))
+print("\n== TLS handshake (TCP connect + handshake), microseconds")
+print(f"direct {h['direct']}; through terminate: first handshake to a new name {h['first_name']} "
+      f"(+{h['first_name']-h['direct']}), to a new IP {h['first_ip']} (+{h['first_ip']-h['direct']}), "
+      f"cached leaf {h['cached']} (+{h['cached']-h['direct']})")
 PY

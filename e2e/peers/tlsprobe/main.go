@@ -83,6 +83,7 @@ func main() {
 			cfg.NextProtos = append(cfg.NextProtos, fmt.Sprintf("x-%03d-%s", i, strings.Repeat("p", 190)))
 		}
 	}
+	began := time.Now()
 	raw, err := net.DialTimeout("tcp", *addr, *timeout)
 	if err != nil {
 		fail("dial: %v", err)
@@ -97,6 +98,7 @@ func main() {
 	if err := tc.Handshake(); err != nil {
 		fail("handshake: %v", err)
 	}
+	handshake := time.Since(began)
 	st := tc.ConnectionState()
 	leaf := st.PeerCertificates[0]
 	sum := sha256.Sum256(leaf.Raw)
@@ -108,6 +110,7 @@ func main() {
 		"peer_subject":   leaf.Subject.CommonName,
 		"hello_big":      *bigHello,
 		"hello_one_byte": *oneByte,
+		"handshake_us":   handshake.Microseconds(), // TCP connect + TLS handshake
 	}
 	// One real HTTP request, written in one piece, over the established session.
 	req := "POST " + *path + " HTTP/1.1\r\nHost: " + name + "\r\nContent-Type: application/json\r\n" +
