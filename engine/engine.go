@@ -81,6 +81,11 @@ type Engine struct {
 	wg        sync.WaitGroup
 	refuseLog rateLimitedLog
 	routing   atomic.Pointer[Routing]
+
+	// flowCtx is what flows run under. It is not the accept loop's context: stopping accepting
+	// must leave open flows to drain, and only Drain's deadline cancels them.
+	flowCtx    context.Context
+	flowCancel context.CancelFunc
 }
 
 // SetRouting swaps the routing table (config reload). Open flows are not disturbed.
@@ -103,6 +108,7 @@ func New(opt Options) *Engine {
 		idPrefix:    hex.EncodeToString(b[:]),
 		refuseLog:   rateLimitedLog{log: opt.Log, every: time.Second},
 	}
+	e.flowCtx, e.flowCancel = context.WithCancel(context.Background())
 	e.SetRouting(opt.Routing)
 	return e
 }
@@ -145,7 +151,7 @@ func (e *Engine) Serve(ctx context.Context, ln *net.TCPListener) error {
 					c.Close()
 				}
 			}()
-			e.handle(ctx, c)
+			e.handle(e.flowCtx, c)
 		}()
 	}
 }
@@ -157,9 +163,11 @@ func (e *Engine) Drain(ctx context.Context) (forced int) {
 	go func() { e.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		e.flowCancel()
 		return 0
 	case <-ctx.Done():
 	}
+	e.flowCancel()
 	e.clientsMu.Lock()
 	for _, f := range e.flows {
 		f.abort()

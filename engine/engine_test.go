@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -9,7 +10,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -395,5 +399,59 @@ func TestDrainClosesAfterDeadline(t *testing.T) {
 	}
 	if rec := h.sink.next(t); rec.Reason != "shutdown" {
 		t.Fatalf("record reason %q, want shutdown", rec.Reason)
+	}
+}
+
+// TestStopAcceptingKeepsFlows: stopping the accept loop (SIGTERM) leaves open flows running until
+// Drain's deadline — also Level 1 flows, whose proxy watches its context — and the listener
+// refuses new connections meanwhile.
+func TestStopAcceptingKeepsFlows(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	up := strings.TrimPrefix(srv.URL, "http://")
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newSink()
+	eng := New(Options{Mechanism: "external", Steering: fixedDst{netip.MustParseAddrPort(up)},
+		Dialer: &net.Dialer{}, Limits: Limits{ConnectTimeout: time.Second}, Flows: sink,
+		Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Routing: &Routing{Routes: []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true}}}})
+	ctx, stopAccepting := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { eng.Serve(ctx, ln); close(served) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	get := func(what string) {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "GET /"+what+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	get("before")
+	if rec := sink.next(t); rec.Level != 1 {
+		t.Fatalf("not a Level 1 flow: %+v", rec)
+	}
+	stopAccepting()
+	<-served
+	if _, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
+		t.Fatal("the listener still accepts after stopping")
+	}
+	get("draining") // the open flow is untouched
+	c.Close()
+	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if forced := eng.Drain(dctx); forced != 0 {
+		t.Fatalf("Drain forced %d flows that had ended by themselves", forced)
 	}
 }
