@@ -30,7 +30,7 @@ PKI=$ROOT/.lab/pki
 ip netns exec mcpi-server bin/mcpserver -stateless -listen '10.200.2.2:8080' >"$WORK/server.out" 2>/dev/null &
 ip netns exec mcpi-server bin/mcpserver -stateless -listen '10.200.2.2:8443,10.200.2.2:9443' \
 	-tls-cert "$PKI/server.pem" -tls-key "$PKI/server-key.pem" >"$WORK/tlsserver.out" 2>/dev/null &
-for i in $(seq 1 100); do grep -q READY "$WORK/server.out" && grep -q READY "$WORK/tlsserver.out" && break; sleep 0.1; done
+for i in $(seq 1 100); do grep -qs READY "$WORK/server.out" && grep -qs READY "$WORK/tlsserver.out" && break; sleep 0.1; done
 
 base='mechanism: nftables-tproxy
 listen: {port: 15001}
