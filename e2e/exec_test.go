@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,22 +18,33 @@ import (
 // share the namespace, as on a developer's host.
 func execIn(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	var e syncBuf
+	o, code, err := execInErr(dir, &e, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, e.String(), code
+}
+
+// execInErr is execIn for goroutines (no t.Fatal); stderr streams into e as it is written.
+func execInErr(dir string, e *syncBuf, args ...string) (string, int, error) {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", nsClient, bin("mcpintercept"), "exec"}, args...)...)
 	cmd.Dir = dir
-	var o, e syncBuf
-	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var o syncBuf
+	cmd.Stdout, cmd.Stderr = &o, e
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return "", -1, err
 	}
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
 	case <-time.After(2 * time.Minute):
 		cmd.Process.Kill()
-		t.Fatalf("exec %v did not finish:\n%s", args, e.String())
+		return o.String(), -1, fmt.Errorf("exec %v did not finish:\n%s", args, e.String())
 	}
-	return o.String(), e.String(), cmd.ProcessState.ExitCode()
+	return o.String(), cmd.ProcessState.ExitCode(), nil
 }
 
 func labConfig() string { return filepath.Join(repoRoot, "examples", "lab.yaml") }
@@ -63,9 +75,9 @@ func TestExecNodeTLS(t *testing.T) {
 func TestExecGoIPv6AndMapped(t *testing.T) {
 	needLab(t)
 	tlsServer(t)
-	cases := []struct{ name, url, network string }{
-		{"ipv6", "https://[fd00:200:2::2]:8443/mcp", "tcp"},
-		{"ipv4-mapped", "https://[::ffff:10.200.2.2]:8443/mcp", "tcp6"},
+	cases := []struct{ name, url, network, dst string }{
+		{"ipv6", "https://[fd00:200:2::2]:8443/mcp", "tcp", "[fd00:200:2::2]:8443"},
+		{"ipv4-mapped", "https://[::ffff:10.200.2.2]:8443/mcp", "tcp6", "10.200.2.2:8443"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -75,8 +87,8 @@ func TestExecGoIPv6AndMapped(t *testing.T) {
 			if code != 0 || out != direct {
 				t.Fatalf("exit %d; output:\n%s\nwant\n%s\nstderr:\n%s", code, out, direct, errOut)
 			}
-			if !strings.Contains(errOut, "mcpclient[") || strings.Contains(errOut, "loop") {
-				t.Errorf("live lines:\n%s", errOut)
+			if !strings.Contains(errOut, "mcpclient[") || !strings.Contains(errOut, "-> "+c.dst+" 200") {
+				t.Errorf("no live line for a request to %s:\n%s", c.dst, errOut)
 			}
 		})
 	}
@@ -87,35 +99,51 @@ func TestExecGoIPv6AndMapped(t *testing.T) {
 func TestExecScope(t *testing.T) {
 	needLab(t)
 	goServer(t)
+	bytePump(t)
 	lo := startT(t, nsClient, bin("bytepump"), "serve", "-listen", "127.0.0.1:3009", "-reply-bytes", "1000")
 	if err := lo.waitFor("READY", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	script := bin("bytepump") + ` send -addr 127.0.0.1:3009 -bytes 1000 -expect-bytes 1000 >/dev/null && sleep 3; exit 7`
+	// Inside the cgroup: one loopback connection (left alone) and one to the lab server (steered:
+	// the positive control), then a pause during which a process outside the cgroup connects.
+	script := bin("bytepump") + ` send -addr 127.0.0.1:3009 -bytes 1000 -expect-bytes 1000 >/dev/null && ` +
+		bin("bytepump") + ` send -addr 10.200.2.2:3005 -bytes 1000 >/dev/null && sleep 3; exit 7`
 	type result struct {
-		out, errOut string
-		code        int
+		out  string
+		code int
+		err  error
 	}
+	var errOut syncBuf
 	res := make(chan result, 1)
 	go func() {
-		o, e, c := execIn(t, repoRoot, "--", "sh", "-c", script)
-		res <- result{o, e, c}
+		o, c, err := execInErr(repoRoot, &errOut, "--", "sh", "-c", script)
+		res <- result{o, c, err}
 	}()
-	time.Sleep(1 * time.Second)
-	// Outside the cgroup, in the same namespace, while exec runs.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(errOut.String(), "connection to 10.200.2.2:3005") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command's connect to the lab server was not steered:\n%s", errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Outside the cgroup, in the same namespace, while the hooks are attached.
 	runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", "http://10.200.2.2:8080/mcp")
 	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	out := errOut.String()
 	if r.code != 7 {
-		t.Errorf("exit code %d, want the command's 7:\n%s", r.code, r.errOut)
+		t.Errorf("exit code %d, want the command's 7:\n%s", r.code, out)
 	}
-	if strings.Contains(r.errOut, "mcpclient[") {
-		t.Errorf("a process outside the cgroup was intercepted:\n%s", r.errOut)
+	if strings.Contains(out, "mcpclient[") {
+		t.Errorf("a process outside the cgroup was intercepted:\n%s", out)
 	}
-	if strings.Contains(r.errOut, "-> 127.0.0.1:3009") || strings.Contains(r.errOut, "connection to 127.0.0.1:3009") {
-		t.Errorf("a loopback connection was intercepted:\n%s", r.errOut)
+	if strings.Contains(out, "-> 127.0.0.1:3009") || strings.Contains(out, "connection to 127.0.0.1:3009") {
+		t.Errorf("a loopback connection was intercepted:\n%s", out)
 	}
-	if !strings.Contains(r.errOut, "no intercepted traffic") {
-		t.Errorf("summary should say nothing was intercepted:\n%s", r.errOut)
+	if !strings.Contains(out, "bytepump[") {
+		t.Errorf("the steered connection does not name its process:\n%s", out)
 	}
 }
 
@@ -160,12 +188,28 @@ func TestExecCommRule(t *testing.T) {
 func TestExecFailOpen(t *testing.T) {
 	needLab(t)
 	goServer(t)
-	p := startT(t, nsClient, bin("mcpintercept"), "exec", "--", "sh", "-c",
-		"sleep 2; exec "+bin("mcpclient")+" -url http://10.200.2.2:8080/mcp")
-	if err := p.waitFor("steering the TCP connects", 20*time.Second); err != nil {
+	bytePump(t)
+	fifo := filepath.Join(t.TempDir(), "go")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// One steered connect (proves the hooks were attached), then wait for the test's go-ahead,
+	// which comes only once the appliance is dead.
+	p := startT(t, nsClient, bin("mcpintercept"), "exec", "--", "sh", "-c",
+		bin("bytepump")+" send -addr 10.200.2.2:3005 -bytes 100 >/dev/null; read x < "+fifo+"; exec "+bin("mcpclient")+" -url http://10.200.2.2:8080/mcp")
+	if err := p.waitFor("connection to 10.200.2.2:3005", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pid := p.cmd.Process.Pid
 	p.cmd.Process.Signal(syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the appliance did not die")
+		}
+	}
+	if err := os.WriteFile(fifo, []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-p.done: // waits for the orphaned command too: it holds the same stdout
 	case <-time.After(60 * time.Second):

@@ -131,6 +131,9 @@ func start(ns, name string, args ...string) (*proc, error) {
 	p := &proc{name: filepath.Base(name), cmd: cmd, stdout: &syncBuf{}, stderr: &syncBuf{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	cmd.Dir = repoRoot
+	// If the test binary dies (a panic, a timeout), its daemons and servers die with it instead
+	// of keeping steering installed and namespaces alive.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -246,7 +249,7 @@ func parseFlowLog(t *testing.T, s string) []flowRecord {
 			t.Errorf("flow log time %q is not RFC 3339 with milliseconds: %v", r.Time, err)
 		}
 		if r.Level == nil {
-			t.Errorf("flow log line has no level: %q", line)
+			t.Fatalf("flow log line has no level: %q", line)
 		}
 		out = append(out, r)
 	}

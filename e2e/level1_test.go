@@ -120,8 +120,11 @@ func TestLevel1(t *testing.T) {
 
 	// Progress notifications arrive one by one (the Node SDK 1.x client loses one that shares a
 	// read with the final response, so a coalescing proxy would fail this).
-	if got := runNodeArgs(t, "", "http://10.200.2.2:3001/mcp", "--progress", "5"); got != directProgress {
-		t.Errorf("progress through Level 1: %s, direct: %s", got, directProgress)
+	got := runNodeArgs(t, "", "http://10.200.2.2:3001/mcp", "--progress", "5")
+	var prog struct{ Progress int }
+	json.Unmarshal([]byte(got), &prog)
+	if got != directProgress || prog.Progress != 5 {
+		t.Errorf("progress through Level 1: %s (direct: %s); want all 5 notifications", got, directProgress)
 	}
 	pr, err := callTool(t, "http://10.200.2.2:3002/mcp", "", "progress", `{"steps":4}`)
 	if err != nil || pr.ProgressNotifications != 4 {
@@ -161,8 +164,17 @@ func TestLevel1(t *testing.T) {
 		t.Error("the rate limit never refused a call")
 	}
 
+	// Credentials already on a request are read (presence, scheme) but never logged.
+	runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", "http://10.200.2.2:8080/mcp",
+		"-header", "Authorization: Bearer CANARY-TOKEN-7f3a", "-header", "Cookie: sid=CANARY-COOKIE-91bc")
+
 	recs := a.stopGracefully(t)
-	var sawMethod, sawTool, sawDeny, sawLimited, sawAbsent int
+	for _, canary := range []string{"CANARY-TOKEN-7f3a", "CANARY-COOKIE-91bc"} {
+		if strings.Contains(a.stdout.String(), canary) || strings.Contains(a.stderr.String(), canary) {
+			t.Errorf("a credential (%s) reached the appliance's logs", canary)
+		}
+	}
+	var sawMethod, sawTool, sawDeny, sawLimited, sawAbsent, sawTerminateTool int
 	for _, r := range recs {
 		if r.MCPMethod == "tools/call" {
 			sawMethod++
@@ -179,6 +191,12 @@ func TestLevel1(t *testing.T) {
 		if strings.Contains(r.Reason, "absent") {
 			sawAbsent++
 		}
+		if r.TLS == "terminate" && strings.HasSuffix(r.OrigDst, ":3003") && r.MCPMethod == "tools/call" && r.MCPName == "echo" && r.Status == 200 {
+			sawTerminateTool++
+		}
+	}
+	if sawTerminateTool == 0 {
+		t.Errorf("no terminated request on :3003 logged with its MCP method and tool:\n%s", a.stdout)
 	}
 	if sawMethod == 0 || sawTool == 0 || sawDeny < 2 || sawLimited == 0 || sawAbsent == 0 {
 		t.Errorf("flow log: tools/call %d, echo %d, denies %d, rate limited %d, absent-field notes %d; want all > 0 (denies >= 2)", sawMethod, sawTool, sawDeny, sawLimited, sawAbsent)

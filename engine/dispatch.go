@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"mcpintercept/intercept"
@@ -111,11 +113,17 @@ func (f *flow) badHello() bool {
 	switch te.Kind {
 	case tlsmitm.KindMalformed, tlsmitm.KindOversized:
 		return true
-	case tlsmitm.KindTruncated:
-		// The client hung up halfway through a hello: nothing sensible can be forwarded.
+	case tlsmitm.KindTruncated, tlsmitm.KindRead:
+		// The client hung up, or stalled past the peek timeout, halfway through a hello. Forwarding
+		// it opaque would let a client skip the route's inspection by pausing: close instead.
 		return len(f.peeked) > 0
 	}
 	return false
+}
+
+// silent reports that the client sent nothing before the peek timeout (as opposed to closing).
+func (f *flow) silent() bool {
+	return len(f.peeked) == 0 && errors.Is(f.peekErr, os.ErrDeadlineExceeded)
 }
 
 func (f *flow) record() telemetry.FlowRecord {
@@ -194,18 +202,21 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) {
 			return
 		}
 		if f.isTLS() {
-			if !e.mismatch(f, route, "plaintext route saw a TLS ClientHello") {
-				return
+			if e.mismatch(f, route, "plaintext route saw a TLS ClientHello") && e.connPolicy(f, route, "passthrough") {
+				e.opaque(ctx, f, route, "passthrough")
 			}
-			e.opaque(ctx, f, route, "passthrough")
 			return
 		}
-		if f.peekErr != nil && len(f.peeked) == 0 {
-			// Nothing arrived: the client closed, or speaks only after the server. Level 1
-			// needs a request first, so forward opaquely instead of guessing.
-			e.opaque(ctx, f, route, "plaintext")
+		if len(f.peeked) == 0 && !f.silent() {
+			// The client closed before sending anything.
+			rec := f.record()
+			rec.TLS, rec.Level, rec.Decision, rec.Rule, rec.Reason = "plaintext", 1, "allow", route.Name, "closed before a request"
+			f.c.Close()
+			e.finish(&rec, f.start)
 			return
 		}
+		// A silent client still goes through Level 1, which waits for its request (header and
+		// idle timeouts apply): a route declared HTTP is never bypassed by pausing.
 		up, ok := e.dial(ctx, f, "plaintext")
 		if !ok {
 			return
@@ -270,7 +281,7 @@ func (e *Engine) notTLS(ctx context.Context, f *flow, route *Route) {
 		e.closeBadHello(f, route)
 		return
 	}
-	if e.mismatch(f, route, string(route.TLS)+" route saw non-TLS bytes") {
+	if e.mismatch(f, route, string(route.TLS)+" route saw non-TLS bytes") && e.connPolicy(f, route, "") {
 		e.opaque(ctx, f, route, "")
 	}
 }
@@ -371,6 +382,14 @@ func (e *Engine) opaque(ctx context.Context, f *flow, route *Route, tlsMode stri
 	up, ok := e.dial(ctx, f, tlsMode)
 	if !ok {
 		return
+	}
+	if tlsMode == "" {
+		// Forwarded untouched: plaintext when the bytes we saw were not TLS, else passthrough in
+		// the draft's terms (encrypted or not, nothing was decrypted).
+		tlsMode = "passthrough"
+		if f.peekDone && f.hello == nil && len(f.peeked) > 0 {
+			tlsMode = "plaintext"
+		}
 	}
 	rec := f.record()
 	rec.TLS, rec.Decision = tlsMode, "allow"
@@ -474,9 +493,17 @@ func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) {
 		e.level1(ctx, f, route, "terminate", client, upstream)
 		return
 	}
-	up2, down, reason := copyBoth(client, upstream)
+	c, u, idled, stop := watchConns(e.opt.Limits.IdleTimeout, client, upstream)
+	up2, down, reset := copyBoth(c, u)
+	stop()
+	reason := ""
+	if idled() {
+		reason = "idle timeout"
+	} else if reset {
+		reason = "reset"
+	}
 	rec.Decision = "allow"
-	e.account(&rec, up2, down, reason, false)
+	e.account(&rec, up2, down, reason, reset)
 	e.finish(&rec, f.start)
 }
 
@@ -496,21 +523,39 @@ func (l *lingerConn) CloseWrite() error {
 	return nil
 }
 
-// copyBoth is the opaque relay for connections that cannot splice (TLS on either side).
-func copyBoth(a, b net.Conn) (up, down int64, reason string) {
+// copyBoth is the opaque relay for connections that cannot splice (TLS on either side). A FIN
+// becomes a half-close on the other side; a reset becomes a reset.
+func copyBoth(a, b net.Conn) (up, down int64, reset bool) {
 	var wg sync.WaitGroup
+	var resetSeen atomic.Bool
+	one := func(dst, src net.Conn) int64 {
+		n, err := io.Copy(dst, src)
+		switch {
+		case err == nil:
+			closeWrite(dst)
+		case errors.Is(err, syscall.ECONNRESET):
+			resetSeen.Store(true)
+			if l, ok := dst.(interface{ SetLinger(int) error }); ok {
+				l.SetLinger(0)
+			}
+			dst.Close()
+			src.Close()
+		default:
+			dst.Close()
+			src.Close()
+		}
+		return n
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		down, _ = io.Copy(a, b)
-		closeWrite(a)
+		down = one(a, b)
 	}()
-	up, _ = io.Copy(b, a)
-	closeWrite(b)
+	up = one(b, a)
 	wg.Wait()
 	a.Close()
 	b.Close()
-	return up, down, ""
+	return up, down, resetSeen.Load()
 }
 
 func closeWrite(c net.Conn) {
@@ -526,6 +571,10 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode stri
 	if opt.IdleTimeout == 0 {
 		opt.IdleTimeout = e.opt.Limits.IdleTimeout
 	}
+	// Level 1's own idle timeout only runs between requests; this one also ends a flow whose
+	// upstream never answers, or an upgraded stream that went quiet.
+	client, upstream, _, stop := watchConns(e.opt.Limits.IdleTimeout, client, upstream)
+	defer stop()
 	err := level1.Proxy(ctx, client, upstream, r, r, opt, e.opt.Log.With("flow", f.id))
 	if r.requests.Load() == 0 {
 		// A connection that carried no complete request still gets its line.
@@ -622,8 +671,11 @@ func (l *l1Flow) Record(ex *level1.Exchange) {
 	m := l.e.opt.Metrics
 	m.Bytes.WithLabelValues("up").Add(float64(ex.BytesUp))
 	m.Bytes.WithLabelValues("down").Add(float64(ex.BytesDown))
-	m.Requests.WithLabelValues(rec.OrigDst, rec.MCPMethod, rec.MCPName, f.client.Addr().String(), rec.Decision).Inc()
-	m.RequestDuration.WithLabelValues(rec.MCPMethod, strconv.Itoa(rec.Status)).Observe(ex.Duration.Seconds())
+	lc := l.e.labels
+	method := lc.method.Value(rec.MCPMethod)
+	m.Requests.WithLabelValues(lc.dst.Value(rec.OrigDst), method, lc.name.Value(rec.MCPName),
+		lc.client.Value(f.client.Addr().String()), rec.Decision).Inc()
+	m.RequestDuration.WithLabelValues(method, strconv.Itoa(rec.Status)).Observe(ex.Duration.Seconds())
 	if l.e.opt.Flows != nil {
 		l.e.opt.Flows.Write(rec)
 	}

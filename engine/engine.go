@@ -82,11 +82,16 @@ type Engine struct {
 	refuseLog rateLimitedLog
 	routing   atomic.Pointer[Routing]
 
+	labels metricLabels
+
 	// flowCtx is what flows run under. It is not the accept loop's context: stopping accepting
 	// must leave open flows to drain, and only Drain's deadline cancels them.
 	flowCtx    context.Context
 	flowCancel context.CancelFunc
 }
+
+// metricLabels bound the client-chosen label values of the request metrics.
+type metricLabels struct{ dst, method, name, client *telemetry.LabelCap }
 
 // SetRouting swaps the routing table (config reload). Open flows are not disturbed.
 func (e *Engine) SetRouting(r *Routing) {
@@ -109,6 +114,8 @@ func New(opt Options) *Engine {
 		refuseLog:   rateLimitedLog{log: opt.Log, every: time.Second},
 	}
 	e.flowCtx, e.flowCancel = context.WithCancel(context.Background())
+	e.labels = metricLabels{dst: telemetry.NewLabelCap(1000), method: telemetry.NewLabelCap(100),
+		name: telemetry.NewLabelCap(1000), client: telemetry.NewLabelCap(1000)}
 	e.SetRouting(opt.Routing)
 	return e
 }
@@ -144,13 +151,6 @@ func (e *Engine) Serve(ctx context.Context, ln *net.TCPListener) error {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			defer func() {
-				// One flow's bug must not take the appliance (and the host's steering) down.
-				if p := recover(); p != nil {
-					e.opt.Log.Error("flow panicked", "panic", p)
-					c.Close()
-				}
-			}()
 			e.handle(e.flowCtx, c)
 		}()
 	}
@@ -212,6 +212,16 @@ func (e *Engine) release(id uint64, client netip.Addr) {
 	e.active.Add(-1)
 }
 
+// clientKey is what max_flows_per_client counts by: the address for IPv4, the /64 for IPv6,
+// which one host can otherwise rotate through freely.
+func clientKey(a netip.Addr) netip.Addr {
+	if a.Is6() && !a.Is4In6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
 func (e *Engine) isLoop(dst netip.AddrPort) bool {
 	e.listenMu.Lock()
 	defer e.listenMu.Unlock()
@@ -257,12 +267,22 @@ func (e *Engine) handle(ctx context.Context, c *net.TCPConn) {
 	}
 	rec.Client = client.String()
 	fc := &flowConns{client: c}
+	defer func() {
+		// One flow's bug must not take the appliance (and the host's steering) down.
+		if p := recover(); p != nil {
+			e.opt.Log.Error("flow panicked", "flow", flowID, "panic", p)
+			fc.abort()
+			rec.Decision, rec.Reason = "deny", fmt.Sprintf("internal error: %v", p)
+			e.finish(&rec, start)
+		}
+	}()
 
-	if reason := e.admit(id, client.Addr(), fc); reason != "" {
+	key := clientKey(client.Addr())
+	if reason := e.admit(id, key, fc); reason != "" {
 		e.refuse(c, &rec, reason, fmt.Errorf("limit %s reached", reason))
 		return
 	}
-	defer e.release(id, client.Addr())
+	defer e.release(id, key)
 	e.opt.Metrics.FlowsActive.Inc()
 	defer e.opt.Metrics.FlowsActive.Dec()
 

@@ -11,6 +11,87 @@ import (
 	"time"
 )
 
+// idleWatch closes a flow once no direction moved a byte for the idle timeout. last is updated by
+// whoever moves bytes; the timer re-arms itself for the remaining time, so an active flow costs
+// one timer wake-up per idle period.
+type idleWatch struct{ t *time.Timer }
+
+func newIdleWatch(idle time.Duration, last *atomic.Int64, onIdle func()) *idleWatch {
+	w := &idleWatch{}
+	if idle <= 0 {
+		return w
+	}
+	var check func()
+	check = func() {
+		since := time.Since(time.Unix(0, last.Load()))
+		if since >= idle {
+			onIdle()
+			return
+		}
+		w.t.Reset(idle - since)
+	}
+	w.t = time.AfterFunc(idle, check)
+	return w
+}
+
+func (w *idleWatch) stop() {
+	if w.t != nil {
+		w.t.Stop()
+	}
+}
+
+// activityConn records the time of every read or write that moved bytes, for an idleWatch, on
+// paths that cannot splice (TLS, Level 1). CloseWrite and SetLinger reach the connection inside,
+// so half-closes and resets are still passed on.
+type activityConn struct {
+	net.Conn
+	last *atomic.Int64
+}
+
+func (a *activityConn) Read(b []byte) (int, error) {
+	n, err := a.Conn.Read(b)
+	if n > 0 {
+		a.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (a *activityConn) Write(b []byte) (int, error) {
+	n, err := a.Conn.Write(b)
+	if n > 0 {
+		a.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (a *activityConn) CloseWrite() error {
+	if cw, ok := a.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func (a *activityConn) SetLinger(sec int) error {
+	if l, ok := a.Conn.(interface{ SetLinger(int) error }); ok {
+		return l.SetLinger(sec)
+	}
+	return nil
+}
+
+// watchConns wraps both sides of a non-splicing flow for the idle timeout: once neither moved a
+// byte for idle, both are closed. stop must be called when the flow ends.
+func watchConns(idle time.Duration, client, upstream net.Conn) (c, u net.Conn, idled func() bool, stop func()) {
+	var last atomic.Int64
+	var fired atomic.Bool
+	last.Store(time.Now().UnixNano())
+	w := newIdleWatch(idle, &last, func() {
+		fired.Store(true)
+		client.Close()
+		upstream.Close()
+	})
+	return &activityConn{Conn: client, last: &last}, &activityConn{Conn: upstream, last: &last}, fired.Load, w.stop
+}
+
 // flowConns lets Drain abort a flow from outside its goroutine.
 type flowConns struct {
 	mu       sync.Mutex
@@ -74,22 +155,12 @@ func relay(client, upstream *net.TCPConn, idle time.Duration, fc *flowConns) rel
 	var idled, resetSeen atomic.Bool
 	slice := idleSlice(idle)
 
-	var watchdog *time.Timer
-	if idle > 0 {
-		var check func()
-		check = func() {
-			since := time.Since(time.Unix(0, last.Load()))
-			if since >= idle {
-				idled.Store(true)
-				client.Close()
-				upstream.Close()
-				return
-			}
-			watchdog.Reset(idle - since)
-		}
-		watchdog = time.AfterFunc(idle, check)
-		defer watchdog.Stop()
-	}
+	w := newIdleWatch(idle, &last, func() {
+		idled.Store(true)
+		client.Close()
+		upstream.Close()
+	})
+	defer w.stop()
 
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -130,6 +130,9 @@ func (n *nftablesTProxy) installTable(v4, v6 netip.Addr) error {
 			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityMangle})
 		outPorts := c.AddChain(&nftables.Chain{Name: "output_ports", Table: t})
 		add(out, cat(markMatch(cfg.Steering.BypassMark), []expr.Any{ret})...)
+		// Replies of the appliance's transparent sockets to clients must never be re-routed
+		// into TPROXY, even when a client's address and port fall inside the steered set.
+		add(out, cat(ctReply(), []expr.Any{ret})...)
 		for _, p := range cfg.Intercept.Destinations {
 			if (p.Addr().Is4() && v4.IsValid()) || (p.Addr().Is6() && v6.IsValid()) {
 				add(out, cat(tcpOnly(), daddrMatch(p), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: outPorts.Name}})...)
@@ -193,6 +196,13 @@ func tcpOnly() []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+	}
+}
+
+func ctReply() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeyDIRECTION},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1}}, // IP_CT_DIR_REPLY
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -174,6 +175,15 @@ func Proxy(ctx context.Context, client, upstream net.Conn, d Decider, rec Record
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer func() {
+			// This goroutine is ours, not the caller's: a bug here must end this connection,
+			// not the process (and with it the host's steering).
+			if r := recover(); r != nil {
+				log.Error("level1: response loop panicked", "panic", r)
+				p.fail(fmt.Errorf("panic: %v", r))
+				p.stop(true, true)
+			}
+		}()
 		p.responseLoop()
 	}()
 	p.requestLoop()

@@ -99,6 +99,7 @@ func (f *FlowLog) Write(r FlowRecord) {
 func (f *FlowLog) run() {
 	defer close(f.done)
 	buf := make([]byte, 0, 1024)
+	failing := false
 	for r := range f.q {
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -108,8 +109,15 @@ func (f *FlowLog) run() {
 		buf = append(buf[:0], b...)
 		buf = append(buf, '\n')
 		if _, err := f.w.Write(buf); err != nil {
-			f.log.Error("flow log: write", "err", err)
+			// Once per failure streak: a gone reader must not turn into a log flood.
+			if !failing {
+				f.log.Error("flow log: write failed; records are dropped until it works again", "err", err)
+			}
+			failing = true
+			f.dropped()
+			continue
 		}
+		failing = false
 	}
 }
 

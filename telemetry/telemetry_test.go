@@ -135,8 +135,12 @@ func TestDeclaration(t *testing.T) {
 	if d.AwarenessLevels == nil || d.AwarenessNote == "" || len(d.TLSDispositions) == 0 {
 		t.Fatalf("awareness/tls: %+v", d)
 	}
-	if len(d.Interception) != 1 || d.Interception[0].OriginalDestination == "" {
+	if len(d.Interception) != 1 || d.Interception[0].Mechanism != "external" ||
+		d.Interception[0].OriginalDestination != "integration-provided: ..." || !d.Interception[0].InEffect {
 		t.Fatalf("interception: %+v", d.Interception)
+	}
+	if len(d.TLSDispositions) != 1 || d.TLSDispositions[0] != "terminate" {
+		t.Fatalf("dispositions %v, want exactly the ones in effect: [terminate]", d.TLSDispositions)
 	}
 	b, _ := json.Marshal(d)
 	if !bytes.Contains(b, []byte(`"awareness_levels":[1]`)) {
@@ -181,5 +185,25 @@ func TestAdminReadiness(t *testing.T) {
 	}
 	if _, body := get("/declaration"); !strings.Contains(body, `"Transparent"`) {
 		t.Fatalf("/declaration: %s", body)
+	}
+}
+
+func TestLabelCap(t *testing.T) {
+	c := NewLabelCap(2)
+	m := NewMetrics()
+	tests := []struct{ name, in, want string }{
+		{"first", "echo", "echo"},
+		{"not UTF-8 is cleaned, not a panic", "caf\xe9", "caf\uFFFD"},
+		{"known value stays", "echo", "echo"},
+		{"past the cap", "random-1", "other"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := c.Value(tt.in)
+			if got != tt.want {
+				t.Fatalf("Value(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+			m.Requests.WithLabelValues("d", "tools/call", got, "c", "allow").Inc() // must not panic
+		})
 	}
 }

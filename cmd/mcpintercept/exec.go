@@ -27,20 +27,39 @@ import (
 )
 
 // execSink prints a live line per request on stderr, keeps the summary, and passes records on to
-// the configured flow log (a file; stdout belongs to the command).
+// the configured flow log (a file; stdout belongs to the command). Lines go through a bounded
+// queue: a terminal paused with Ctrl-S must not stall the command's traffic.
 type execSink struct {
-	w       io.Writer
 	summary telemetry.Summary
+	lines   chan string
+	done    chan struct{}
 	next    engine.FlowSink
 }
 
+func newExecSink(w io.Writer) *execSink {
+	s := &execSink{lines: make(chan string, 4096), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for l := range s.lines {
+			fmt.Fprintln(w, l)
+		}
+	}()
+	return s
+}
+
 func (s *execSink) Write(r telemetry.FlowRecord) {
-	fmt.Fprintln(s.w, telemetry.LiveLine(r))
+	select {
+	case s.lines <- telemetry.LiveLine(r):
+	default: // dropped; the summary still counts it
+	}
 	s.summary.Add(r)
 	if s.next != nil {
 		s.next.Write(r)
 	}
 }
+
+// close prints what is queued; Write must not be called afterwards.
+func (s *execSink) close() { close(s.lines); <-s.done }
 
 // cmdExec is the zero-config dev-host mode: `mcpintercept exec [--config FILE] [--level 1] --
 // CMD ARGS...` runs CMD in a cgroup of its own whose TCP connects eBPF steers to this process.
@@ -160,7 +179,7 @@ func execRun(cfg *config.Config, zeroConfig bool, argv []string, stderr io.Write
 	}
 
 	metrics := telemetry.NewMetrics()
-	sink := &execSink{w: stderr}
+	sink := newExecSink(stderr)
 	if cfg.Log.Flows != "stdout" && cfg.Log.Flows != "off" && cfg.Log.Flows != "" {
 		f, err := os.OpenFile(cfg.Log.Flows, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 		if err != nil {
@@ -205,10 +224,12 @@ func execRun(cfg *config.Config, zeroConfig bool, argv []string, stderr io.Write
 
 	env := os.Environ()
 	if terminate {
-		env, err = trustEnv(env, caFile)
+		var trustDir string
+		env, trustDir, err = trustEnv(env, caFile)
 		if err != nil {
 			return 0, err
 		}
+		defer os.RemoveAll(trustDir)
 	}
 	cgFD, err := os.Open(cg)
 	if err != nil {
@@ -227,8 +248,11 @@ func execRun(cfg *config.Config, zeroConfig bool, argv []string, stderr io.Write
 	cgFD.Close()
 	fmt.Fprintf(stderr, "mcpintercept: steering the TCP connects of %q (pid %d, cgroup %s) to %s\n", strings.Join(argv, " "), cmd.Process.Pid, cg, listenerList(lns))
 
+	// Ctrl-C and Ctrl-\ from the terminal reach the command directly (same process group); exec
+	// only has to survive them and wait. SIGTERM and SIGHUP sent to exec are passed on.
+	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT, syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -254,6 +278,7 @@ func execRun(cfg *config.Config, zeroConfig bool, argv []string, stderr io.Write
 	eng.Drain(dctx)
 	cancel()
 	remove()
+	sink.close()
 	sink.summary.WriteTable(stderr)
 
 	code := 0
@@ -283,14 +308,14 @@ func listenerList(lns []*net.TCPListener) string {
 // and Python read a bundle that replaces the system store, so they get the system bundle plus the
 // CA; Node adds NODE_EXTRA_CA_CERTS to its own store, so it gets the CA (plus whatever extra file
 // the user had set).
-func trustEnv(env []string, caFile string) ([]string, error) {
+func trustEnv(env []string, caFile string) ([]string, string, error) {
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("appliance CA: %w", err)
+		return nil, "", fmt.Errorf("appliance CA: %w", err)
 	}
 	dir, err := os.MkdirTemp("", "mcpintercept-exec-")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	get := func(k string) string {
 		for _, kv := range env {
@@ -312,7 +337,7 @@ func trustEnv(env []string, caFile string) ([]string, error) {
 	bundle = append(bundle, ca...)
 	bundlePath := filepath.Join(dir, "bundle.pem")
 	if err := os.WriteFile(bundlePath, bundle, 0o644); err != nil {
-		return nil, err
+		return nil, dir, err
 	}
 	extra := append([]byte{}, ca...)
 	if user := get("NODE_EXTRA_CA_CERTS"); user != "" {
@@ -322,7 +347,7 @@ func trustEnv(env []string, caFile string) ([]string, error) {
 	}
 	extraPath := filepath.Join(dir, "node-extra.pem")
 	if err := os.WriteFile(extraPath, extra, 0o644); err != nil {
-		return nil, err
+		return nil, dir, err
 	}
 	set := map[string]string{
 		"SSL_CERT_FILE": bundlePath, "REQUESTS_CA_BUNDLE": bundlePath, "CURL_CA_BUNDLE": bundlePath,
@@ -338,5 +363,5 @@ func trustEnv(env []string, caFile string) ([]string, error) {
 	for k, v := range set {
 		out = append(out, k+"="+v)
 	}
-	return out, nil
+	return out, dir, nil
 }

@@ -272,6 +272,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
+	if _, _, err := engine.RoutingFromConfig(cfg, nil); err != nil {
+		reportRuleErrors(stderr, err)
+		return exitUsage
+	}
+	// A flow log piped into a reader that quits (`| head`) must not kill the daemon with SIGPIPE
+	// and leave its steering installed: the write fails and is reported instead.
+	signal.Ignore(syscall.SIGPIPE)
 	log := newLogger(cfg.Log.Level, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

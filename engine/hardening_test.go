@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"mcpintercept/policy"
+	"mcpintercept/telemetry"
+)
+
+// newRoutedHarness is newHarness with a routing table and a peek timeout.
+func newRoutedHarness(t *testing.T, upstream string, lim Limits, rt *Routing) *harness {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim.ConnectTimeout == 0 {
+		lim.ConnectTimeout = 2 * time.Second
+	}
+	h := &harness{addr: ln.Addr().String(), sink: newSink(), metrics: telemetry.NewMetrics()}
+	h.eng = New(Options{
+		Mechanism: "external", Steering: fixedDst{netip.MustParseAddrPort(upstream)}, Dialer: &net.Dialer{},
+		Limits: lim, Flows: h.sink, Metrics: h.metrics, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Routing: rt, TLS: TLSOptions{PeekTimeout: 200 * time.Millisecond},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.eng.Serve(ctx, ln); close(done) }()
+	h.stopAccepting = func() { cancel(); <-done }
+	t.Cleanup(func() {
+		h.stopAccepting()
+		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer dcancel()
+		h.eng.Drain(dctx)
+	})
+	return h
+}
+
+func denyAll(t *testing.T) RuleSet {
+	t.Helper()
+	s, err := policy.Compile([]policy.RuleSpec{{Name: "deny-all", Action: policy.RuleDeny}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestLevel1HungUpstreamTimesOut: an upstream that reads the request and never answers does not
+// hold the flow (and its max_flows slot) forever: the idle timeout ends it.
+func TestLevel1HungUpstreamTimesOut(t *testing.T) {
+	up := upstreamServer(t, func(c *net.TCPConn) { io.Copy(io.Discard, c) }) // never answers
+	h := newRoutedHarness(t, up, Limits{IdleTimeout: 300 * time.Millisecond},
+		&Routing{Routes: []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true}}})
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	if errors.Is(err, syscall.EAGAIN) || isTimeout(err) {
+		t.Fatalf("the flow with a hung upstream was not closed: %v", err)
+	}
+	h.sink.next(t)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestStalledHelloDoesNotBypassPolicy: a client that sends part of a ClientHello and pauses past
+// the peek timeout is closed, not forwarded opaque past the route's rules.
+func TestStalledHelloDoesNotBypassPolicy(t *testing.T) {
+	var got atomic.Int64
+	up := upstreamServer(t, func(c *net.TCPConn) { n, _ := io.Copy(io.Discard, c); got.Add(n) })
+	for _, d := range []Disposition{Passthrough, Terminate} {
+		t.Run(string(d), func(t *testing.T) {
+			h := newRoutedHarness(t, up, Limits{}, &Routing{
+				Routes:   []*Route{{Name: "r", TLS: d, Level: 0, RuleSet: "deny", OnMismatch: "passthrough"}},
+				RuleSets: map[string]RuleSet{"deny": denyAll(t)}})
+			c, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00}) // a hello's first 7 bytes
+			time.Sleep(400 * time.Millisecond)                        // past the 200 ms peek timeout
+			c.Write([]byte(strings.Repeat("x", 100)))
+			rec := h.sink.next(t)
+			if rec.Decision != "deny" {
+				t.Fatalf("record %+v: want the stalled hello refused", rec)
+			}
+			if got.Load() != 0 {
+				t.Fatalf("the upstream received %d bytes", got.Load())
+			}
+		})
+	}
+}
+
+// TestNonTLSOnPassthroughStillJudged: plain bytes on a passthrough route (on_mismatch passthrough)
+// are still subject to the route's connection rules.
+func TestNonTLSOnPassthroughStillJudged(t *testing.T) {
+	var got atomic.Int64
+	up := upstreamServer(t, func(c *net.TCPConn) { n, _ := io.Copy(io.Discard, c); got.Add(n) })
+	h := newRoutedHarness(t, up, Limits{}, &Routing{
+		Routes:   []*Route{{Name: "pt", TLS: Passthrough, RuleSet: "deny", OnMismatch: "passthrough"}},
+		RuleSets: map[string]RuleSet{"deny": denyAll(t)}})
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\n\r\n")
+	if rec := h.sink.next(t); rec.Decision != "deny" || rec.Rule != "deny-all" {
+		t.Fatalf("record %+v: want deny-all", rec)
+	}
+	if got.Load() != 0 {
+		t.Fatalf("the upstream received %d bytes", got.Load())
+	}
+}
+
+// TestHostileHeaderValuesKeepTheDaemonUp: a tool name that is not UTF-8 (a metric label) and a
+// flood of distinct names neither crash the appliance nor grow its metrics without bound.
+func TestHostileHeaderValuesKeepTheDaemonUp(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	h := newRoutedHarness(t, strings.TrimPrefix(srv.URL, "http://"), Limits{},
+		&Routing{Routes: []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true}}})
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i, name := range append([]string{"caf\xe9", "\xff\xfe"}, manyNames(1500)...) {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Method: tools/call\r\nMcp-Name: "+name+"\r\nContent-Length: 0\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d (%q): %v", i, name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	n := 0
+	mfs, _ := h.metrics.Registry.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "mcpintercept_requests_total" {
+			n = len(mf.GetMetric())
+		}
+	}
+	if n == 0 || n > 1001 {
+		t.Fatalf("%d request series for 1502 distinct tool names; want at most the cap (1000) plus other", n)
+	}
+}
+
+func manyNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "tool-" + strconv.Itoa(i)
+	}
+	return out
+}
+
+func itoa(i int) string {
+	return strings.TrimSpace(strings.Replace(string(rune('0'+i%10))+string(rune('0'+i/10%10))+string(rune('0'+i/100%10))+string(rune('0'+i/1000%10)), "", "", 0))
+}
+
+func TestClientKey(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"ipv4 as is", "10.0.0.7", "10.0.0.7"},
+		{"ipv6 by /64", "fd00:1:2:3:aaaa:bbbb:cccc:dddd", "fd00:1:2:3::"},
+		{"same /64, same key", "fd00:1:2:3::1", "fd00:1:2:3::"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := clientKey(netip.MustParseAddr(tt.in)).String(); got != tt.want {
+				t.Fatalf("clientKey(%s) = %s, want %s", tt.in, got, tt.want)
+			}
+		})
+	}
+}
