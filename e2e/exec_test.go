@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -256,4 +257,61 @@ func ourCgroups(t *testing.T) []string {
 		}
 	}
 	return left
+}
+
+// TestHostModeEBPF: `run` with `mechanism: ebpf` and `ebpf.cgroup` steers an existing cgroup on
+// the appliance's own host; flow records name the process.
+func TestHostModeEBPF(t *testing.T) {
+	needLab(t)
+	goServer(t)
+	// A cgroup v2 mount outside /sys, which `ip netns exec` remounts without cgroups.
+	mnt := filepath.Join(t.TempDir(), "cg2")
+	os.MkdirAll(mnt, 0o755)
+	if err := syscall.Mount("cgroup2", mnt, "cgroup2", 0, ""); err != nil {
+		t.Skipf("cannot mount cgroup2: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	cg := filepath.Join(mnt, fmt.Sprintf("mcpi-hostmode-%d", os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := 0; i < 50 && os.Remove(cg) != nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	cfg := coreConfig + "ebpf:\n  cgroup: " + cg + "\n"
+	cfgPath := filepath.Join(t.TempDir(), "host.yaml")
+	os.WriteFile(cfgPath, []byte(cfg), 0o644)
+	p := startT(t, nsClient, bin("mcpintercept"), "run", "--config", cfgPath, "--mechanism", "ebpf")
+	if err := p.waitFor("msg=ready", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want := runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", "http://10.200.2.2:8080/mcp")
+	got := runT(t, 60*time.Second, nsClient, "sh", "-c",
+		"echo $$ > "+cg+"/cgroup.procs && exec "+bin("mcpclient")+" -url http://10.200.2.2:8080/mcp")
+	if got != want {
+		t.Errorf("client in the steered cgroup:\n%s\nwant\n%s", got, want)
+	}
+	if err := p.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatalf("stop: %v\n%s", err, p.stderr)
+	}
+	var rec struct {
+		OrigDst   string `json:"orig_dst"`
+		Mechanism string `json:"mechanism"`
+		Process   *struct {
+			PID  int    `json:"pid"`
+			Comm string `json:"comm"`
+		} `json:"process"`
+	}
+	found := 0
+	for _, l := range strings.Split(strings.TrimSpace(p.stdout.String()), "\n") {
+		if json.Unmarshal([]byte(l), &rec) == nil && rec.Mechanism == "ebpf" && rec.OrigDst == "10.200.2.2:8080" &&
+			rec.Process != nil && rec.Process.Comm == "mcpclient" && rec.Process.PID > 0 {
+			found++
+		}
+	}
+	if found == 0 {
+		t.Fatalf("no ebpf flow record naming the mcpclient process:\n%s\n%s", p.stdout, p.stderr)
+	}
 }

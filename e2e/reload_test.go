@@ -47,9 +47,14 @@ func dialInNS(t *testing.T, ns, addr string) net.Conn {
 	return c
 }
 
-// toolsCall sends one MCP tools/call (with the 2026-07-28 Mcp-Method and Mcp-Name headers) on an open keep-alive connection and returns the
-// HTTP status.
+// toolsCall sends one MCP tools/call (with the 2026-07-28 Mcp-Method and Mcp-Name headers) on an
+// open keep-alive connection and returns the HTTP status.
 func toolsCall(t *testing.T, c net.Conn, br *bufio.Reader, tool string) int {
+	s, _ := toolsCallResp(t, c, br, tool)
+	return s
+}
+
+func toolsCallResp(t *testing.T, c net.Conn, br *bufio.Reader, tool string) (int, http.Header) {
 	t.Helper()
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":{"text":"x"}}}`, tool)
 	req := "POST /mcp HTTP/1.1\r\nHost: 10.200.2.2:3002\r\nContent-Type: application/json\r\n" +
@@ -67,7 +72,7 @@ func toolsCall(t *testing.T, c net.Conn, br *bufio.Reader, tool string) int {
 	defer resp.Body.Close()
 	var b strings.Builder
 	bufio.NewReader(resp.Body).WriteTo(&b)
-	return resp.StatusCode
+	return resp.StatusCode, resp.Header
 }
 
 // TestReloadKeepsOpenFlows: SIGHUP swaps the rules ("Reloading the config (SIGHUP) swaps rules
@@ -126,6 +131,35 @@ func TestReloadKeepsOpenFlows(t *testing.T) {
 	}
 	if s := toolsCall(t, c, br, "echo"); s != 403 {
 		t.Fatalf("echo after a refused reload: %d, want 403 (rules unchanged)", s)
+	}
+	c.Close()
+	a.stopGracefully(t)
+}
+
+// TestRateLimitExact: a rate_limit rule with burst 5 lets exactly 5 tools/call through on one
+// connection, then answers 429 with Retry-After, and the server sees exactly those 5 ("MAY
+// inspect transport-layer headers for policy decisions (rate limiting ...)", Level 1
+// Requirements).
+func TestRateLimitExact(t *testing.T) {
+	needLab(t)
+	plain, _ := statelessServer(t)
+	cfg := strings.Replace(level1Config(t, filepath.Join(t.TempDir(), "ca")), "rate: 0.01, burst: 10}", "rate: 0.001, burst: 5}", 1)
+	a := startAppliance(t, "nftables-tproxy", cfg)
+	before := strings.Count(plain.stderr.String(), "mcp_method=tools/call")
+	c := dialInNS(t, nsClient, "10.200.2.2:3002")
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := 0; i < 5; i++ {
+		if s := toolsCall(t, c, br, "echo"); s != 200 {
+			t.Fatalf("call %d within the burst: %d", i, s)
+		}
+	}
+	s, h := toolsCallResp(t, c, br, "echo")
+	if s != 429 || h.Get("Retry-After") == "" {
+		t.Fatalf("call 6: status %d, Retry-After %q; want 429 with Retry-After", s, h.Get("Retry-After"))
+	}
+	if n := strings.Count(plain.stderr.String(), "mcp_method=tools/call") - before; n != 5 {
+		t.Fatalf("the server saw %d tools/call, want exactly the 5 allowed", n)
 	}
 	c.Close()
 	a.stopGracefully(t)
