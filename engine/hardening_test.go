@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 )
@@ -195,4 +197,61 @@ func TestClientKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConnectionFlood: 200 connections against max_flows 50: the excess is refused (reset, a
+// record, a metric) while the admitted flows keep working, and the slots come back afterwards.
+func TestConnectionFlood(t *testing.T) {
+	up := upstreamServer(t, func(c *net.TCPConn) {
+		defer c.Close()
+		io.Copy(c, c)
+	})
+	h := newHarness(t, up, Limits{MaxFlows: 50, MaxFlowsPerClient: 1000})
+	var open []net.Conn
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			continue // refused during connect: fine, counted below
+		}
+		open = append(open, c)
+	}
+	alive := 0
+	for _, c := range open {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("x")); err != nil {
+			continue
+		}
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(c, b); err == nil {
+			alive++
+		}
+	}
+	if alive != 50 {
+		t.Fatalf("%d flows work, want exactly max_flows (50)", alive)
+	}
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(h.metrics.FlowsRefused.WithLabelValues("max_flows")) < 150; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("refused metric %v, want 150", testutil.ToFloat64(h.metrics.FlowsRefused.WithLabelValues("max_flows")))
+		}
+	}
+	for _, c := range open {
+		c.Close()
+	}
+	open = nil
+	for deadline := time.Now().Add(5 * time.Second); h.eng.Active() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d flows still active after every client left", h.eng.Active())
+		}
+	}
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echo(t, c, "after the flood")
 }
