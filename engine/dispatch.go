@@ -595,6 +595,8 @@ type l1Flow struct {
 	route    *Route
 	tls      string
 	requests atomicInt
+
+	clientVars, connVars map[string]any // Decide runs on the flow's request goroutine only
 }
 
 func (l *l1Flow) Decide(ctx context.Context, info *level1.RequestInfo) level1.Verdict {
@@ -619,14 +621,13 @@ func (l *l1Flow) Decide(ctx context.Context, info *level1.RequestInfo) level1.Ve
 	if info.SessionHash != "" {
 		mcp["session"] = info.SessionHash
 	}
-	headers := make(map[string]any, len(info.Headers))
-	for k, v := range info.Headers {
-		headers[k] = v
+	if l.clientVars == nil { // per connection, not per request
+		l.clientVars, l.connVars = l.f.clientVars(), l.f.connVars(l.tls)
 	}
 	d := rs.Evaluate(&policy.Input{
-		Client: l.f.clientVars(),
-		Conn:   l.f.connVars(l.tls),
-		HTTP:   map[string]any{"method": info.Method, "path": info.Path, "headers": headers},
+		Client: l.clientVars,
+		Conn:   l.connVars,
+		HTTP:   map[string]any{"method": info.Method, "path": info.Path, "headers": info.Headers},
 		MCP:    mcp,
 	})
 	v := level1.Verdict{Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter}

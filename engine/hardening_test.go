@@ -255,3 +255,39 @@ func TestConnectionFlood(t *testing.T) {
 	defer c.Close()
 	echo(t, c, "after the flood")
 }
+
+// TestHeaderRuleThroughEngine: rules see request headers (secrets removed) through the engine's
+// adapter, and the same connection is judged per request.
+func TestHeaderRuleThroughEngine(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	rs, err := policy.Compile([]policy.RuleSpec{{Name: "tenant", When: `http.headers["x-tenant"] == "blocked"`, Action: policy.RuleDeny}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newRoutedHarness(t, strings.TrimPrefix(srv.URL, "http://"), Limits{}, &Routing{
+		Routes:   []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true, RuleSet: "r"}},
+		RuleSets: map[string]RuleSet{"r": rs}})
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for _, tc := range []struct {
+		tenant string
+		want   int
+	}{{"ok", 200}, {"blocked", 403}, {"ok", 200}} {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nX-Tenant: "+tc.tenant+"\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Fatalf("tenant %s: %d, want %d", tc.tenant, resp.StatusCode, tc.want)
+		}
+	}
+}
