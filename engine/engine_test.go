@@ -69,34 +69,7 @@ type harness struct {
 // newHarness runs an Engine on a loopback listener whose every flow goes to upstream.
 func newHarness(t testing.TB, upstream string, lim Limits) *harness {
 	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lim.ConnectTimeout == 0 {
-		lim.ConnectTimeout = 2 * time.Second
-	}
-	h := &harness{addr: ln.Addr().String(), sink: newSink(), metrics: telemetry.NewMetrics()}
-	h.eng = New(Options{
-		Mechanism: "external",
-		Steering:  fixedDst{netip.MustParseAddrPort(upstream)},
-		Dialer:    &net.Dialer{},
-		Limits:    lim,
-		Flows:     h.sink,
-		Metrics:   h.metrics,
-		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { h.eng.Serve(ctx, ln); close(done) }()
-	h.stopAccepting = func() { cancel(); <-done }
-	t.Cleanup(func() {
-		h.stopAccepting()
-		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer dcancel()
-		h.eng.Drain(dctx)
-	})
-	return h
+	return newRoutedHarness(t, upstream, lim, nil)
 }
 
 // upstreamServer accepts connections and runs fn on each.

@@ -23,8 +23,9 @@ import (
 	"mcpintercept/telemetry"
 )
 
-// newRoutedHarness is newHarness with a routing table and a peek timeout.
-func newRoutedHarness(t *testing.T, upstream string, lim Limits, rt *Routing) *harness {
+// newRoutedHarness runs an Engine with a routing table (nil: every flow opaque) on a loopback
+// listener whose every flow goes to upstream; the peek timeout is short for tests.
+func newRoutedHarness(t testing.TB, upstream string, lim Limits, rt *Routing) *harness {
 	t.Helper()
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
