@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestExternalMechanism(t *testing.T) {
 			}
 			t.Cleanup(func() {
 				for _, cmd := range c.remove {
-					run(t.Context(), nsAppliance, cmd[0], cmd[1:]...)
+					run(context.Background(), nsAppliance, cmd[0], cmd[1:]...)
 				}
 			})
 			if got := runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", "http://10.200.2.2:8080/mcp"); got != want {
