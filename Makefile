@@ -49,7 +49,7 @@ bench: deps build
 FUZZTIME ?= 30s
 fuzz:
 	@set -e; for t in config:FuzzParse tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
-		level1:FuzzReadRequestHead level1:FuzzReadResponseHead level1:FuzzDecodeHeaderValue policy:FuzzCompile; do \
+		level1:FuzzReadRequestHead level1:FuzzReadResponseHead level1:FuzzDecodeHeaderValue level1:FuzzProxy policy:FuzzCompile; do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$$pkg/; done
 
