@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"mcpintercept/intercept"
 	"mcpintercept/level1"
 	"mcpintercept/telemetry"
 )
@@ -123,7 +124,7 @@ func New(opt Options) *Engine {
 // Serve accepts on ln until ln is closed or ctx is done. Each flow runs in a goroutine the Engine
 // owns; Drain waits for them.
 func (e *Engine) Serve(ctx context.Context, ln *net.TCPListener) error {
-	if ap, err := addrPort(ln.Addr()); err == nil {
+	if ap, err := intercept.AddrPortOf(ln.Addr()); err == nil {
 		e.listenMu.Lock()
 		e.listenAddrs[ap] = true
 		e.listenMu.Unlock()
@@ -260,7 +261,7 @@ func (e *Engine) handle(ctx context.Context, c *net.TCPConn) {
 	start := time.Now()
 	id, flowID := e.newFlowID()
 	rec := telemetry.FlowRecord{Time: telemetry.Time{Time: start}, Flow: flowID, Mechanism: e.opt.Mechanism, Level: 0}
-	client, err := addrPort(c.RemoteAddr())
+	client, err := intercept.AddrPortOf(c.RemoteAddr())
 	if err != nil {
 		c.Close()
 		return
@@ -343,15 +344,6 @@ func dialReason(err error) string {
 func resetClose(c *net.TCPConn) {
 	c.SetLinger(0)
 	c.Close()
-}
-
-func addrPort(a net.Addr) (netip.AddrPort, error) {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok || ta == nil {
-		return netip.AddrPort{}, fmt.Errorf("not a TCP address: %v", a)
-	}
-	ap := ta.AddrPort()
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
 }
 
 // rateLimitedLog keeps a flood of refusals from turning into a flood of log lines: at most one

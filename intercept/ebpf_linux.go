@@ -394,11 +394,11 @@ func recordIdentity(r *bpf.SteerOrigRec) Identity {
 // tupleKey builds the hand-off key the way bpf/steer.c's tuple_of does: 16-byte addresses with
 // IPv4 mapped, ports in host order.
 func tupleKey(cookie uint64, client, listener net.Addr) (bpf.SteerTupleKey, error) {
-	c, err := addrPortOf(client)
+	c, err := AddrPortOf(client)
 	if err != nil {
 		return bpf.SteerTupleKey{}, err
 	}
-	l, err := addrPortOf(listener)
+	l, err := AddrPortOf(listener)
 	if err != nil {
 		return bpf.SteerTupleKey{}, err
 	}
@@ -497,6 +497,25 @@ func removePins() ([]string, error) {
 	return append(removed, "bpf pin directory "+DefaultBPFPinDir), nil
 }
 
+// ourLinkProgram reports whether the iterator's current link runs one of our programs (their
+// names carry bpfNamePrefix), and that program's name.
+func ourLinkProgram(it *link.Iterator) (string, bool) {
+	info, err := it.Link.Info()
+	if err != nil {
+		return "", false
+	}
+	prog, err := ebpf.NewProgramFromID(info.Program)
+	if err != nil {
+		return "", false
+	}
+	pi, err := prog.Info()
+	prog.Close()
+	if err != nil || !strings.HasPrefix(pi.Name, bpfNamePrefix) {
+		return "", false
+	}
+	return pi.Name, true
+}
+
 func detachOrphanLinks() ([]string, error) {
 	type cand struct {
 		id   link.ID
@@ -507,20 +526,11 @@ func detachOrphanLinks() ([]string, error) {
 	it := new(link.Iterator)
 	defer it.Close()
 	for it.Next() {
-		info, err := it.Link.Info()
-		if err != nil {
+		name, ok := ourLinkProgram(it)
+		if !ok {
 			continue
 		}
-		prog, err := ebpf.NewProgramFromID(info.Program)
-		if err != nil {
-			continue
-		}
-		pi, err := prog.Info()
-		prog.Close()
-		if err != nil || !strings.HasPrefix(pi.Name, bpfNamePrefix) {
-			continue
-		}
-		cands = append(cands, cand{it.ID, pi.Name, it.Take()})
+		cands = append(cands, cand{it.ID, name, it.Take()})
 	}
 	if err := it.Err(); err != nil {
 		for _, c := range cands {

@@ -394,7 +394,7 @@ func (lab *ebpfLab) serve(l *net.TCPListener) {
 			return
 		}
 		dst, id, err := lab.mech.Lookup(c)
-		client, _ := addrPortOf(c.RemoteAddr())
+		client, _ := AddrPortOf(c.RemoteAddr())
 		select {
 		case lab.accepted <- acceptRec{dst: dst, id: id, err: err, client: client}:
 		default:
@@ -906,17 +906,7 @@ func ourLinkIDs(tb testing.TB) []link.ID {
 	it := new(link.Iterator)
 	defer it.Close()
 	for it.Next() {
-		info, err := it.Link.Info()
-		if err != nil {
-			continue
-		}
-		p, err := ebpf.NewProgramFromID(info.Program)
-		if err != nil {
-			continue
-		}
-		pi, err := p.Info()
-		p.Close()
-		if err == nil && strings.HasPrefix(pi.Name, bpfNamePrefix) {
+		if _, ok := ourLinkProgram(it); ok {
 			ids = append(ids, it.ID)
 		}
 	}

@@ -100,9 +100,9 @@ func Recovery(cfg *config.Config) string {
 	return "unknown"
 }
 
-// addrPortOf converts a net.Addr of a TCP connection, unmapping IPv4-mapped IPv6 addresses so that
+// AddrPortOf converts a net.Addr of a TCP connection, unmapping IPv4-mapped IPv6 addresses so that
 // logs and loop checks compare like with like.
-func addrPortOf(a net.Addr) (netip.AddrPort, error) {
+func AddrPortOf(a net.Addr) (netip.AddrPort, error) {
 	ta, ok := a.(*net.TCPAddr)
 	if !ok || ta == nil {
 		return netip.AddrPort{}, fmt.Errorf("not a TCP address: %v", a)
@@ -113,5 +113,5 @@ func addrPortOf(a net.Addr) (netip.AddrPort, error) {
 
 // localAddress is the TPROXY-style recovery shared by nftables-tproxy and external.
 func localAddress(c *net.TCPConn) (netip.AddrPort, error) {
-	return addrPortOf(c.LocalAddr())
+	return AddrPortOf(c.LocalAddr())
 }

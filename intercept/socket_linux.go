@@ -83,7 +83,7 @@ func BypassDialer(mark uint32, timeout time.Duration) *net.Dialer {
 // soOriginalDst reads the pre-NAT destination from conntrack: SO_ORIGINAL_DST for IPv4 and
 // IP6T_SO_ORIGINAL_DST (same option number, SOL_IPV6) for IPv6.
 func soOriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
-	local, err := addrPortOf(c.LocalAddr())
+	local, err := AddrPortOf(c.LocalAddr())
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
