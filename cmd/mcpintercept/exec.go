@@ -61,19 +61,22 @@ func (s *execSink) Write(r telemetry.FlowRecord) {
 // close prints what is queued; Write must not be called afterwards.
 func (s *execSink) close() { close(s.lines); <-s.done }
 
-// cmdExec is the zero-config dev-host mode: `mcpintercept exec [--config FILE] [--level 1] --
-// CMD ARGS...` runs CMD in a cgroup of its own whose TCP connects eBPF steers to this process.
+// cmdExec is the zero-config dev-host mode: `mcpintercept exec [--config FILE] [--level 1]
+// [--user NAME|UID] -- CMD ARGS...` runs CMD in a cgroup of its own whose TCP connects eBPF steers
+// to this process. CMD runs as the user who ran sudo (SUDO_UID), or the --user given; as root only
+// when root ran exec directly or --user root says so.
 func cmdExec(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "use this file's routes, rules, CA and upstream trust (mechanism forced to ebpf)")
 	level := fs.Int("level", 1, "awareness level for the zero-config route (1; level 2 is not in this build)")
+	userFlag := fs.String("user", "", "run the command as `NAME|UID` (default: the user who ran sudo, from SUDO_UID; --user root to run it as root)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
-		fmt.Fprintln(stderr, "usage: mcpintercept exec [--config FILE] [--level 1] -- CMD [ARGS...]")
+		fmt.Fprintln(stderr, "usage: mcpintercept exec [--config FILE] [--level 1] [--user NAME|UID] -- CMD [ARGS...]")
 		return exitUsage
 	}
 	if *level != 1 {
@@ -82,6 +85,13 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(stderr, "mcpintercept exec: needs root (eBPF programs, cgroups); try: sudo mcpintercept exec -- "+strings.Join(argv, " "))
+		return exitUsage
+	}
+	userSet := false
+	fs.Visit(func(f *flag.Flag) { userSet = userSet || f.Name == "user" })
+	who, err := resolveExecUser(*userFlag, userSet, os.Getenv, os.Geteuid(), systemUsers)
+	if err != nil {
+		fmt.Fprintf(stderr, "mcpintercept %v\n", err)
 		return exitUsage
 	}
 	var cfg *config.Config
@@ -95,7 +105,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		cfg = config.Default(config.EBPF)
 	}
 	log := newLogger(cfg.Log.Level, stderr).With("mode", "exec")
-	code, err := execRun(cfg, *cfgPath == "", argv, stderr, log)
+	code, err := execRun(cfg, *cfgPath == "", argv, who, stderr, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept exec: %v\n", err)
 		if code == 0 {
@@ -105,7 +115,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func execRun(cfg *config.Config, zeroConfig bool, argv []string, stderr io.Writer, log *slog.Logger) (int, error) {
+func execRun(cfg *config.Config, zeroConfig bool, argv []string, who execIdentity, stderr io.Writer, log *slog.Logger) (int, error) {
 	ctx := context.Background()
 	root, _, err := intercept.Cgroup2Mount()
 	if err != nil {
@@ -222,31 +232,28 @@ func execRun(cfg *config.Config, zeroConfig bool, argv []string, stderr io.Write
 		go func(l *net.TCPListener) { eng.Serve(serveCtx, l); served <- struct{}{} }(l)
 	}
 
-	env := os.Environ()
+	env := setEnv(os.Environ(), who.Env...)
 	if terminate {
 		var trustDir string
-		env, trustDir, err = trustEnv(env, caFile)
+		env, trustDir, err = trustEnv(env, caFile, who.Cred)
+		if trustDir != "" {
+			defer os.RemoveAll(trustDir)
+		}
 		if err != nil {
 			return 0, err
 		}
-		defer os.RemoveAll(trustDir)
-	}
-	cgFD, err := os.Open(cg)
-	if err != nil {
-		return 0, fmt.Errorf("open cgroup: %w", err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = env
-	// Start the child directly inside the cgroup (clone3 CLONE_INTO_CGROUP): there is no moment in
-	// which it runs unsteered.
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgFD.Fd())}
-	if err := cmd.Start(); err != nil {
-		cgFD.Close()
-		return 127, fmt.Errorf("start %s: %w", argv[0], err)
+	if err := startInCgroup(cmd, who.Cred, cg); err != nil {
+		return 127, err
 	}
-	cgFD.Close()
-	fmt.Fprintf(stderr, "mcpintercept: steering the TCP connects of %q (pid %d, cgroup %s) to %s\n", strings.Join(argv, " "), cmd.Process.Pid, cg, listenerList(lns))
+	as := ""
+	if who.Cred != nil {
+		as = " as " + who.Name
+	}
+	fmt.Fprintf(stderr, "mcpintercept: steering the TCP connects of %q (pid %d%s, cgroup %s) to %s\n", strings.Join(argv, " "), cmd.Process.Pid, as, cg, listenerList(lns))
 
 	// Ctrl-C and Ctrl-\ from the terminal reach the command directly (same process group); exec
 	// only has to survive them and wait. SIGTERM and SIGHUP sent to exec are passed on.
@@ -296,6 +303,22 @@ func execRun(cfg *config.Config, zeroConfig bool, argv []string, stderr io.Write
 	return code, nil
 }
 
+// startInCgroup starts cmd as cred (nil: as exec itself) directly inside the cgroup at path
+// (clone3 CLONE_INTO_CGROUP): there is no moment in which it runs unsteered. The clone is done by
+// exec (root); the child then takes cred's groups, gid and uid before it executes the command.
+func startInCgroup(cmd *exec.Cmd, cred *syscall.Credential, cgroup string) error {
+	cgFD, err := os.Open(cgroup)
+	if err != nil {
+		return fmt.Errorf("open cgroup: %w", err)
+	}
+	defer cgFD.Close()
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgFD.Fd()), Credential: cred}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", cmd.Args[0], err)
+	}
+	return nil
+}
+
 func listenerList(lns []*net.TCPListener) string {
 	var s []string
 	for _, l := range lns {
@@ -307,16 +330,19 @@ func listenerList(lns []*net.TCPListener) string {
 // trustEnv makes the usual TLS stacks trust the appliance CA in the child: OpenSSL, Go, curl, git
 // and Python read a bundle that replaces the system store, so they get the system bundle plus the
 // CA; Node adds NODE_EXTRA_CA_CERTS to its own store, so it gets the CA (plus whatever extra file
-// the user had set).
-func trustEnv(env []string, caFile string) ([]string, string, error) {
+// the user had set). The files go to a fresh 0700 directory that belongs to the command's user
+// (cred; nil: exec's own), removed by the caller at exit; the files the environment names are read
+// with that user's permissions, and only the CA certificate (never its key) is read as root.
+func trustEnv(env []string, caFile string, cred *syscall.Credential) ([]string, string, error) {
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
 		return nil, "", fmt.Errorf("appliance CA: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "mcpintercept-exec-")
+	dir, root, err := newTrustDir(cred)
 	if err != nil {
 		return nil, "", err
 	}
+	defer root.Close()
 	get := func(k string) string {
 		for _, kv := range env {
 			if v, ok := strings.CutPrefix(kv, k+"="); ok {
@@ -330,24 +356,27 @@ func trustEnv(env []string, caFile string) ([]string, string, error) {
 	if base == "" {
 		base = "/etc/ssl/certs/ca-certificates.crt"
 	}
-	if b, err := os.ReadFile(base); err == nil {
+	if b, err := readFileAs(base, cred); err == nil {
 		bundle = append(bundle, b...)
 		bundle = append(bundle, '\n')
 	}
 	bundle = append(bundle, ca...)
 	bundlePath := filepath.Join(dir, "bundle.pem")
-	if err := os.WriteFile(bundlePath, bundle, 0o644); err != nil {
-		return nil, dir, err
+	if err := writeTrustFile(root, "bundle.pem", bundle); err != nil {
+		return nil, dir, fmt.Errorf("trust bundle: %w", err)
 	}
 	extra := append([]byte{}, ca...)
 	if user := get("NODE_EXTRA_CA_CERTS"); user != "" {
-		if b, err := os.ReadFile(user); err == nil {
+		if b, err := readFileAs(user, cred); err == nil {
 			extra = append(append(b, '\n'), ca...)
 		}
 	}
 	extraPath := filepath.Join(dir, "node-extra.pem")
-	if err := os.WriteFile(extraPath, extra, 0o644); err != nil {
-		return nil, dir, err
+	if err := writeTrustFile(root, "node-extra.pem", extra); err != nil {
+		return nil, dir, fmt.Errorf("trust bundle: %w", err)
+	}
+	if err := handOver(root, cred); err != nil {
+		return nil, dir, fmt.Errorf("trust bundle: %w", err)
 	}
 	set := map[string]string{
 		"SSL_CERT_FILE": bundlePath, "REQUESTS_CA_BUNDLE": bundlePath, "CURL_CA_BUNDLE": bundlePath,

@@ -56,7 +56,7 @@ commands:
                                            create the appliance CA (key 0600) used by terminate routes
   ca export [--config FILE | --dir DIR] [--format pem|der]
                                            print the CA certificate, for clients to trust
-  exec [--config FILE] [--level 1] -- CMD [ARGS...]
+  exec [--config FILE] [--level 1] [--user NAME|UID] -- CMD [ARGS...]
                                            run CMD with its TCP connects steered through the appliance
                                            (eBPF; zero-config: TLS terminated, HTTP at Level 1)
 
