@@ -90,6 +90,13 @@ const (
 	DefaultLeafValidity   = 24 * time.Hour
 	DefaultMaxHeaderBytes = 65536
 	DefaultHeaderTimeout  = 10 * time.Second
+	// DefaultBodyTimeout bounds the arrival of one request body on a Level 1
+	// route; it is far below DefaultIdleTimeout so that a sender trickling a
+	// byte at a time cannot hold a flow (and a max_flows slot) for minutes.
+	DefaultBodyTimeout = 60 * time.Second
+	// DefaultRateLimitKeys is how many distinct keys (token buckets) one
+	// rate_limit rule keeps.
+	DefaultRateLimitKeys = 10000
 )
 
 // Bounds of the TLS, HTTP and certificate settings.
@@ -102,6 +109,8 @@ const (
 	// maxLeafValidity is the longest lifetime macOS and iOS accept for a
 	// TLS server certificate (and the old CA/Browser Forum limit).
 	maxLeafValidity = 825 * 24 * time.Hour
+	// maxRateLimitKeys bounds the memory one rate_limit rule can hold.
+	maxRateLimitKeys = 1_000_000
 )
 
 // Values of Route.TLS: the three dispositions of the draft ("TLS Considerations").
@@ -111,10 +120,30 @@ const (
 	TLSPlaintext   = "plaintext"
 )
 
-// Values of Route.OnMismatch.
+// Values of Route.OnMismatch. Parse fills OnMismatchClose on routes of
+// level 1 and OnMismatchPassthrough on level 0 routes when the key is absent.
 const (
-	OnMismatchPassthrough = "passthrough" // forward the bytes opaquely (the default)
-	OnMismatchClose       = "close"
+	OnMismatchPassthrough = "passthrough" // forward the bytes opaquely, uninspected
+	OnMismatchClose       = "close"       // reset the flow
+)
+
+// Values of Route.OnRuleError.
+const (
+	// OnRuleErrorClosed makes a deny or rate_limit rule whose expression
+	// fails to evaluate decide deny (the default).
+	OnRuleErrorClosed = "closed"
+	// OnRuleErrorOpen skips such a rule, as if its when did not match.
+	OnRuleErrorOpen = "open"
+)
+
+// Route.AllowUpgrade tokens with a meaning beyond the Upgrade header.
+const (
+	// UpgradeConnect allows the CONNECT method (a tunnel), which is not an
+	// Upgrade but hands the connection over all the same.
+	UpgradeConnect = "connect"
+	// UpgradeH2C is refused on Level 1 routes: after the switch the
+	// requests are HTTP/2 frames, which Level 1 cannot read.
+	UpgradeH2C = "h2c"
 )
 
 // Values of Rule.Action.
@@ -138,8 +167,11 @@ type Config struct {
 	TLS       TLSConfig      `yaml:"tls"`
 	HTTP      HTTPConfig     `yaml:"http"`
 	// Routes are tried in order; the first whose match holds decides a flow.
-	Routes   []Route           `yaml:"routes"`
-	RuleSets map[string][]Rule `yaml:"rule_sets"`
+	Routes []Route `yaml:"routes"`
+	// DefaultRoute treats the flows no route matches; nil forwards them
+	// opaque (level 0), as an explicit `default_route: opaque` does.
+	DefaultRoute *DefaultRoute     `yaml:"default_route,omitempty"`
+	RuleSets     map[string][]Rule `yaml:"rule_sets"`
 	// RuleSetOrder names every rule set once, in file order, which the map
 	// loses; compiling in this order reports rule errors top to bottom.
 	RuleSetOrder []string `yaml:"-"`
@@ -278,8 +310,15 @@ type Route struct {
 	Level *int `yaml:"level"`
 	// OnMismatch is what happens when a TLS route sees non-TLS bytes, or a
 	// plaintext level 1 route sees a TLS ClientHello: OnMismatchPassthrough
-	// or OnMismatchClose.
+	// or OnMismatchClose. Parse fills close on level 1 routes, since
+	// passing the bytes on would skip the inspection the route asks for,
+	// and passthrough on level 0 routes.
 	OnMismatch string `yaml:"on_mismatch"`
+	// OnRuleError is what a deny or rate_limit rule of RuleSet does when its
+	// expression fails to evaluate (a missing header, a type error):
+	// OnRuleErrorClosed (the default) decides deny, OnRuleErrorOpen skips
+	// the rule. Allow rules that fail are always skipped.
+	OnRuleError string `yaml:"on_rule_error"`
 	// Development silences the plaintext warning; tls: plaintext only.
 	Development bool `yaml:"development"`
 	// PlaintextUpstreamTrustedNetwork lets a tls: terminate route forward
@@ -291,6 +330,12 @@ type Route struct {
 	// than 2026-07-28) instead of letting method and tool rules not match
 	// them. Needs level 1.
 	StrictMCPHeaders bool `yaml:"strict_mcp_headers"`
+	// AllowUpgrade lists the protocols a Level 1 route lets a request switch
+	// to (the Upgrade header), lower-cased, e.g. "websocket"; UpgradeConnect
+	// allows the CONNECT method. Anything else asking to switch is refused,
+	// because after the switch Level 1 no longer sees requests. UpgradeH2C
+	// is never allowed. Needs level 1.
+	AllowUpgrade []string `yaml:"allow_upgrade"`
 	// RuleSet names an entry of Config.RuleSets; "" applies no rules (allow).
 	// A passthrough route can take one at level 0 (connection-level rules);
 	// other routes need level 1.
@@ -298,6 +343,47 @@ type Route struct {
 	// Line and Column locate the route's mapping in the file (0 when built
 	// in code), for messages about the route as a whole.
 	Line, Column int `yaml:"-"`
+}
+
+// DefaultRoute is `default_route`: what happens to flows that match no route.
+// At most one of Close and Route is set; neither means opaque (level 0), the
+// behaviour without a default_route.
+type DefaultRoute struct {
+	// Close resets such flows and logs them (`default_route: close`).
+	Close bool
+	// Route treats them like a route that matches everything, with Name
+	// "default" and no Match.
+	Route *Route
+}
+
+// DefaultRouteName is the Route.Name Parse gives DefaultRoute.Route.
+const DefaultRouteName = "default"
+
+// Opaque reports whether such flows are forwarded opaque (level 0) without
+// a route's settings.
+func (d *DefaultRoute) Opaque() bool {
+	return d == nil || !d.Close && d.Route == nil
+}
+
+// MarshalYAML writes the same spellings the file accepts.
+func (d DefaultRoute) MarshalYAML() (any, error) {
+	switch {
+	case d.Close:
+		return "close", nil
+	case d.Route == nil:
+		return "opaque", nil
+	}
+	n := &yaml.Node{}
+	if err := n.Encode(d.Route); err != nil {
+		return nil, err
+	}
+	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i].Value; k != "name" && k != "match" {
+			m.Content = append(m.Content, n.Content[i], n.Content[i+1])
+		}
+	}
+	return m, nil
 }
 
 // LevelOrDefault is the route's awareness level: Level when set, else 0 for
@@ -357,12 +443,16 @@ type RateLimit struct {
 	Key   string  `yaml:"key"`   // CEL expression naming the bucket, e.g. client.address
 	Rate  float64 `yaml:"rate"`  // tokens per second
 	Burst int     `yaml:"burst"` // bucket size
+	// MaxKeys is how many distinct keys (buckets) this rule keeps, 1 to
+	// 1000000 (DefaultRateLimitKeys when absent). Every rate_limit rule has
+	// its own store, so one rule's keys cannot crowd out another's.
+	MaxKeys int `yaml:"max_keys"`
 }
 
 // MarshalYAML writes the same keys as plain struct encoding, but spells the
 // key expression with strNode.
 func (r RateLimit) MarshalYAML() (any, error) {
-	return mappingNode("key", r.Key, "rate", r.Rate, "burst", r.Burst)
+	return mappingNode("key", r.Key, "rate", r.Rate, "burst", r.Burst, "max_keys", r.MaxKeys)
 }
 
 // mappingNode builds a mapping from key, value pairs; string values go
@@ -433,8 +523,12 @@ type Limits struct {
 	MaxFlows          int      `yaml:"max_flows"`
 	MaxFlowsPerClient int      `yaml:"max_flows_per_client"`
 	IdleTimeout       Duration `yaml:"idle_timeout"`
-	ConnectTimeout    Duration `yaml:"connect_timeout"`
-	DrainTimeout      Duration `yaml:"drain_timeout"`
+	// BodyTimeout is how long one request body may take to arrive in full
+	// on a Level 1 route, so that a slow sender cannot hold a flow for the
+	// whole idle timeout.
+	BodyTimeout    Duration `yaml:"body_timeout"`
+	ConnectTimeout Duration `yaml:"connect_timeout"`
+	DrainTimeout   Duration `yaml:"drain_timeout"`
 }
 
 // Duration is a time.Duration spelled "5s" or "1m30s" in YAML; a bare
@@ -545,6 +639,9 @@ func applyDefaults(c *Config, set func(key string) bool) {
 	if !set("limits.idle_timeout") {
 		c.Limits.IdleTimeout = Duration{DefaultIdleTimeout}
 	}
+	if !set("limits.body_timeout") {
+		c.Limits.BodyTimeout = Duration{DefaultBodyTimeout}
+	}
 	if !set("limits.connect_timeout") {
 		c.Limits.ConnectTimeout = Duration{DefaultConnectTimeout}
 	}
@@ -576,15 +673,17 @@ func applyDefaults(c *Config, set func(key string) bool) {
 		c.HTTP.HeaderTimeout = Duration{DefaultHeaderTimeout}
 	}
 	for i := range c.Routes {
-		r := &c.Routes[i]
-		key := fmt.Sprintf("routes[%d]", i)
-		if !set(key + ".level") {
-			// Filled in so that the effective level shows in a printed config.
-			l := r.LevelOrDefault()
-			r.Level = &l
-		}
-		if !set(key + ".on_mismatch") {
-			r.OnMismatch = OnMismatchPassthrough
+		routeDefaults(&c.Routes[i], fmt.Sprintf("routes[%d]", i), set)
+	}
+	if d := c.DefaultRoute; d != nil && d.Route != nil {
+		routeDefaults(d.Route, "default_route", set)
+	}
+	for _, name := range c.RuleSetOrder {
+		for i, r := range c.RuleSets[name] {
+			key := fmt.Sprintf("%s[%d].rate_limit.max_keys", join("rule_sets", segment(name)), i)
+			if r.RateLimit != nil && !set(key) {
+				r.RateLimit.MaxKeys = DefaultRateLimitKeys
+			}
 		}
 	}
 	if !set("admin.listen") {
@@ -595,5 +694,23 @@ func applyDefaults(c *Config, set func(key string) bool) {
 	}
 	if !set("log.flows") {
 		c.Log.Flows = FlowsStdout
+	}
+}
+
+// routeDefaults fills the keys of the route at key that the file left out.
+func routeDefaults(r *Route, key string, set func(key string) bool) {
+	if !set(key + ".level") {
+		// Filled in so that the effective level shows in a printed config.
+		l := r.LevelOrDefault()
+		r.Level = &l
+	}
+	if !set(key + ".on_mismatch") {
+		r.OnMismatch = OnMismatchPassthrough
+		if r.LevelOrDefault() >= 1 {
+			r.OnMismatch = OnMismatchClose
+		}
+	}
+	if !set(key + ".on_rule_error") {
+		r.OnRuleError = OnRuleErrorClosed
 	}
 }

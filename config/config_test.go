@@ -336,13 +336,16 @@ func TestParseValid(t *testing.T) {
 					line, column  int
 					levelFromFile bool
 				}
-				want := []got{{"t", 1, "passthrough", 5, 5, false}, {"p", 0, "passthrough", 6, 5, false}, {"x", 1, "passthrough", 7, 5, false}, {"t0", 0, "close", 9, 5, true}}
+				// Level 1 closes on a mismatch: passing the bytes on would
+				// skip the inspection the route asks for.
+				want := []got{{"t", 1, "close", 5, 5, false}, {"p", 0, "passthrough", 6, 5, false}, {"x", 1, "close", 7, 5, false}, {"t0", 0, "close", 9, 5, true}}
 				if len(c.Routes) != len(want) {
 					t.Fatalf("routes = %+v", c.Routes)
 				}
 				for i, r := range c.Routes {
 					w := want[i]
-					if r.Name != w.name || r.Level == nil || *r.Level != w.level || r.LevelOrDefault() != w.level || r.OnMismatch != w.mismatch || r.Line != w.line || r.Column != w.column {
+					if r.Name != w.name || r.Level == nil || *r.Level != w.level || r.LevelOrDefault() != w.level || r.OnMismatch != w.mismatch || r.Line != w.line || r.Column != w.column ||
+						r.OnRuleError != OnRuleErrorClosed || r.AllowUpgrade != nil {
 						t.Errorf("routes[%d] = %+v (level %v), want %+v", i, r, r.LevelOrDefault(), w)
 					}
 				}
@@ -418,10 +421,10 @@ func TestParseValid(t *testing.T) {
 					d.Line != 6 || d.Column != 7 || d.WhenPos != (Pos{"test.yaml", 7, 13}) || d.KeyPos != (Pos{}) {
 					t.Errorf("rule d = %+v", d)
 				}
-				if rl := rs[1].RateLimit; rl == nil || *rl != (RateLimit{Key: "client.address", Rate: 10, Burst: 1}) || rs[1].KeyPos != (Pos{"test.yaml", 10, 55}) {
+				if rl := rs[1].RateLimit; rl == nil || *rl != (RateLimit{Key: "client.address", Rate: 10, Burst: 1, MaxKeys: DefaultRateLimitKeys}) || rs[1].KeyPos != (Pos{"test.yaml", 10, 55}) {
 					t.Errorf("rule i = %+v %+v", rs[1], rl)
 				}
-				for i, want := range []RateLimit{{"k", 0.25, 16}, {"k", 16, 2147483647}, {"k", 1000, 1}} {
+				for i, want := range []RateLimit{{"k", 0.25, 16, DefaultRateLimitKeys}, {"k", 16, 2147483647, DefaultRateLimitKeys}, {"k", 1000, 1, DefaultRateLimitKeys}} {
 					if rl := rs[i+2].RateLimit; rl == nil || *rl != want {
 						t.Errorf("rule %s rate_limit = %+v, want %+v", rs[i+2].Name, rl, want)
 					}
@@ -429,6 +432,127 @@ func TestParseValid(t *testing.T) {
 				if rs[5].When != "true" {
 					t.Errorf("when: true read as %q", rs[5].When)
 				}
+			},
+		},
+		{
+			name: "allow_upgrade is lower-cased and kept; on_rule_error open is kept",
+			src: withRoutes +
+				"  - {name: t, tls: terminate, allow_upgrade: [WebSocket, connect, \"x-Proto.1~\"], on_rule_error: open}\n" +
+				"  - {name: x, tls: plaintext, allow_upgrade: [], on_rule_error: closed, on_mismatch: passthrough}\n",
+			check: func(t *testing.T, c *Config) {
+				if got, want := c.Routes[0].AllowUpgrade, []string{"websocket", UpgradeConnect, "x-proto.1~"}; !reflect.DeepEqual(got, want) {
+					t.Errorf("allow_upgrade = %q, want %q", got, want)
+				}
+				if c.Routes[0].OnRuleError != OnRuleErrorOpen || c.Routes[0].OnMismatch != OnMismatchClose {
+					t.Errorf("routes[0] = %+v", c.Routes[0])
+				}
+				r := c.Routes[1]
+				if r.AllowUpgrade != nil || r.OnRuleError != OnRuleErrorClosed || r.OnMismatch != OnMismatchPassthrough {
+					t.Errorf("routes[1] = %+v", r)
+				}
+				roundTrip(t, c)
+			},
+		},
+		{
+			name: "default_route absent is nil: opaque",
+			src:  minimal,
+			check: func(t *testing.T, c *Config) {
+				if c.DefaultRoute != nil || !c.DefaultRoute.Opaque() {
+					t.Errorf("default_route = %+v", c.DefaultRoute)
+				}
+			},
+		},
+		{
+			name: "default_route empty value is the default",
+			src:  minimal + "default_route:\n",
+			check: func(t *testing.T, c *Config) {
+				if c.DefaultRoute != nil {
+					t.Errorf("default_route = %+v", c.DefaultRoute)
+				}
+			},
+		},
+		{
+			name: "default_route: close",
+			src:  minimal + "default_route: close\n",
+			check: func(t *testing.T, c *Config) {
+				if !reflect.DeepEqual(c.DefaultRoute, &DefaultRoute{Close: true}) || c.DefaultRoute.Opaque() {
+					t.Errorf("default_route = %+v", c.DefaultRoute)
+				}
+				roundTrip(t, c)
+			},
+		},
+		{
+			name: "default_route: opaque",
+			src:  minimal + "default_route: opaque\n",
+			check: func(t *testing.T, c *Config) {
+				if !reflect.DeepEqual(c.DefaultRoute, &DefaultRoute{}) || !c.DefaultRoute.Opaque() {
+					t.Errorf("default_route = %+v", c.DefaultRoute)
+				}
+				roundTrip(t, c)
+			},
+		},
+		{
+			name: "default_route mapping gets a route's defaults, the name default and its position",
+			src:  minimal + "default_route:\n  tls: terminate\n  rule_set: s\nrule_sets: {s: []}\n",
+			check: func(t *testing.T, c *Config) {
+				one := 1
+				want := &DefaultRoute{Route: &Route{Name: DefaultRouteName, TLS: TLSTerminate, Level: &one, OnMismatch: OnMismatchClose,
+					OnRuleError: OnRuleErrorClosed, RuleSet: "s", Line: 5, Column: 3}}
+				if !reflect.DeepEqual(c.DefaultRoute, want) || c.DefaultRoute.Opaque() {
+					t.Errorf("default_route = %+v\nwant %+v", c.DefaultRoute.Route, want.Route)
+				}
+				roundTrip(t, c)
+			},
+		},
+		{
+			name: "default_route mapping keeps explicit values",
+			src: minimal + "default_route: {tls: passthrough, on_mismatch: close, on_rule_error: open, rule_set: s}\n" +
+				"routes: [{name: r, tls: plaintext, level: 0}]\nrule_sets: {s: []}\n",
+			check: func(t *testing.T, c *Config) {
+				r := c.DefaultRoute.Route
+				if r.TLS != TLSPassthrough || *r.Level != 0 || r.OnMismatch != OnMismatchClose || r.OnRuleError != OnRuleErrorOpen || r.Name != "default" {
+					t.Errorf("default_route = %+v", r)
+				}
+				if r := c.Routes[0]; r.OnMismatch != OnMismatchPassthrough {
+					t.Errorf("level 0 route on_mismatch = %q", r.OnMismatch)
+				}
+				roundTrip(t, c)
+			},
+		},
+		{
+			name: "body_timeout and max_keys defaults",
+			src:  withRuleSets + "  s: [{name: r, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1}}, {name: d, action: deny}]\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Limits.BodyTimeout.Duration != DefaultBodyTimeout || DefaultBodyTimeout != time.Minute {
+					t.Errorf("body_timeout = %v", c.Limits.BodyTimeout)
+				}
+				if rl := c.RuleSets["s"][0].RateLimit; rl.MaxKeys != DefaultRateLimitKeys || DefaultRateLimitKeys != 10000 {
+					t.Errorf("max_keys = %d", rl.MaxKeys)
+				}
+				if c.RuleSets["s"][1].RateLimit != nil {
+					t.Errorf("deny rule got a rate_limit")
+				}
+			},
+		},
+		{
+			name: "body_timeout and max_keys explicit, per rule, quoted rule set names too",
+			src: minimal + "limits: {body_timeout: 1500ms}\nrule_sets:\n  x.y: [{name: r, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1}}]\n  s:\n" +
+				"    - {name: a, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, max_keys: 1}}\n" +
+				"    - {name: b, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, max_keys: 1000000}}\n" +
+				"    - {name: c, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, max_keys: }}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Limits.BodyTimeout.Duration != 1500*time.Millisecond {
+					t.Errorf("body_timeout = %v", c.Limits.BodyTimeout)
+				}
+				if got := c.RuleSets["x.y"][0].RateLimit.MaxKeys; got != DefaultRateLimitKeys {
+					t.Errorf(`rule_sets."x.y" max_keys = %d`, got)
+				}
+				for i, want := range []int{1, 1000000, DefaultRateLimitKeys} {
+					if got := c.RuleSets["s"][i].RateLimit.MaxKeys; got != want {
+						t.Errorf("rule %d max_keys = %d, want %d", i, got, want)
+					}
+				}
+				roundTrip(t, c)
 			},
 		},
 		{
@@ -478,7 +602,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "scanner error", src: minimal + "log:\n  level: a: b\n", want: []wantErr{{5, "", "mapping values are not allowed in this context"}}},
 
 		// Keys.
-		{name: "unknown top-level key", src: minimal + "listn: {}\n", want: []wantErr{{4, "listn", `unknown key "listn" (valid: mechanism, listen, intercept, steering, external, ebpf, ca, upstream_tls, tls, http, routes, rule_sets, limits, admin, log)`}}},
+		{name: "unknown top-level key", src: minimal + "listn: {}\n", want: []wantErr{{4, "listn", `unknown key "listn" (valid: mechanism, listen, intercept, steering, external, ebpf, ca, upstream_tls, tls, http, routes, default_route, rule_sets, limits, admin, log)`}}},
 		{name: "unknown nested key", src: minimal + "listen:\n  port: 1\n  adresses: []\n", want: []wantErr{{6, "listen.adresses", `unknown key "adresses" (valid: port, addresses)`}}},
 		{name: "duplicate top-level key", src: minimal + "log: {}\nlog: {}\n", want: []wantErr{{5, "log", `duplicate key "log" (first at line 4)`}}},
 		{name: "duplicate nested key", src: "intercept:\n  destinations: [10.0.0.0/8]\n  ports: [1]\n  ports: [2]\n", want: []wantErr{{4, "intercept.ports", "duplicate key"}}},
@@ -602,7 +726,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "routes is not a list", src: minimal + "routes: {name: a}\n", want: []wantErr{{4, "routes", "expected a list of routes, got a mapping"}}},
 		{name: "route is not a mapping", src: withRoutes + "  - a\n", want: []wantErr{{5, "routes[0]", `expected a mapping, got string "a"`}}},
 		{name: "empty route", src: withRoutes + "  -\n  - {name: b, tls: terminate}\n", want: []wantErr{{5, "routes[0]", "expected a mapping, got an empty value"}}},
-		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, development, plaintext_upstream_trusted_network, strict_mcp_headers, rule_set)`}}},
+		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, rule_set)`}}},
 		{name: "unknown match key", src: withRoutes + "  - name: a\n    tls: terminate\n    match: {port: [1]}\n", want: []wantErr{{7, "routes[0].match.port", `unknown key "port" (valid: destinations, ports, sni, clients)`}}},
 		{name: "match is not a mapping", src: withRoutes + "  - {name: a, tls: terminate, match: [1]}\n", want: []wantErr{{5, "routes[0].match", "expected a mapping, got a list"}}},
 		{name: "a broken route does not hide the next one's problems", src: withRoutes + "  - x\n  - {name: b, tls: nope}\n", want: []wantErr{
@@ -685,7 +809,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "rule set is not a list", src: withRuleSets + "  s: {name: a}\n", want: []wantErr{{5, "rule_sets.s", "expected a list of rules, got a mapping"}}},
 		{name: "rule is not a mapping", src: withRuleSets + "  s: [deny]\n", want: []wantErr{{5, "rule_sets.s[0]", `expected a mapping, got string "deny"`}}},
 		{name: "unknown rule key", src: withRuleSets + "  s:\n    - {name: a, action: deny, reasn: x}\n", want: []wantErr{{6, "rule_sets.s[0].reasn", `unknown key "reasn" (valid: name, when, action, reason, rate_limit)`}}},
-		{name: "unknown rate_limit key", src: withRuleSets + "  s:\n    - {name: a, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, per: 1s}}\n", want: []wantErr{{6, "rule_sets.s[0].rate_limit.per", `unknown key "per" (valid: key, rate, burst)`}}},
+		{name: "unknown rate_limit key", src: withRuleSets + "  s:\n    - {name: a, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, per: 1s}}\n", want: []wantErr{{6, "rule_sets.s[0].rate_limit.per", `unknown key "per" (valid: key, rate, burst, max_keys)`}}},
 		{name: "rate_limit is not a mapping", src: withRuleSets + "  s:\n    - {name: a, action: rate_limit, rate_limit: 10}\n", want: []wantErr{{6, "rule_sets.s[0].rate_limit", "expected a mapping, got integer 10"}}},
 		{name: "rule set name characters", src: withRuleSets + "  \"my set\": []\n", want: []wantErr{{5, `rule_sets."my set"`, `invalid name "my set"`}}},
 		{name: "duplicate rule set", src: withRuleSets + "  s: []\n  s: []\n", want: []wantErr{{6, "rule_sets.s", `duplicate key "s" (first at line 5)`}}},
@@ -781,6 +905,147 @@ func TestParseErrors(t *testing.T) {
 				if w.key != "" && !strings.Contains(s, w.key+": ") {
 					t.Errorf("error %d %q does not name key %q", i, s, w.key)
 				}
+			}
+		})
+	}
+}
+
+// TestParseErrorPositions pins the whole rendered message, position
+// included, for the keys of issue 8 (allow_upgrade, on_rule_error,
+// default_route, limits.body_timeout, rate_limit.max_keys).
+func TestParseErrorPositions(t *testing.T) {
+	const drKeys = "tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, rule_set"
+	tests := []struct {
+		name string
+		src  string
+		want []string
+	}{
+		// allow_upgrade (routes start on line 5).
+		{name: "h2c on a level 1 route", src: withRoutes + "  - {name: a, tls: terminate, allow_upgrade: [websocket, H2C]}\n", want: []string{
+			"test.yaml:5:58: routes[0].allow_upgrade[1]: h2c is never allowed through a Level 1 route: after the switch, requests are HTTP/2 frames Level 1 cannot read"}},
+		{name: "h2c on a plaintext route's default level", src: withRoutes + "  - name: a\n    tls: plaintext\n    allow_upgrade:\n      - h2c\n", want: []string{
+			"test.yaml:8:9: routes[0].allow_upgrade[0]: h2c is never allowed through a Level 1 route: after the switch, requests are HTTP/2 frames Level 1 cannot read"}},
+		{name: "allow_upgrade on a passthrough route", src: withRoutes + "  - {name: a, tls: passthrough, allow_upgrade: [websocket]}\n", want: []string{
+			"test.yaml:5:48: routes[0].allow_upgrade: only meaningful with level >= 1; level 0 forwards everything opaque"}},
+		{name: "allow_upgrade at an explicit level 0, h2c included", src: withRoutes + "  - name: a\n    tls: terminate\n    level: 0\n    allow_upgrade: [h2c]\n", want: []string{
+			"test.yaml:8:20: routes[0].allow_upgrade: only meaningful with level >= 1; level 0 forwards everything opaque"}},
+		{name: "an empty allow_upgrade is fine at level 0", src: withRoutes + "  - {name: a, tls: passthrough, allow_upgrade: []}\n  - {name: b, tls: nope}\n", want: []string{
+			`test.yaml:6:20: routes[1].tls: unknown value "nope" (valid: passthrough, terminate, plaintext)`}},
+		{name: "duplicate tokens, compared case-insensitively", src: withRoutes + "  - {name: a, tls: terminate, allow_upgrade: [websocket, connect, WebSocket, connect]}\n", want: []string{
+			`test.yaml:5:67: routes[0].allow_upgrade[2]: duplicate of routes[0].allow_upgrade[0] ("websocket")`,
+			`test.yaml:5:78: routes[0].allow_upgrade[3]: duplicate of routes[0].allow_upgrade[1] ("connect")`}},
+		{name: "invalid tokens", src: withRoutes + "  - name: a\n    tls: terminate\n    allow_upgrade:\n" +
+			"      - web socket\n" + // 8
+			"      - websocket/13\n" +
+			"      - \"\"\n" +
+			"      - 13\n" + // 11
+			"      - [websocket]\n" +
+			"      - \"wébsocket\"\n" +
+			"      - \"(ws)\"\n", // 14
+			want: []string{
+				"test.yaml:8:9: routes[0].allow_upgrade[0]: \"web socket\" is not a protocol name: use letters, digits and !#$%&'*+-.^_`|~ (an RFC 9110 token)",
+				`test.yaml:9:9: routes[0].allow_upgrade[1]: "websocket/13": give the protocol name only, e.g. "websocket", without a /version`,
+				`test.yaml:10:9: routes[0].allow_upgrade[2]: must not be empty`,
+				`test.yaml:11:9: routes[0].allow_upgrade[3]: expected a protocol name such as websocket, got integer 13`,
+				`test.yaml:12:9: routes[0].allow_upgrade[4]: expected a protocol name such as websocket, got a list`,
+				"test.yaml:13:9: routes[0].allow_upgrade[5]: \"wébsocket\" is not a protocol name: use letters, digits and !#$%&'*+-.^_`|~ (an RFC 9110 token)",
+				"test.yaml:14:9: routes[0].allow_upgrade[6]: \"(ws)\" is not a protocol name: use letters, digits and !#$%&'*+-.^_`|~ (an RFC 9110 token)",
+			}},
+		{name: "allow_upgrade is not a list", src: withRoutes + "  - {name: a, tls: terminate, allow_upgrade: websocket}\n", want: []string{
+			`test.yaml:5:46: routes[0].allow_upgrade: expected a list, got string "websocket"`}},
+
+		// on_mismatch and on_rule_error.
+		{name: "on_rule_error unknown", src: withRoutes + "  - {name: a, tls: terminate, on_rule_error: fail-open}\n", want: []string{
+			`test.yaml:5:46: routes[0].on_rule_error: unknown value "fail-open" (valid: closed, open)`}},
+		{name: "on_rule_error empty", src: withRoutes + "  - {name: a, tls: terminate, on_rule_error: \"\"}\n", want: []string{
+			`test.yaml:5:46: routes[0].on_rule_error: must not be empty (valid: closed, open)`}},
+		{name: "on_rule_error is not a string", src: withRoutes + "  - {name: a, tls: terminate, on_rule_error: true}\n", want: []string{
+			`test.yaml:5:46: routes[0].on_rule_error: expected a string, got boolean true`}},
+
+		// default_route.
+		{name: "default_route unknown word", src: minimal + "default_route: drop\n", want: []string{
+			`test.yaml:4:16: default_route: unknown value "drop" (valid: opaque, close, or a mapping of route keys: ` + drKeys + ")"}},
+		{name: "default_route is case-sensitive", src: minimal + "default_route: Close\n", want: []string{
+			`test.yaml:4:16: default_route: unknown value "Close" (valid: opaque, close, or a mapping of route keys: ` + drKeys + ")"}},
+		{name: "default_route is a list", src: minimal + "default_route: [close]\n", want: []string{
+			`test.yaml:4:16: default_route: expected opaque, close or a mapping of route keys, got a list`}},
+		{name: "default_route is a boolean", src: minimal + "default_route: false\n", want: []string{
+			`test.yaml:4:16: default_route: expected opaque, close or a mapping of route keys, got boolean false`}},
+		{name: "default_route takes no name or match", src: minimal + "default_route:\n  name: fallback\n  match: {ports: [1]}\n  tls: passthrough\n", want: []string{
+			`test.yaml:5:3: default_route.name: default_route takes no name: its flows are logged under the route name "default"`,
+			`test.yaml:6:3: default_route.match: default_route takes no match: it applies to exactly the flows no route matches`}},
+		{name: "default_route unknown key lists the keys it takes", src: minimal + "default_route: {tls: terminate, levle: 1}\n", want: []string{
+			`test.yaml:4:33: default_route.levle: unknown key "levle" (valid: ` + drKeys + ")"}},
+		{name: "default_route needs tls, pointed at default_route", src: minimal + "default_route:\n  level: 1\n", want: []string{
+			`test.yaml:4:1: default_route.tls: required: passthrough, terminate or plaintext`}},
+		{name: "default_route needs tls, empty mapping", src: minimal + "default_route: {}\n", want: []string{
+			`test.yaml:4:1: default_route.tls: required: passthrough, terminate or plaintext`}},
+		{name: "default_route is validated like a route", src: minimal + "default_route:\n" +
+			"  tls: passthrough\n" + // 5
+			"  level: 1\n" +
+			"  on_mismatch: drop\n" +
+			"  strict_mcp_headers: maybe\n" + // 8
+			"  development: true\n" +
+			"  rule_set: nope\n", // 10
+			want: []string{
+				`test.yaml:6:10: default_route.level: passthrough cannot read HTTP headers (the stream stays encrypted); use level 0, or tls: terminate`,
+				`test.yaml:7:16: default_route.on_mismatch: unknown value "drop" (valid: passthrough, close)`,
+				`test.yaml:8:23: default_route.strict_mcp_headers: expected true or false, got string "maybe"`,
+				`test.yaml:9:16: default_route.development: development applies to tls: plaintext routes only`,
+				`test.yaml:10:13: default_route.rule_set: unknown rule set "nope": rule_sets defines none`,
+			}},
+		{name: "default_route allow_upgrade", src: minimal + "default_route: {tls: terminate, allow_upgrade: [h2c, h2c]}\n", want: []string{
+			`test.yaml:4:49: default_route.allow_upgrade[0]: h2c is never allowed through a Level 1 route: after the switch, requests are HTTP/2 frames Level 1 cannot read`,
+			`test.yaml:4:54: default_route.allow_upgrade[1]: duplicate of default_route.allow_upgrade[0] ("h2c")`}},
+		{name: "default_route rule_set at level 0 and a set that exists elsewhere", src: minimal + "default_route: {tls: plaintext, level: 0, rule_set: s}\nrule_sets: {t: []}\n", want: []string{
+			`test.yaml:4:53: default_route.rule_set: needs level 1: a level 0 plaintext route does not read requests (only passthrough routes apply connection-level rules at level 0)`,
+			`test.yaml:4:53: default_route.rule_set: unknown rule set "s" (defined: "t")`}},
+		{name: "a route named default clashes with default_route", src: withRoutes + "  - {name: default, tls: terminate}\ndefault_route: close\n", want: []string{
+			`test.yaml:5:12: routes[0].name: "default" is the name default_route's flows are logged under; pick another`}},
+
+		// limits.body_timeout.
+		{name: "body_timeout 0", src: minimal + "limits:\n  body_timeout: 0s\n", want: []string{
+			`test.yaml:5:17: limits.body_timeout: must be greater than 0, got 0s`}},
+		{name: "body_timeout negative", src: minimal + "limits: {body_timeout: -5s}\n", want: []string{
+			`test.yaml:4:24: limits.body_timeout: must be greater than 0, got -5s`}},
+		{name: "body_timeout without a unit", src: minimal + "limits: {body_timeout: 60}\n", want: []string{
+			`test.yaml:4:24: limits.body_timeout: invalid duration "60": write a number with a unit, e.g. "5s" or "1m30s"`}},
+
+		// rate_limit.max_keys.
+		{name: "max_keys out of range", src: withRuleSets + "  s:\n" +
+			"    - {name: a, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, max_keys: 0}}\n" +
+			"    - {name: b, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, max_keys: 1000001}}\n" +
+			"    - {name: c, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, max_keys: 10k}}\n" +
+			"    - {name: d, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, max_keys: -1}}\n",
+			want: []string{
+				`test.yaml:6:87: rule_sets.s[0].rate_limit.max_keys: must be between 1 and 1000000, got 0`,
+				`test.yaml:7:87: rule_sets.s[1].rate_limit.max_keys: must be between 1 and 1000000, got 1000001`,
+				`test.yaml:8:87: rule_sets.s[2].rate_limit.max_keys: expected an integer, got string "10k"`,
+				`test.yaml:9:87: rule_sets.s[3].rate_limit.max_keys: must be between 1 and 1000000, got -1`,
+			}},
+		{name: "max_keys on a deny rule is reported with its rate_limit", src: withRuleSets + "  s:\n    - {name: a, action: deny, rate_limit: {max_keys: 5}}\n", want: []string{
+			`test.yaml:6:31: rule_sets.s[0].rate_limit.burst: required: the bucket size (requests allowed at once), at least 1`,
+			`test.yaml:6:31: rule_sets.s[0].rate_limit.key: required: a CEL expression naming the bucket, e.g. client.address`,
+			`test.yaml:6:31: rule_sets.s[0].rate_limit.rate: required: tokens per second, greater than 0`,
+			`test.yaml:6:43: rule_sets.s[0].rate_limit: applies to action: rate_limit only, and this rule's action is deny`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse("test.yaml", []byte(tt.src), Overrides{})
+			if c != nil || err == nil {
+				t.Fatalf("parsed:\n%s", tt.src)
+			}
+			var got []string
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error %v (%T) is not an Errors", err, err)
+			}
+			for _, e := range errs {
+				got = append(got, e.Error())
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 			}
 		})
 	}
@@ -905,7 +1170,7 @@ func TestLoad(t *testing.T) {
 			t.Errorf("deny rule = %+v", deny)
 		}
 		if rate.WhenPos != (Pos{file, 33, 13}) || rate.KeyPos != (Pos{file, 35, 25}) ||
-			rate.RateLimit == nil || *rate.RateLimit != (RateLimit{Key: "client.address", Rate: 50, Burst: 200}) {
+			rate.RateLimit == nil || *rate.RateLimit != (RateLimit{Key: "client.address", Rate: 50, Burst: 200, MaxKeys: DefaultRateLimitKeys}) {
 			t.Errorf("rate rule = %+v %+v", rate, rate.RateLimit)
 		}
 	})
@@ -1018,6 +1283,8 @@ func TestFullExampleUsesEveryKey(t *testing.T) {
 		{"limits.max_flows", c.Limits.MaxFlows, d.Limits.MaxFlows},
 		{"limits.max_flows_per_client", c.Limits.MaxFlowsPerClient, d.Limits.MaxFlowsPerClient},
 		{"limits.idle_timeout", c.Limits.IdleTimeout, d.Limits.IdleTimeout},
+		{"limits.body_timeout", c.Limits.BodyTimeout, d.Limits.BodyTimeout},
+		{"default_route", c.DefaultRoute, d.DefaultRoute},
 		{"limits.connect_timeout", c.Limits.ConnectTimeout, d.Limits.ConnectTimeout},
 		{"limits.drain_timeout", c.Limits.DrainTimeout, d.Limits.DrainTimeout},
 		{"admin.listen", c.Admin.Listen, d.Admin.Listen},
@@ -1088,29 +1355,33 @@ func TestFullExampleUsesEveryKey(t *testing.T) {
 	}
 	covers("rules", rules, entryKeys(Rule{RateLimit: &RateLimit{}}))
 
-	var r struct{ match, level, close, dev, plain, strict, set bool }
+	type seen struct{ match, level, mismatch, ruleErr, dev, plain, strict, upgrade, set bool }
+	var r seen
 	for _, x := range c.Routes {
 		m := x.Match
 		r.match = r.match || len(m.Destinations) > 0 && len(m.Ports) > 0 && len(m.SNI) > 0 && len(m.Clients) > 0
 		r.level = r.level || *x.Level != (Route{TLS: x.TLS}).LevelOrDefault()
-		r.close = r.close || x.OnMismatch != OnMismatchPassthrough
+		r.mismatch = r.mismatch || (x.OnMismatch == OnMismatchClose) != (*x.Level >= 1)
+		r.ruleErr = r.ruleErr || x.OnRuleError != OnRuleErrorClosed
 		r.dev = r.dev || x.Development
 		r.plain = r.plain || x.PlaintextUpstreamTrustedNetwork
 		r.strict = r.strict || x.StrictMCPHeaders
+		r.upgrade = r.upgrade || len(x.AllowUpgrade) > 0
 		r.set = r.set || x.RuleSet != ""
 	}
-	if r != (struct{ match, level, close, dev, plain, strict, set bool }{true, true, true, true, true, true, true}) {
+	if r != (seen{true, true, true, true, true, true, true, true, true}) {
 		t.Errorf("some route key never leaves its default in full.yaml (false below): %+v", r)
 	}
-	var when, reason, limit, actions = false, false, false, map[string]bool{}
+	var when, reason, limit, maxKeys, actions = false, false, false, false, map[string]bool{}
 	for _, name := range c.RuleSetOrder {
 		for _, x := range c.RuleSets[name] {
 			when, reason, limit = when || x.When != "", reason || x.Reason != "", limit || x.RateLimit != nil
+			maxKeys = maxKeys || x.RateLimit != nil && x.RateLimit.MaxKeys != DefaultRateLimitKeys
 			actions[x.Action] = true
 		}
 	}
-	if !when || !reason || !limit || len(actions) != 3 {
-		t.Errorf("full.yaml's rules leave a key at its default: when %v, reason %v, rate_limit %v, actions %v", when, reason, limit, actions)
+	if !when || !reason || !limit || !maxKeys || len(actions) != 3 {
+		t.Errorf("full.yaml's rules leave a key at its default: when %v, reason %v, rate_limit %v, max_keys %v, actions %v", when, reason, limit, maxKeys, actions)
 	}
 }
 
@@ -1212,26 +1483,26 @@ func TestValidateInCode(t *testing.T) {
 		{name: "zero value config", modify: func(c *Config) { *c = Config{} }, want: "mechanism: must not be empty"},
 		{name: "valid routes and rule sets, levels left to LevelOrDefault", modify: func(c *Config) {
 			c.Routes = []Route{
-				{Name: "p", TLS: TLSPassthrough, OnMismatch: OnMismatchPassthrough, RuleSet: "conn"},
-				{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, StrictMCPHeaders: true, RuleSet: "http"},
+				{Name: "p", TLS: TLSPassthrough, OnMismatch: OnMismatchPassthrough, OnRuleError: OnRuleErrorClosed, RuleSet: "conn"},
+				{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, OnRuleError: OnRuleErrorOpen, StrictMCPHeaders: true, RuleSet: "http", AllowUpgrade: []string{"websocket", UpgradeConnect}},
 			}
 			c.RuleSets = map[string][]Rule{
-				"http": {{Name: "r", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "client.address", Rate: 0.5, Burst: 1}}},
+				"http": {{Name: "r", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "client.address", Rate: 0.5, Burst: 1, MaxKeys: 1}}},
 				"conn": {{Name: "r", Action: ActionDeny, When: "conn.orig_port == 1"}},
 			}
 			c.RuleSetOrder = []string{"http", "conn"}
 		}},
 		{name: "passthrough route's default level has no headers", modify: func(c *Config) {
-			c.Routes = []Route{{Name: "p", TLS: TLSPassthrough, OnMismatch: OnMismatchPassthrough, StrictMCPHeaders: true}}
+			c.Routes = []Route{{Name: "p", TLS: TLSPassthrough, OnMismatch: OnMismatchPassthrough, OnRuleError: OnRuleErrorClosed, StrictMCPHeaders: true}}
 		}, want: "routes[0].strict_mcp_headers: needs level 1"},
 		{name: "route without on_mismatch", modify: func(c *Config) {
 			c.Routes = []Route{{Name: "p", TLS: TLSPassthrough}}
 		}, want: "routes[0].on_mismatch: must not be empty"},
 		{name: "upper-case SNI", modify: func(c *Config) {
-			c.Routes = []Route{{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, Match: RouteMatch{SNI: []string{"Example.com"}}}}
+			c.Routes = []Route{{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, OnRuleError: OnRuleErrorClosed, Match: RouteMatch{SNI: []string{"Example.com"}}}}
 		}, want: `routes[0].match.sni[0]: "Example.com" must be lower case`},
 		{name: "route prefixes with host bits", modify: func(c *Config) {
-			c.Routes = []Route{{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, Match: RouteMatch{Clients: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/8")}}}}
+			c.Routes = []Route{{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, OnRuleError: OnRuleErrorClosed, Match: RouteMatch{Clients: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/8")}}}}
 		}, want: "routes[0].match.clients[0]: 10.1.2.3/8 has host bits set"},
 		{name: "rule sets without RuleSetOrder", modify: func(c *Config) {
 			c.RuleSets = map[string][]Rule{"s": nil}
@@ -1249,17 +1520,45 @@ func TestValidateInCode(t *testing.T) {
 			c.RuleSetOrder = []string{"s"}
 		}, want: "rule_sets.s[0].reason: is not valid UTF-8"},
 		{name: "NaN rate", modify: func(c *Config) {
-			c.RuleSets = map[string][]Rule{"s": {{Name: "r", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "k", Rate: math.NaN(), Burst: 1}}}}
+			c.RuleSets = map[string][]Rule{"s": {{Name: "r", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "k", Rate: math.NaN(), Burst: 1, MaxKeys: 1}}}}
 			c.RuleSetOrder = []string{"s"}
 		}, want: "rule_sets.s[0].rate_limit.rate: must be a positive number of tokens per second, got NaN"},
 		{name: "negative burst", modify: func(c *Config) {
-			c.RuleSets = map[string][]Rule{"s": {{Name: "r", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "k", Rate: 1, Burst: -1}}}}
+			c.RuleSets = map[string][]Rule{"s": {{Name: "r", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "k", Rate: 1, Burst: -1, MaxKeys: 1}}}}
 			c.RuleSetOrder = []string{"s"}
 		}, want: "rule_sets.s[0].rate_limit.burst: must be between 1 and 2147483647, got -1"},
 		{name: "odd rule set names are quoted in keys", modify: func(c *Config) {
 			c.RuleSets = map[string][]Rule{"a b": nil}
 			c.RuleSetOrder = []string{"a b"}
 		}, want: `rule_sets."a b": invalid name "a b"`},
+		{name: "zero body timeout", modify: func(c *Config) { c.Limits.BodyTimeout = Duration{} }, want: "limits.body_timeout: must be greater than 0, got 0s"},
+		{name: "route without on_rule_error", modify: func(c *Config) {
+			c.Routes = []Route{{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose}}
+		}, want: "routes[0].on_rule_error: must not be empty (valid: closed, open)"},
+		{name: "upper-case upgrade token", modify: func(c *Config) {
+			c.Routes = []Route{{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, OnRuleError: OnRuleErrorClosed, AllowUpgrade: []string{"WebSocket"}}}
+		}, want: `routes[0].allow_upgrade[0]: "WebSocket" must be lower case`},
+		{name: "h2c on a level 1 route built in code", modify: func(c *Config) {
+			c.Routes = []Route{{Name: "t", TLS: TLSPlaintext, OnMismatch: OnMismatchClose, OnRuleError: OnRuleErrorClosed, AllowUpgrade: []string{UpgradeH2C}}}
+		}, want: "routes[0].allow_upgrade[0]: h2c is never allowed through a Level 1 route"},
+		{name: "rate limit without max_keys", modify: func(c *Config) {
+			c.RuleSets = map[string][]Rule{"s": {{Name: "r", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "k", Rate: 1, Burst: 1}}}}
+			c.RuleSetOrder = []string{"s"}
+		}, want: "rule_sets.s[0].rate_limit.max_keys: must be between 1 and 1000000, got 0"},
+		{name: "default route close", modify: func(c *Config) { c.DefaultRoute = &DefaultRoute{Close: true} }},
+		{name: "default route opaque", modify: func(c *Config) { c.DefaultRoute = &DefaultRoute{} }},
+		{name: "default route without a name is fine in code", modify: func(c *Config) {
+			c.DefaultRoute = &DefaultRoute{Route: &Route{TLS: TLSTerminate, OnMismatch: OnMismatchClose, OnRuleError: OnRuleErrorOpen, AllowUpgrade: []string{"websocket"}}}
+		}},
+		{name: "default route close and a route", modify: func(c *Config) {
+			c.DefaultRoute = &DefaultRoute{Close: true, Route: &Route{TLS: TLSTerminate, OnMismatch: OnMismatchClose, OnRuleError: OnRuleErrorClosed}}
+		}, want: "default_route: Close and Route are exclusive"},
+		{name: "default route with a match", modify: func(c *Config) {
+			c.DefaultRoute = &DefaultRoute{Route: &Route{TLS: TLSTerminate, OnMismatch: OnMismatchClose, OnRuleError: OnRuleErrorClosed, Match: RouteMatch{Ports: []PortRange{{1, 1}}}}}
+		}, want: "default_route.match: default_route takes no match"},
+		{name: "default route validated like a route", modify: func(c *Config) {
+			c.DefaultRoute = &DefaultRoute{Route: &Route{TLS: TLSPassthrough, OnMismatch: OnMismatchClose, OnRuleError: OnRuleErrorClosed, AllowUpgrade: []string{"websocket"}}}
+		}, want: "default_route.allow_upgrade: only meaningful with level >= 1"},
 		{name: "zero TLS and HTTP settings", modify: func(c *Config) { c.TLS, c.HTTP = TLSConfig{}, HTTPConfig{} }, want: "tls.peek_timeout: must be greater than 0"},
 	}
 	for _, tt := range tests {
@@ -1371,7 +1670,7 @@ func TestMarshalAwkwardExpressions(t *testing.T) {
 			c.Intercept.Ports = []PortRange{{80, 80}}
 			c.RuleSets = map[string][]Rule{"s": {
 				{Name: "w", When: expr, Action: ActionDeny},
-				{Name: "k", Action: ActionRateLimit, RateLimit: &RateLimit{Key: expr + "k", Rate: 1.5, Burst: 2}},
+				{Name: "k", Action: ActionRateLimit, RateLimit: &RateLimit{Key: expr + "k", Rate: 1.5, Burst: 2, MaxKeys: 7}},
 			}}
 			c.RuleSetOrder = []string{"s"}
 			if err := c.Validate(); err != nil {
@@ -1381,11 +1680,11 @@ func TestMarshalAwkwardExpressions(t *testing.T) {
 		})
 	}
 	t.Run("plain expressions read like a hand-written file", func(t *testing.T) {
-		out, err := yaml.Marshal(Rule{Name: "r", When: "a ==\n  b\n", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "client.address", Rate: 50, Burst: 3}})
+		out, err := yaml.Marshal(Rule{Name: "r", When: "a ==\n  b\n", Action: ActionRateLimit, RateLimit: &RateLimit{Key: "client.address", Rate: 50, Burst: 3, MaxKeys: 9}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "name: r\nwhen: |\n    a ==\n      b\naction: rate_limit\nreason: \"\"\nrate_limit:\n    key: client.address\n    rate: 50\n    burst: 3\n"
+		want := "name: r\nwhen: |\n    a ==\n      b\naction: rate_limit\nreason: \"\"\nrate_limit:\n    key: client.address\n    rate: 50\n    burst: 3\n    max_keys: 9\n"
 		if string(out) != want {
 			t.Errorf("got\n%s\nwant\n%s", out, want)
 		}
@@ -1418,6 +1717,11 @@ func normalized(c *Config) *Config {
 	out.Routes = slices.Clone(c.Routes)
 	for i := range out.Routes {
 		out.Routes[i].Line, out.Routes[i].Column = 0, 0
+	}
+	if d := c.DefaultRoute; d != nil && d.Route != nil {
+		r := *d.Route
+		r.Line, r.Column = 0, 0
+		out.DefaultRoute = &DefaultRoute{Close: d.Close, Route: &r}
 	}
 	if c.RuleSets != nil {
 		out.RuleSets = map[string][]Rule{}

@@ -49,8 +49,13 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse accepted a config that Validate rejects: %v\ninput:\n%s", err, data)
 		}
 		for i, r := range c.Routes {
-			if r.Level == nil || r.Line < 1 || r.Column < 1 {
-				t.Fatalf("routes[%d] = %+v: level not defaulted or no position", i, r)
+			if r.Level == nil || r.Line < 1 || r.Column < 1 || r.OnMismatch == "" || r.OnRuleError == "" {
+				t.Fatalf("routes[%d] = %+v: not defaulted or no position", i, r)
+			}
+		}
+		if d := c.DefaultRoute; d != nil && d.Route != nil {
+			if r := d.Route; r.Name != DefaultRouteName || r.Level == nil || r.Line < 1 || r.OnMismatch == "" || r.OnRuleError == "" {
+				t.Fatalf("default_route = %+v: not defaulted or no position", r)
 			}
 		}
 		for _, name := range c.RuleSetOrder {

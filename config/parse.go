@@ -265,6 +265,13 @@ func segment(name string) string {
 }
 
 func (d *decoder) mapping(n *yaml.Node, path string, fields []field) bool {
+	return d.mappingRefusing(n, path, fields, nil)
+}
+
+// mappingRefusing is mapping for a section that refuses some keys with a
+// message of their own (refused maps the key to it) instead of calling them
+// unknown; they are not listed among the valid keys.
+func (d *decoder) mappingRefusing(n *yaml.Node, path string, fields []field, refused map[string]string) bool {
 	if n.Kind != yaml.MappingNode {
 		d.fail(n, path, "expected a mapping, got "+describe(n))
 		return false
@@ -276,6 +283,10 @@ func (d *decoder) mapping(n *yaml.Node, path string, fields []field) bool {
 				f = &fields[j]
 				break
 			}
+		}
+		if msg, ok := refused[kn.Value]; f == nil && ok {
+			d.fail(kn, key, msg)
+			return
 		}
 		if f == nil {
 			d.fail(kn, key, fmt.Sprintf("unknown key %s (valid: %s)", quote(kn.Value), fieldNames(fields)))
@@ -367,11 +378,13 @@ func (d *decoder) schema(c *Config) []field {
 			{"header_timeout", d.duration(&c.HTTP.HeaderTimeout)},
 		}),
 		{"routes", d.routes(&c.Routes)},
+		{"default_route", d.defaultRoute(&c.DefaultRoute)},
 		{"rule_sets", d.ruleSets(&c.RuleSets, &c.RuleSetOrder)},
 		d.section("limits", []field{
 			{"max_flows", intField(d, &c.Limits.MaxFlows, checkCount)},
 			{"max_flows_per_client", intField(d, &c.Limits.MaxFlowsPerClient, checkCount)},
 			{"idle_timeout", d.duration(&c.Limits.IdleTimeout)},
+			{"body_timeout", d.duration(&c.Limits.BodyTimeout)},
 			{"connect_timeout", d.duration(&c.Limits.ConnectTimeout)},
 			{"drain_timeout", d.duration(&c.Limits.DrainTimeout)},
 		}),
@@ -561,10 +574,53 @@ func (d *decoder) routeSchema(r *Route) []field {
 		{"tls", d.str(&r.TLS)},
 		{"level", intPtr(d, &r.Level, checkLevel)},
 		{"on_mismatch", d.str(&r.OnMismatch)},
+		{"on_rule_error", d.str(&r.OnRuleError)},
 		{"development", d.boolean(&r.Development)},
 		{"plaintext_upstream_trusted_network", d.boolean(&r.PlaintextUpstreamTrustedNetwork)},
 		{"strict_mcp_headers", d.boolean(&r.StrictMCPHeaders)},
+		{"allow_upgrade", list(d, &r.AllowUpgrade, parseUpgrade)},
 		{"rule_set", d.str(&r.RuleSet)},
+	}
+}
+
+// defaultRouteRefused explains the route keys default_route does not take.
+var defaultRouteRefused = map[string]string{
+	"name":  fmt.Sprintf("default_route takes no name: its flows are logged under the route name %q", DefaultRouteName),
+	"match": "default_route takes no match: it applies to exactly the flows no route matches",
+}
+
+// defaultRouteFields are the route keys default_route takes.
+func (d *decoder) defaultRouteFields(r *Route) []field {
+	var out []field
+	for _, f := range d.routeSchema(r) {
+		if _, refused := defaultRouteRefused[f.name]; !refused {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// defaultRoute decodes `default_route`: opaque, close, or a mapping of route
+// keys without name and match.
+func (d *decoder) defaultRoute(dst **DefaultRoute) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		switch {
+		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "opaque":
+			*dst = &DefaultRoute{}
+			return true
+		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "close":
+			*dst = &DefaultRoute{Close: true}
+			return true
+		case v.Kind == yaml.MappingNode:
+			r := &Route{Name: DefaultRouteName, Line: v.Line, Column: v.Column}
+			*dst = &DefaultRoute{Route: r}
+			return d.mappingRefusing(v, key, d.defaultRouteFields(r), defaultRouteRefused)
+		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str":
+			d.fail(v, key, fmt.Sprintf("unknown value %s (valid: opaque, close, or a mapping of route keys: %s)", quote(v.Value), fieldNames(d.defaultRouteFields(&Route{}))))
+		default:
+			d.fail(v, key, "expected opaque, close or a mapping of route keys, got "+describe(v))
+		}
+		return false
 	}
 }
 
@@ -622,6 +678,7 @@ func (d *decoder) ruleSchema(r *Rule) []field {
 				{"key", d.expr(&rl.Key, &r.KeyPos)},
 				{"rate", d.rate(&rl.Rate)},
 				{"burst", intField(d, &rl.Burst, checkCount)},
+				{"max_keys", intField(d, &rl.MaxKeys, checkMaxKeys)},
 			})
 		}},
 	}
@@ -693,6 +750,21 @@ func parseSNI(n *yaml.Node) (string, string) {
 	}
 	s := string(b)
 	return s, checkSNI(s)
+}
+
+// parseUpgrade lower-cases ASCII only, for the reason parseSNI gives.
+func parseUpgrade(n *yaml.Node) (string, string) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return "", "expected a protocol name such as websocket, got " + describe(n)
+	}
+	b := []byte(n.Value)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	s := string(b)
+	return s, checkUpgrade(s)
 }
 
 // resolvePaths makes relative file paths relative to dir, the directory of

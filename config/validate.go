@@ -5,6 +5,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,6 +117,7 @@ func (c *Config) validate() Errors {
 	v.check("http.header_timeout", checkPositive(c.HTTP.HeaderTimeout.Duration))
 
 	v.routes(c)
+	v.defaultRoute(c)
 	v.ruleSets(c)
 
 	l := c.Limits
@@ -126,6 +128,7 @@ func (c *Config) validate() Errors {
 			fmt.Sprintf("%d exceeds limits.max_flows (%d)", l.MaxFlowsPerClient, l.MaxFlows))
 	}
 	v.check("limits.idle_timeout", checkPositive(l.IdleTimeout.Duration))
+	v.check("limits.body_timeout", checkPositive(l.BodyTimeout.Duration))
 	v.check("limits.connect_timeout", checkPositive(l.ConnectTimeout.Duration))
 	v.check("limits.drain_timeout", checkNonNegative(l.DrainTimeout.Duration))
 
@@ -162,6 +165,8 @@ func (v *validator) routes(c *Config) {
 			v.check(key+".name", "required: a name for logs and metrics, e.g. partner-api")
 		case dup:
 			v.check(key+".name", fmt.Sprintf("duplicate route name %s (also routes[%d])", quote(r.Name), j))
+		case r.Name == DefaultRouteName && c.DefaultRoute != nil:
+			v.checkAlt(key+".name", "default_route", fmt.Sprintf("%q is the name default_route's flows are logged under; pick another", DefaultRouteName))
 		default:
 			names[r.Name] = i
 			v.check(key+".name", checkName(r.Name))
@@ -173,48 +178,84 @@ func (v *validator) routes(c *Config) {
 			v.check(fmt.Sprintf("%s.match.sni[%d]", key, j), checkSNI(s))
 		}
 		v.prefixes(key+".match.clients", r.Match.Clients)
+		v.route(c, key, r)
+	}
+}
 
-		tlsKey, levelKey := key+".tls", key+".level"
-		tlsOK := checkTLS(r.TLS) == ""
-		v.check(tlsKey, checkTLS(r.TLS))
-		levelOK := true
-		if r.Level != nil {
-			msg := checkLevel(int64(*r.Level))
-			levelOK = msg == ""
-			v.check(levelKey, msg)
+// defaultRoute checks default_route; its route is held to the rules of a
+// route, less the name and match it does not have.
+func (v *validator) defaultRoute(c *Config) {
+	d := c.DefaultRoute
+	switch {
+	case d == nil:
+	case d.Close && d.Route != nil:
+		v.check("default_route", "Close and Route are exclusive: close resets the flows a route would treat")
+	case d.Route != nil:
+		if !reflect.DeepEqual(d.Route.Match, RouteMatch{}) {
+			v.check("default_route.match", "default_route takes no match: it applies to exactly the flows no route matches")
 		}
-		v.check(key+".on_mismatch", checkOneOf(r.OnMismatch, OnMismatchPassthrough, OnMismatchClose))
-		level := r.LevelOrDefault()
+		v.route(c, "default_route", *d.Route)
+	}
+}
 
-		// The cross checks need both sides valid: a message about a
-		// combination is noise while one half is itself wrong.
-		if tlsOK && levelOK {
-			if r.TLS == TLSPassthrough && level >= 1 {
-				v.checkAlt(levelKey, tlsKey, "passthrough cannot read HTTP headers (the stream stays encrypted); use level 0, or tls: terminate")
-			}
-			if r.StrictMCPHeaders && level < 1 {
-				v.checkAlt(key+".strict_mcp_headers", levelKey, fmt.Sprintf("needs level 1: MCP headers are not read at level %d", level))
-			}
-			if r.RuleSet != "" && level < 1 && r.TLS != TLSPassthrough {
-				v.checkAlt(key+".rule_set", levelKey, fmt.Sprintf("needs level 1: a level 0 %s route does not read requests (only passthrough routes apply connection-level rules at level 0)", r.TLS))
-			}
+// route checks everything but the name and match of the route at key.
+func (v *validator) route(c *Config, key string, r Route) {
+	tlsKey, levelKey := key+".tls", key+".level"
+	tlsOK := checkTLS(r.TLS) == ""
+	v.check(tlsKey, checkTLS(r.TLS))
+	levelOK := true
+	if r.Level != nil {
+		msg := checkLevel(int64(*r.Level))
+		levelOK = msg == ""
+		v.check(levelKey, msg)
+	}
+	v.check(key+".on_mismatch", checkOneOf(r.OnMismatch, OnMismatchPassthrough, OnMismatchClose))
+	v.check(key+".on_rule_error", checkOneOf(r.OnRuleError, OnRuleErrorClosed, OnRuleErrorOpen))
+	level := r.LevelOrDefault()
+	upKey := key + ".allow_upgrade"
+	for i, p := range r.AllowUpgrade {
+		k := fmt.Sprintf("%s[%d]", upKey, i)
+		if j := slices.Index(r.AllowUpgrade[:i], p); j >= 0 {
+			v.check(k, fmt.Sprintf("duplicate of %s[%d] (%s)", upKey, j, quote(p)))
+			continue
 		}
-		if tlsOK && r.Development && r.TLS != TLSPlaintext {
-			v.checkAlt(key+".development", tlsKey, "development applies to tls: plaintext routes only")
+		v.check(k, checkUpgrade(p))
+	}
+
+	// The cross checks need both sides valid: a message about a
+	// combination is noise while one half is itself wrong.
+	if tlsOK && levelOK {
+		if r.TLS == TLSPassthrough && level >= 1 {
+			v.checkAlt(levelKey, tlsKey, "passthrough cannot read HTTP headers (the stream stays encrypted); use level 0, or tls: terminate")
 		}
-		if tlsOK && r.PlaintextUpstreamTrustedNetwork && r.TLS != TLSTerminate {
-			v.checkAlt(key+".plaintext_upstream_trusted_network", tlsKey, "plaintext_upstream_trusted_network applies to tls: terminate routes only (it lets the decrypted stream go upstream in plaintext)")
+		if r.StrictMCPHeaders && level < 1 {
+			v.checkAlt(key+".strict_mcp_headers", levelKey, fmt.Sprintf("needs level 1: MCP headers are not read at level %d", level))
 		}
-		if _, ok := c.RuleSets[r.RuleSet]; r.RuleSet != "" && !ok {
-			msg := fmt.Sprintf("unknown rule set %s: rule_sets defines none", quote(r.RuleSet))
-			if names := c.ruleSetNames(); len(names) > 0 {
-				for i, n := range names {
-					names[i] = quote(n)
-				}
-				msg = fmt.Sprintf("unknown rule set %s (defined: %s)", quote(r.RuleSet), strings.Join(names, ", "))
+		if r.RuleSet != "" && level < 1 && r.TLS != TLSPassthrough {
+			v.checkAlt(key+".rule_set", levelKey, fmt.Sprintf("needs level 1: a level 0 %s route does not read requests (only passthrough routes apply connection-level rules at level 0)", r.TLS))
+		}
+		if len(r.AllowUpgrade) > 0 && level < 1 {
+			v.checkAlt(upKey, levelKey, "only meaningful with level >= 1; level 0 forwards everything opaque")
+		}
+		if i := slices.Index(r.AllowUpgrade, UpgradeH2C); i >= 0 && level >= 1 {
+			v.check(fmt.Sprintf("%s[%d]", upKey, i), "h2c is never allowed through a Level 1 route: after the switch, requests are HTTP/2 frames Level 1 cannot read")
+		}
+	}
+	if tlsOK && r.Development && r.TLS != TLSPlaintext {
+		v.checkAlt(key+".development", tlsKey, "development applies to tls: plaintext routes only")
+	}
+	if tlsOK && r.PlaintextUpstreamTrustedNetwork && r.TLS != TLSTerminate {
+		v.checkAlt(key+".plaintext_upstream_trusted_network", tlsKey, "plaintext_upstream_trusted_network applies to tls: terminate routes only (it lets the decrypted stream go upstream in plaintext)")
+	}
+	if _, ok := c.RuleSets[r.RuleSet]; r.RuleSet != "" && !ok {
+		msg := fmt.Sprintf("unknown rule set %s: rule_sets defines none", quote(r.RuleSet))
+		if names := c.ruleSetNames(); len(names) > 0 {
+			for i, n := range names {
+				names[i] = quote(n)
 			}
-			v.check(key+".rule_set", msg)
+			msg = fmt.Sprintf("unknown rule set %s (defined: %s)", quote(r.RuleSet), strings.Join(names, ", "))
 		}
+		v.check(key+".rule_set", msg)
 	}
 }
 
@@ -285,6 +326,7 @@ func (v *validator) ruleSets(c *Config) {
 				} else {
 					v.check(rlKey+".burst", checkCount(int64(rl.Burst)))
 				}
+				v.check(rlKey+".max_keys", checkMaxKeys(int64(rl.MaxKeys)))
 			}
 		}
 	}
@@ -492,6 +534,29 @@ func checkReason(s string) string {
 func checkRate(r float64) string {
 	if math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 {
 		return fmt.Sprintf("must be a positive number of tokens per second, got %v", r)
+	}
+	return ""
+}
+
+func checkMaxKeys(v int64) string { return between(v, 1, maxRateLimitKeys) }
+
+// checkUpgrade accepts a lower-case protocol name as the Upgrade header
+// spells it: an RFC 9110 token, without the "/version" a header may add.
+func checkUpgrade(s string) string {
+	if s == "" {
+		return "must not be empty"
+	}
+	if name, _, ok := strings.Cut(s, "/"); ok && name != "" {
+		return fmt.Sprintf("%s: give the protocol name only, e.g. %s, without a /version", quote(s), quote(name))
+	}
+	for _, c := range s {
+		switch {
+		case c >= 'A' && c <= 'Z':
+			return fmt.Sprintf("%s must be lower case", quote(s))
+		case c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c):
+		default:
+			return fmt.Sprintf("%s is not a protocol name: use letters, digits and !#$%%&'*+-.^_`|~ (an RFC 9110 token)", quote(s))
+		}
 	}
 	return ""
 }
