@@ -17,14 +17,32 @@ type Metrics struct {
 	FlowDuration   prometheus.Histogram
 	LogDropped     prometheus.Counter
 	// Requests counts HTTP requests at Level 1 by original destination, MCP method, tool, client
-	// address and decision. The client label grows with the number of distinct clients; an
-	// appliance in front of a very large network should drop it with metric relabelling.
-	Requests        *prometheus.CounterVec
-	RequestDuration *prometheus.HistogramVec // by MCP method and status
+	// address and decision (mcpintercept_requests_total), its series bounded jointly
+	// (DefaultRequestSeries).
+	Requests *RequestSeries
+	// RequestDuration is mcpintercept_request_duration_seconds by MCP method and status, its
+	// series bounded jointly (DefaultDurationSeries).
+	RequestDuration *DurationSeries
+	// SeriesFolded counts, by metric name, the observations recorded under a folded series
+	// ("other" in place of some label values) because the metric had reached its series bound.
+	SeriesFolded *prometheus.CounterVec
+	// RuleErrors counts rule evaluations that failed at run time, by rule set and rule. Both come
+	// from the configuration, so the series are bounded by it.
+	RuleErrors *prometheus.CounterVec
 }
 
-// NewMetrics registers every series on a fresh registry.
-func NewMetrics() *Metrics {
+// MetricsOptions sizes the bounded metrics; zero values take the defaults.
+type MetricsOptions struct {
+	RequestSeries  int                   // DefaultRequestSeries
+	DurationSeries int                   // DefaultDurationSeries
+	Keep           func(dst string) bool // configured destinations; see NewRequestSeries
+}
+
+// NewMetrics registers every series on a fresh registry, with the default bounds.
+func NewMetrics() *Metrics { return NewMetricsWith(MetricsOptions{}) }
+
+// NewMetricsWith is NewMetrics with other bounds.
+func NewMetricsWith(opt MetricsOptions) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		FlowsActive: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -43,13 +61,18 @@ func NewMetrics() *Metrics {
 		LogDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcpintercept_flow_log_dropped_total", Help: "Flow log records dropped because the writer fell behind."}),
 	}
-	m.Requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "mcpintercept_requests_total", Help: "HTTP requests seen at Level 1."},
-		[]string{"orig_dst", "mcp_method", "mcp_name", "client", "decision"})
-	m.RequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "mcpintercept_request_duration_seconds", Help: "Request head to response end, at Level 1.",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"mcp_method", "status"})
-	m.Registry.MustRegister(m.Requests, m.RequestDuration)
+	m.SeriesFolded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcpintercept_metric_series_folded_total",
+		Help: "Observations recorded under a folded series (some labels \"other\") because the metric reached its series bound, by metric."},
+		[]string{"metric"})
+	m.RuleErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcpintercept_rule_errors_total", Help: "Rule evaluations that failed at run time, by rule set and rule."},
+		[]string{"rule_set", "rule"})
+	m.Requests = NewRequestSeries(m.SeriesFolded.WithLabelValues("mcpintercept_requests_total"),
+		opt.RequestSeries, opt.Keep)
+	m.RequestDuration = NewDurationSeries(m.SeriesFolded.WithLabelValues("mcpintercept_request_duration_seconds"),
+		opt.DurationSeries)
+	m.Registry.MustRegister(m.Requests, m.RequestDuration, m.SeriesFolded, m.RuleErrors)
 	m.Registry.MustRegister(m.FlowsActive, m.FlowsTotal, m.FlowsRefused, m.UpstreamErrors, m.Bytes,
 		m.FlowDuration, m.LogDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
