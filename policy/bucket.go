@@ -5,35 +5,34 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 const (
-	// DefaultMaxBuckets bounds how many token buckets are kept at once, over all rules. The key
-	// usually comes from the request (a client address, a session id), so without a bound a flood
-	// of distinct keys would grow the map until the appliance runs out of memory. At about 200
-	// bytes per bucket (measured with short keys, map overhead included) the default costs
-	// ~20 MiB at most.
-	DefaultMaxBuckets = 100_000
+	// DefaultMaxKeys is how many distinct keys (token buckets) a rate_limit rule keeps when its
+	// RateLimit.MaxKeys is 0. The key usually comes from the request (a client address, a
+	// session id), so without a bound a flood of distinct keys would grow the map until the
+	// appliance runs out of memory. At about 200 bytes per bucket (measured with short keys, map
+	// overhead included) the default costs ~2 MiB per rule at most.
+	DefaultMaxKeys = 10_000
 
-	// The store is split so that goroutines evaluating different keys rarely wait on each other.
-	numShards = 16
+	// MaxMaxKeys is the largest RateLimit.MaxKeys Compile accepts: ~2 GiB of buckets for one rule.
+	MaxMaxKeys = 10_000_000
+
+	// A store of at least shardedFrom keys is split so that goroutines evaluating different keys
+	// rarely wait on each other; a smaller one is a single exact LRU.
+	numShards   = 16
+	shardedFrom = 1024
 
 	// Keys longer than this are replaced by their SHA-256, so that a header value of several KiB
 	// used as a key cannot multiply the memory bound by its length.
 	maxKeyLen = 128
 )
 
-type bucketKey struct {
-	rule uint64 // ruleID: survives a reload only when the rule's name and key expression do
-	key  string
-}
-
 // bucket is a token bucket and, at the same time, a node of its shard's LRU list: the list gives
 // O(1) eviction of the least recently used bucket when the shard is full.
 type bucket struct {
-	k          bucketKey
+	key        string
 	tokens     float64
 	last       time.Time
 	prev, next *bucket
@@ -41,36 +40,38 @@ type bucket struct {
 
 type shard struct {
 	mu         sync.Mutex
-	m          map[bucketKey]*bucket
+	m          map[string]*bucket
 	head, tail *bucket // head: most recently used
 	capacity   int
 }
 
-// bucketStore holds the buckets of every rate-limit rule of a Set. A reload shares it with the
-// new Set, so buckets of unchanged rules keep their budget and no copy is needed.
+// bucketStore holds the buckets of one rate_limit rule. Each rule has its own store, so keys
+// metered by one rule can never evict the buckets of another. A reload hands the store of a rule
+// that kept its name and key expression to the new Set (see CompileWithState): the old and the
+// new Set then meter the same buckets, and no copy is needed.
 type bucketStore struct {
 	seed   maphash.Seed
-	nextID atomic.Uint64
-	shards [numShards]shard
+	shards []shard // length fixed at creation: 1 or numShards
 }
 
-func newBucketStore(maxBuckets int) *bucketStore {
-	st := &bucketStore{seed: maphash.MakeSeed()}
-	for i := range st.shards {
-		st.shards[i].m = make(map[bucketKey]*bucket)
+func newBucketStore(maxKeys int) *bucketStore {
+	n := 1
+	if maxKeys >= shardedFrom {
+		n = numShards
 	}
-	st.resize(maxBuckets)
+	st := &bucketStore{seed: maphash.MakeSeed(), shards: make([]shard, n)}
+	for i := range st.shards {
+		st.shards[i].m = make(map[string]*bucket)
+	}
+	st.resize(maxKeys)
 	return st
 }
 
-func (st *bucketStore) newRuleID() uint64 { return st.nextID.Add(1) }
-
-// resize sets the bound, evicting least recently used buckets when it shrinks.
-func (st *bucketStore) resize(maxBuckets int) {
-	if maxBuckets < numShards {
-		maxBuckets = numShards
-	}
-	per := (maxBuckets + numShards - 1) / numShards
+// resize sets the bound, evicting least recently used buckets when it shrinks. The bound is
+// rounded up to a multiple of the number of shards.
+func (st *bucketStore) resize(maxKeys int) {
+	n := len(st.shards)
+	per := max((maxKeys+n-1)/n, 1)
 	for i := range st.shards {
 		sh := &st.shards[i]
 		sh.mu.Lock()
@@ -78,7 +79,7 @@ func (st *bucketStore) resize(maxBuckets int) {
 		for len(sh.m) > sh.capacity {
 			b := sh.tail
 			sh.unlink(b)
-			delete(sh.m, b.k)
+			delete(sh.m, b.key)
 		}
 		sh.mu.Unlock()
 	}
@@ -95,21 +96,22 @@ func (st *bucketStore) len() int {
 	return n
 }
 
-// take removes one token from the bucket of (rule, key), creating it full if it does not exist.
-// When the bucket is empty it returns false and how long until one token is available.
-func (st *bucketStore) take(rule uint64, key string, now time.Time, rate float64, burst int) (bool, time.Duration) {
+// take removes one token from the bucket of key, creating it full if it does not exist. When
+// the bucket is empty it returns false and how long until one token is available.
+func (st *bucketStore) take(key string, now time.Time, rate float64, burst int) (bool, time.Duration) {
 	if len(key) > maxKeyLen {
 		sum := sha256.Sum256([]byte(key))
 		// The NUL prefix keeps a hashed key from colliding with a short key of the same bytes.
 		key = "\x00" + string(sum[:])
 	}
-	k := bucketKey{rule: rule, key: key}
-	h := maphash.String(st.seed, key) ^ (rule * 0x9E3779B97F4A7C15)
-	sh := &st.shards[h%numShards]
+	sh := &st.shards[0]
+	if len(st.shards) > 1 {
+		sh = &st.shards[maphash.String(st.seed, key)%uint64(len(st.shards))]
+	}
 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	b, ok := sh.m[k]
+	b, ok := sh.m[key]
 	if ok {
 		sh.moveToFront(b)
 	} else {
@@ -117,15 +119,15 @@ func (st *bucketStore) take(rule uint64, key string, now time.Time, rate float64
 			// Reuse the evicted node: at the bound, a flood of new keys allocates nothing.
 			b = sh.tail
 			sh.unlink(b)
-			delete(sh.m, b.k)
+			delete(sh.m, b.key)
 			*b = bucket{}
 		} else {
 			b = new(bucket)
 		}
-		b.k = k
+		b.key = key
 		b.tokens = float64(burst)
 		b.last = now
-		sh.m[k] = b
+		sh.m[key] = b
 		sh.pushFront(b)
 	}
 	return b.take(now, rate, float64(burst))

@@ -1,4 +1,6 @@
-// Package policy compiles and evaluates the rule language (CEL) into decisions. It performs no I/O.
+// Package policy compiles and evaluates the rule language (CEL) into decisions. It performs no I/O:
+// no logging, no metrics. It returns facts (Decision.Absent, Decision.Errors) and the caller
+// counts and logs them.
 //
 // A rule set is an ordered list of rules. Each rule has a CEL `when` expression over four
 // variables — client, conn, http and mcp, each a map(string, dyn) so that new request facts can be
@@ -7,10 +9,57 @@
 // go on to the following rules, so a limit can sit in front of the allow/deny list. When no rule
 // matches, the request is allowed.
 //
+// # Absent fields
+//
 // Absent facts are normal, not errors: MCP clients older than protocol 2026-07-28 send no
 // Mcp-Method or Mcp-Name header, so a rule on mcp.method must not match such a request, and the
 // decision names the field that was missing so the decision log can say why (Layer 5 of the
-// intermediary draft: "MUST log policy decisions for audit purposes").
+// intermediary draft: "MUST log policy decisions for audit purposes"). A field is absent when a
+// map of the request (one of the four variables, or a map inside one such as http.headers)
+// lacks the key the rule reads, whether the key is written out (mcp.method,
+// http.headers["x-tenant"]) or computed (http.headers[mcp.name]).
+//
+// A rate_limit key that reads an absent field does not skip the rule: every request whose key
+// is absent is metered in one bucket of that rule, the "absent" bucket (kept apart from the
+// bucket of any real key value, the string "absent" included), so that leaving out the header a
+// limit is keyed by does not escape the limit. The absent field is listed in Decision.Absent.
+//
+// # Rule errors
+//
+// Any other failure at run time — `int(http.headers["x"]) > 3` on a header that is not a
+// number, a `when` that yields a string, prefix() of something that is not an address, a key
+// that cannot be made a string — is a rule error. It is never a silent non-match. By default
+// (Input.FailOpen false) a deny or rate_limit rule that errors decides the request: deny, with
+// Decision.Rule naming it and the reason "rule NAME failed to evaluate: MESSAGE". With FailOpen
+// the rule is skipped. An allow rule that errors is skipped either way. Every rule that errored
+// is listed in Decision.Errors, and a default allow after errors says so in its reason ("no rule
+// matched; rule NAME failed to evaluate: ...").
+//
+// # Functions
+//
+// Besides CEL's standard library and its string extensions:
+//
+//   - cidr_contains(cidr, addr) bool: addr ("IP" or "IP:port") lies in cidr. An IPv4-mapped
+//     client address matches an IPv4 range. An addr that does not parse is in no range.
+//   - prefix(addr, bits) string: the network of addr ("IP" or "IP:port") with bits bits kept, in
+//     canonical text: prefix("2001:db8:1:2:3:4:5:6", 64) is "2001:db8:1:2::/64",
+//     prefix("10.1.2.3", 24) is "10.1.2.0/24". An IPv4-mapped IPv6 address is unmapped first
+//     and takes IPv4 lengths. An address that does not parse, or bits outside 0 to 32 (IPv4) or
+//     0 to 128 (IPv6), is a rule error.
+//   - prefix(addr, bits4, bits6) string: prefix with bits4 for IPv4 and bits6 for IPv6.
+//
+// For an IPv6 client, client.address is the full address, a /128; one host usually holds a
+// whole /64 and can rotate through it freely. prefix(client.address, 64) is the /64 that the
+// engine's flow limits (max_flows_per_client) count by, and prefix(client.address, 32, 64) is
+// exactly their unit for IPv4 and IPv6 clients alike, so a per-client rate limit should be keyed
+// by it rather than by client.address.
+//
+// # Rate limit state
+//
+// Every rate_limit rule has a store of buckets of its own, bounded by RateLimit.MaxKeys (least
+// recently used key forgotten first), so a flood of keys metered by one rule cannot evict the
+// bucket of a client another rule is limiting. CompileWithState hands the store to the new Set
+// while the rule keeps its name and key expression.
 //
 // Everything that can be prepared ahead is prepared by Compile, because Evaluate runs on the
 // per-request hot path from many goroutines at once.

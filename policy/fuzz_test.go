@@ -16,6 +16,7 @@ func FuzzCompile(f *testing.F) {
 		`mcp.method == "tools/call" && mcp.name.startsWith("denied_")`,
 		`client.address`,
 		`cidr_contains("10.0.0.0/8", client.address)`,
+		`prefix(client.address, 32, 64)`,
 	} {
 		f.Add(seed)
 	}
@@ -60,6 +61,22 @@ func FuzzCompile(f *testing.F) {
 			case ActionAllow, ActionDeny, ActionRateLimited:
 			default:
 				t.Fatalf("action %q", d.Action)
+			}
+			if d.Action != ActionAllow && d.Rule == "" {
+				t.Fatalf("%s names no rule: %+v", d.Action, d)
+			}
+			for _, e := range d.Errors {
+				if e.Err == "" || len(e.Err) > maxErrLen || strings.ContainsAny(e.Err, "\r\n") {
+					t.Fatalf("bad error message %q", e.Err)
+				}
+			}
+			// Failing open, an error never denies: a deny comes from the deny rule matching.
+			if in != nil {
+				open := *in
+				open.FailOpen = true
+				if d := s.Evaluate(&open); d.Action == ActionDeny && d.Reason != "denied by rule when" {
+					t.Fatalf("fail-open deny: %+v", d)
+				}
 			}
 		}
 	})

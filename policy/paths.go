@@ -17,6 +17,11 @@ type fieldPath struct {
 	root  string
 	segs  []string
 	names []string // names[i]: the path up to and including segs[i], formatted once at compile time
+	// dyn marks an index with a computed key into the map the path leads to, such as
+	// http.headers[mcp.name]; base is that map's name ("http.headers"). A missing key there is
+	// an absent field too, named after the key the request looked up.
+	dyn  bool
+	base string
 }
 
 func appendPaths(paths []fieldPath, a *cel.Ast) []fieldPath {
@@ -25,20 +30,58 @@ func appendPaths(paths []fieldPath, a *cel.Ast) []fieldPath {
 	}
 	seen := make(map[string]bool, len(paths))
 	for _, p := range paths {
-		seen[p.names[len(p.names)-1]] = true
+		seen[p.id()] = true
+	}
+	add := func(p fieldPath) {
+		if id := p.id(); !seen[id] {
+			seen[id] = true
+			paths = append(paths, p)
+		}
 	}
 	ast.PostOrderVisit(a.NativeRep().Expr(), ast.NewExprVisitor(func(e ast.Expr) {
-		p, ok := chain(e)
-		if !ok {
+		if p, ok := chain(e); ok {
+			add(p)
 			return
 		}
-		full := p.names[len(p.names)-1]
-		if !seen[full] {
-			seen[full] = true
-			paths = append(paths, p)
+		if p, ok := dynIndex(e); ok {
+			add(p)
 		}
 	}))
 	return paths
+}
+
+func (p *fieldPath) id() string {
+	if p.dyn {
+		return p.base + "[*]"
+	}
+	return p.names[len(p.names)-1]
+}
+
+// dynIndex recognises m[k] where m is one of the four variables or a constant path under one,
+// and k is not a constant.
+func dynIndex(e ast.Expr) (fieldPath, bool) {
+	if e.Kind() != ast.CallKind {
+		return fieldPath{}, false
+	}
+	call := e.AsCall()
+	args := call.Args()
+	if call.FunctionName() != operators.Index || len(args) != 2 || args[1].Kind() == ast.LiteralKind {
+		return fieldPath{}, false
+	}
+	op := args[0]
+	if op.Kind() == ast.IdentKind {
+		switch root := op.AsIdent(); root {
+		case varClient, varConn, varHTTP, varMCP:
+			return fieldPath{root: root, dyn: true, base: root}, true
+		}
+		return fieldPath{}, false
+	}
+	p, ok := chain(op)
+	if !ok {
+		return fieldPath{}, false
+	}
+	p.dyn, p.base = true, p.names[len(p.names)-1]
+	return p, true
 }
 
 // chain returns the path e reads if e is a select or constant-string index whose operands lead
@@ -136,19 +179,24 @@ func addAbsent(d *Decision, paths []fieldPath, in *Input, key string) bool {
 	for i := range paths {
 		p := &paths[i]
 		var cur any = in.root(p.root)
+		complete := true
 		for j, seg := range p.segs {
 			v, present, isMap := lookup(cur, seg)
-			if !isMap {
-				break
-			}
-			if !present {
-				if seg == key {
+			if !isMap || !present {
+				complete = false
+				if isMap && seg == key && !p.dyn {
 					found = true
 					appendUnique(&d.Absent, p.names[j])
 				}
 				break
 			}
 			cur = v
+		}
+		if p.dyn && complete {
+			if _, present, isMap := lookup(cur, key); isMap && !present {
+				found = true
+				appendUnique(&d.Absent, p.base+"["+strconv.Quote(truncate(key, 64))+"]")
+			}
 		}
 	}
 	return found

@@ -5,8 +5,12 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/interpreter"
 )
@@ -26,16 +30,22 @@ const (
 )
 
 // ReasonNoMatch is the reason of the default allow, so the decision log never has an empty reason.
+// When rules failed to evaluate, the reason goes on to name them (see Decision.Errors).
 const ReasonNoMatch = "no rule matched"
 
 // RateLimit describes the token bucket of a rate_limit rule.
 type RateLimit struct {
 	// Key is a CEL expression whose value names the bucket, e.g. `client.address`. Non-string
 	// values are converted with string(). Empty means one bucket shared by every request the
-	// rule matches.
+	// rule matches. When the key reads a field the request did not carry, the request is
+	// metered in the rule's single "absent" bucket (see the package documentation).
 	Key   string
 	Rate  float64 // tokens per second
 	Burst int     // bucket size
+	// MaxKeys bounds how many distinct keys (buckets) this rule keeps; the least recently used
+	// is forgotten first. 0 means DefaultMaxKeys; at most MaxMaxKeys. Every rule has a store of
+	// its own, so the keys another rule meters cannot evict this rule's buckets.
+	MaxKeys int
 }
 
 // RuleSpec is one rule as the configuration states it.
@@ -58,6 +68,24 @@ type Input struct {
 	Conn   map[string]any // orig_dst, orig_ip, orig_port, sni, mechanism, tls
 	HTTP   map[string]any // method, path, headers (map[string]string, lower-case names, no secrets)
 	MCP    map[string]any // version, method, name, session
+
+	// FailOpen chooses what a rule that fails to evaluate (a run-time error in its `when` or
+	// rate limit key, not an absent field) does. False, the default, fails closed: a deny or
+	// rate_limit rule that errors denies the request, with a reason naming the rule. True skips
+	// the rule and evaluation goes on. An allow rule that errors is skipped either way: an error
+	// never grants. Every such error is listed in Decision.Errors.
+	FailOpen bool
+}
+
+// RuleError is one rule that failed to evaluate for one request.
+type RuleError struct {
+	Rule string // the rule's name
+	Err  string // a short, single-line message (it may quote request data, up to a bound)
+}
+
+// String returns the form Decision.Reason uses: "rule NAME failed to evaluate: MESSAGE".
+func (e RuleError) String() string {
+	return "rule " + e.Rule + " failed to evaluate: " + e.Err
 }
 
 // Decision is the outcome of evaluating a Set against one request.
@@ -67,18 +95,20 @@ type Decision struct {
 	Reason     string
 	RetryAfter time.Duration // until one token is available, when rate limited
 	// Absent lists the request fields that rules needed but the request did not carry, e.g.
-	// "mcp.method"; those rules did not match.
+	// "mcp.method". A `when` that reads an absent field does not match; a rate limit key that
+	// reads one meters the request in the rule's "absent" bucket.
 	Absent []string
-	// Errors lists other evaluation failures ("rule NAME: message"); those rules did not match.
-	Errors []string
+	// Errors lists every rule that failed to evaluate during this evaluation, in rule order (see
+	// Input.FailOpen). When such a rule decided (fail closed), it is the last entry and Rule
+	// names it.
+	Errors []RuleError
 }
 
 // Option adjusts a Set at compile time.
 type Option func(*options)
 
 type options struct {
-	now        func() time.Time
-	maxBuckets int
+	now func() time.Time
 }
 
 // WithClock replaces time.Now for the token buckets; tests use it to refill without sleeping.
@@ -86,17 +116,10 @@ func WithClock(now func() time.Time) Option {
 	return func(o *options) { o.now = now }
 }
 
-// WithMaxBuckets bounds the number of token buckets (DefaultMaxBuckets when not given). On a
-// reload the bound applies to the store shared with the previous Set.
-func WithMaxBuckets(n int) Option {
-	return func(o *options) { o.maxBuckets = n }
-}
-
 // Set is a compiled, ordered rule set. It is safe for concurrent use; a reload compiles a new
 // Set (see CompileWithState) and the caller swaps it in atomically.
 type Set struct {
 	rules []*rule
-	store *bucketStore
 	now   func() time.Time
 }
 
@@ -112,7 +135,7 @@ type rule struct {
 }
 
 type rateRule struct {
-	id      uint64
+	store   *bucketStore // this rule's buckets; shared with the previous Set across a reload
 	keyExpr string
 	key     cel.Program // nil: one bucket for the rule
 	// keyPath is set when the key is a plain field path such as client.address, the common
@@ -120,6 +143,7 @@ type rateRule struct {
 	keyPath *fieldPath
 	rate    float64
 	burst   int
+	maxKeys int
 }
 
 // Len returns the number of rules.
@@ -138,8 +162,9 @@ func Compile(rules []RuleSpec, opts ...Option) (*Set, error) {
 
 // CompileWithState compiles rules like Compile and carries over the token buckets of prev (which
 // may be nil) for every rate-limit rule whose name and key expression are unchanged, so that a
-// configuration reload does not hand every client a fresh budget. Changes of rate or burst take
-// effect on the carried buckets. The clock of prev is kept unless WithClock is given.
+// configuration reload does not hand every client a fresh budget. Changes of rate, burst and
+// MaxKeys take effect on the carried buckets, which prev and the new Set then share. The clock
+// of prev is kept unless WithClock is given.
 func CompileWithState(rules []RuleSpec, prev *Set, opts ...Option) (*Set, error) {
 	env, err := celEnv()
 	if err != nil {
@@ -176,31 +201,21 @@ func CompileWithState(rules []RuleSpec, prev *Set, opts ...Option) (*Set, error)
 	}
 
 	s := &Set{rules: compiled, now: time.Now}
-	if prev != nil && prev.store != nil {
-		s.store = prev.store
+	if prev != nil && prev.now != nil {
 		s.now = prev.now
-		if o.maxBuckets > 0 {
-			s.store.resize(o.maxBuckets)
-		}
-	} else {
-		maxBuckets := o.maxBuckets
-		if maxBuckets <= 0 {
-			maxBuckets = DefaultMaxBuckets
-		}
-		s.store = newBucketStore(maxBuckets)
 	}
 	if o.now != nil {
 		s.now = o.now
 	}
 
-	// Buckets are keyed by a rule id, not the name: a rule whose key expression changed gets a
-	// new id, so its old buckets (keyed by, say, address where it now keys by session) are never
-	// consulted again and simply age out of the LRU.
-	prevIDs := map[string]*rateRule{}
+	// A rule keeps its buckets only while its name and key expression stay the same: a rule
+	// whose key changed (from address to session, say) gets a new store, and its old buckets go
+	// with the previous Set.
+	prevRL := map[string]*rateRule{}
 	if prev != nil {
 		for _, r := range prev.rules {
 			if r.rl != nil {
-				prevIDs[r.name] = r.rl
+				prevRL[r.name] = r.rl
 			}
 		}
 	}
@@ -208,10 +223,13 @@ func CompileWithState(rules []RuleSpec, prev *Set, opts ...Option) (*Set, error)
 		if r.rl == nil {
 			continue
 		}
-		if p, ok := prevIDs[r.name]; ok && p.keyExpr == r.rl.keyExpr {
-			r.rl.id = p.id
+		if p, ok := prevRL[r.name]; ok && p.keyExpr == r.rl.keyExpr && p.store != nil {
+			r.rl.store = p.store
+			if p.maxKeys != r.rl.maxKeys {
+				r.rl.store.resize(r.rl.maxKeys)
+			}
 		} else {
-			r.rl.id = s.store.newRuleID()
+			r.rl.store = newBucketStore(r.rl.maxKeys)
 		}
 	}
 	return s, nil
@@ -241,7 +259,14 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 		if rl.Burst < 1 {
 			fail(spec.Pos, "rate_limit burst must be at least 1, got %d", rl.Burst)
 		}
-		r.rl = &rateRule{keyExpr: strings.TrimSpace(rl.Key), rate: rl.Rate, burst: rl.Burst}
+		maxKeys := rl.MaxKeys
+		if maxKeys == 0 {
+			maxKeys = DefaultMaxKeys
+		}
+		if maxKeys < 0 || maxKeys > MaxMaxKeys {
+			fail(spec.Pos, "rate_limit max_keys must be between 1 and %d, got %d", MaxMaxKeys, rl.MaxKeys)
+		}
+		r.rl = &rateRule{keyExpr: strings.TrimSpace(rl.Key), rate: rl.Rate, burst: rl.Burst, maxKeys: maxKeys}
 		if r.rl.keyExpr != "" {
 			prg, ast, kerrs := compileExpr(env, rl.Key, spec.KeyPos, label, "rate_limit key", keyTypeOK)
 			errs = append(errs, kerrs...)
@@ -285,8 +310,8 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 }
 
 // whenTypeOK accepts dyn as well as bool because every field of the four maps is dyn: `conn.tls`
-// is a sensible condition the checker cannot prove boolean. A non-bool value at run time is
-// reported in Decision.Errors and the rule does not match.
+// is a sensible condition the checker cannot prove boolean. A non-bool value at run time is a
+// rule error (Decision.Errors, Input.FailOpen).
 func whenTypeOK(t *cel.Type) bool {
 	return t.IsExactType(cel.BoolType) || t.IsExactType(cel.DynType)
 }
@@ -324,6 +349,7 @@ func compileExpr(env *cel.Env, src string, pos Pos, label, what string, typeOK f
 			Msg: fmt.Sprintf("%s: expression has type %s, want %s", what, t, want)})
 		return nil, nil, errs
 	}
+	widenDynIndexCalls(ast)
 	// OptOptimize folds constants and compiles constant regular expressions once here instead
 	// of on every request; a bad constant regex therefore fails now, at load time.
 	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
@@ -332,6 +358,48 @@ func compileExpr(env *cel.Env, src string, pos Pos, label, what string, typeOK f
 		return nil, nil, errs
 	}
 	return prg, ast, nil
+}
+
+// widenDynIndexCalls undoes a guess of the checker. A value read by index from a map whose type
+// it does not know (http.headers["x"]: http.headers is dyn) gets its type from the call it is
+// passed to, and the call is then bound to that one overload: int(http.headers["x"]) becomes
+// int(int), which fails on every request with "no such overload: int(string)", whatever the
+// header holds. Such calls are left to dispatch on the value's actual type at run time, as
+// they would be in an unchecked expression; every other call keeps its checked binding.
+func widenDynIndexCalls(a *cel.Ast) {
+	nat := a.NativeRep()
+	refs := nat.ReferenceMap()
+	fromDynIndex := func(e celast.Expr) bool {
+		if e.Kind() != celast.CallKind {
+			return false
+		}
+		c := e.AsCall()
+		if c.FunctionName() != operators.Index || len(c.Args()) != 2 {
+			return false
+		}
+		return nat.GetType(c.Args()[0].ID()).Kind() == types.DynKind
+	}
+	celast.PostOrderVisit(nat.Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if e.Kind() != celast.CallKind {
+			return
+		}
+		ref, ok := refs[e.ID()]
+		if !ok || len(ref.OverloadIDs) != 1 {
+			return
+		}
+		c := e.AsCall()
+		args := c.Args()
+		if c.IsMemberFunction() {
+			args = append([]celast.Expr{c.Target()}, args...)
+		}
+		for _, arg := range args {
+			if fromDynIndex(arg) {
+				// More than one overload id, or none, makes the planner dispatch by name.
+				ref.OverloadIDs = nil
+				return
+			}
+		}
+	}))
 }
 
 // activation resolves the four variables straight from the Input, so Evaluate builds no
@@ -382,12 +450,16 @@ func (s *Set) Evaluate(in *Input) Decision {
 		if r.when != nil {
 			out, _, err := r.when.Eval(act)
 			if err != nil {
-				s.noteError(&d, r, in, err)
+				if msg, failed := s.noteError(&d, r, in, err); failed && ruleFailed(&d, r, in, msg) {
+					return d
+				}
 				continue
 			}
 			b, ok := out.(types.Bool)
 			if !ok {
-				d.Errors = append(d.Errors, fmt.Sprintf("rule %s: when evaluated to %s, not bool", r.name, out.Type().TypeName()))
+				if ruleFailed(&d, r, in, "when evaluated to "+out.Type().TypeName()+", not bool") {
+					return d
+				}
 				continue
 			}
 			if !b {
@@ -402,11 +474,14 @@ func (s *Set) Evaluate(in *Input) Decision {
 			d.Action, d.Rule, d.Reason = ActionDeny, r.name, r.reason
 			return d
 		case RuleRateLimit:
-			key, ok := s.bucketKey(&d, r, in, act)
-			if !ok {
+			key, errMsg := s.bucketKey(&d, r, in, act)
+			if errMsg != "" {
+				if ruleFailed(&d, r, in, errMsg) {
+					return d
+				}
 				continue
 			}
-			allowed, wait := s.store.take(r.rl.id, key, s.now(), r.rl.rate, r.rl.burst)
+			allowed, wait := r.rl.store.take(key, s.now(), r.rl.rate, r.rl.burst)
 			if allowed {
 				// A limit with budget left is a meter, not a verdict: later rules still decide.
 				continue
@@ -415,50 +490,107 @@ func (s *Set) Evaluate(in *Input) Decision {
 			return d
 		}
 	}
-	d.Action, d.Reason = ActionAllow, ReasonNoMatch
+	d.Action, d.Reason = ActionAllow, noMatchReason(d.Errors)
 	return d
 }
 
-func (s *Set) bucketKey(d *Decision, r *rule, in *Input, act activation) (string, bool) {
+// ruleFailed records that r failed to evaluate and reports whether that decides the request:
+// it does for a deny or rate_limit rule unless the caller asked to fail open. An allow rule
+// that fails is skipped, since an error must never grant what the rule would have.
+func ruleFailed(d *Decision, r *rule, in *Input, msg string) bool {
+	e := RuleError{Rule: r.name, Err: shortErr(msg)}
+	d.Errors = append(d.Errors, e)
+	if in.FailOpen || r.action == RuleAllow {
+		return false
+	}
+	d.Action, d.Rule, d.Reason = ActionDeny, r.name, e.String()
+	return true
+}
+
+func noMatchReason(errs []RuleError) string {
+	switch len(errs) {
+	case 0:
+		return ReasonNoMatch
+	case 1:
+		return ReasonNoMatch + "; " + errs[0].String()
+	}
+	return fmt.Sprintf("%s; %s; %d more rules failed to evaluate", ReasonNoMatch, errs[0], len(errs)-1)
+}
+
+// maxErrLen bounds RuleError.Err: CEL messages can quote request data (a header value that did
+// not parse as an int), and the message goes into the decision log and the reason.
+const maxErrLen = 160
+
+// shortErr makes msg one printable line of at most maxErrLen bytes.
+func shortErr(msg string) string {
+	if i := strings.IndexAny(msg, "\r\n"); i >= 0 {
+		msg = msg[:i]
+	}
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	msg = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, msg)
+	if len(msg) <= maxErrLen {
+		return msg
+	}
+	cut := maxErrLen - len("…")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
+}
+
+// absentKey is the bucket of every request whose rate limit key reads a field the request did
+// not carry. The NUL keeps it apart from any key a request can supply, the string "absent"
+// included (HTTP header values cannot hold a NUL; hashed long keys are 33 bytes).
+const absentKey = "\x00absent"
+
+// bucketKey returns the bucket key of a rate_limit rule for in, or a non-empty error message
+// when the key expression failed to evaluate.
+func (s *Set) bucketKey(d *Decision, r *rule, in *Input, act activation) (key, errMsg string) {
 	if r.rl.key == nil {
-		return "", true
+		return "", ""
 	}
 	if p := r.rl.keyPath; p != nil {
 		if key, absent, ok := p.resolveString(in); ok {
-			return key, true
+			return key, ""
 		} else if absent >= 0 {
 			appendUnique(&d.Absent, p.names[absent])
-			return "", false
+			return absentKey, ""
 		}
 		// Anything unusual (a non-string value, a non-map on the way) goes through CEL, which
 		// defines the conversion and the error.
 	}
 	out, _, err := r.rl.key.Eval(act)
 	if err != nil {
-		s.noteError(d, r, in, err)
-		return "", false
+		if msg, failed := s.noteError(d, r, in, err); failed {
+			return "", "rate_limit key: " + msg
+		}
+		return absentKey, ""
 	}
 	if str, ok := out.(types.String); ok {
-		return string(str), true
+		return string(str), ""
 	}
 	conv := out.ConvertToType(types.StringType)
 	if str, ok := conv.(types.String); ok {
-		return string(str), true
+		return string(str), ""
 	}
-	d.Errors = append(d.Errors, fmt.Sprintf("rule %s: rate_limit key of type %s cannot be converted to string", r.name, out.Type().TypeName()))
-	return "", false
+	return "", "rate_limit key of type " + out.Type().TypeName() + " cannot be converted to string"
 }
 
 const noSuchKey = "no such key: "
 
 // noteError files an evaluation error under Absent when it is a request field the request did
-// not carry, and under Errors otherwise.
-func (s *Set) noteError(d *Decision, r *rule, in *Input, err error) {
-	msg := err.Error()
+// not carry, and otherwise returns its message with failed set: the rule failed to evaluate.
+func (s *Set) noteError(d *Decision, r *rule, in *Input, err error) (msg string, failed bool) {
+	msg = err.Error()
 	if key, ok := strings.CutPrefix(msg, noSuchKey); ok {
 		if addAbsent(d, r.paths, in, key) {
-			return
+			return "", false
 		}
 	}
-	d.Errors = append(d.Errors, "rule "+r.name+": "+msg)
+	return msg, true
 }
