@@ -11,7 +11,7 @@
 // listener is bound it prints "READY <addr>" per listener on stdout.
 //
 //	mcpserver -listen 10.200.2.2:8080,[fd00:200:2::2]:8080 [-path /mcp]
-//	          [-stateless] [-response auto|json|sse] [-tls-cert F -tls-key F] [-name mcpserver]
+//	          [-stateless] [-response auto|json|sse] [-tls-cert F -tls-key F] [-name mcpserver] [-h2c]
 package main
 
 import (
@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
 )
 
 // remoteAddrHeader carries the TCP peer address from the HTTP wrapper to
@@ -61,6 +63,7 @@ type options struct {
 	tlsKey        string
 	name          string
 	localhostProt bool
+	h2c           bool
 }
 
 func main() {
@@ -73,6 +76,7 @@ func main() {
 	flag.StringVar(&o.tlsKey, "tls-key", "", "PEM private key file for -tls-cert")
 	flag.StringVar(&o.name, "name", "mcpserver", "server name reported in serverInfo")
 	flag.BoolVar(&o.localhostProt, "localhost-protection", false, "keep the SDK's DNS-rebinding check (403 for a non-loopback Host on a loopback listener); off by default so any Host the client used is served")
+	flag.BoolVar(&o.h2c, "h2c", false, "also speak HTTP/2 over cleartext (h2c), both by `Upgrade: h2c` and with prior knowledge, as an attacker's server behind a Level 1 route might")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -114,8 +118,12 @@ func run(o options, logger *slog.Logger) error {
 	})
 	mux := http.NewServeMux()
 	mux.Handle(o.path, mcpHandler)
+	var handler http.Handler = logRequests(logger, mux)
+	if o.h2c {
+		handler = h2c.NewHandler(handler, &http2.Server{})
+	}
 	httpSrv := &http.Server{
-		Handler:           logRequests(logger, mux),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -228,6 +236,8 @@ func newMCPServer(name string) *mcp.Server {
 
 	mcp.AddTool(s, &mcp.Tool{Name: "denied_delete", Description: "Pretends to delete a path; a target for deny rules."},
 		func(_ context.Context, _ *mcp.CallToolRequest, in deleteArgs) (*mcp.CallToolResult, any, error) {
+			// A test counts these lines to prove a denied call never ran.
+			fmt.Fprintln(os.Stderr, "TOOLRUN denied_delete")
 			return textResult("deleted " + in.Path), nil, nil
 		})
 

@@ -1,0 +1,62 @@
+package level2
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// toolsCall1K is a tools/call request of about 1 KiB, the shape a client sends.
+var toolsCall1K = func() []byte {
+	pad := strings.Repeat("lorem ipsum ", 60)
+	b := fmt.Sprintf(`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"search_documents",`+
+		`"arguments":{"query":"quarterly report","limit":10,"filters":{"owner":"alice","tags":["finance","q3"]},"note":%q},`+
+		`"_meta":{"progressToken":"p-42","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}}`, pad)
+	return []byte(b)
+}()
+
+func BenchmarkDecode(b *testing.B) {
+	b.SetBytes(int64(len(toolsCall1K)))
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := DecodeMessage(toolsCall1K, DecodeOptions{})
+		if err != nil || m.Method != "tools/call" {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodePolicyView adds what a body policy reads: the tool name and the arguments map.
+func BenchmarkDecodePolicyView(b *testing.B) {
+	b.SetBytes(int64(len(toolsCall1K)))
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := DecodeMessage(toolsCall1K, DecodeOptions{})
+		if err != nil || m.Name() != "search_documents" || m.Arguments() == nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkSSE(b *testing.B) {
+	ev := "event: message\nid: 17\ndata: " + `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p-42","progress":3,"total":10}}` + "\n\n"
+	stream := []byte(strings.Repeat(ev, 64))
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	for b.Loop() {
+		p := NewSSEParser(0)
+		// Reads of 1 KiB, as a socket would deliver a busy stream.
+		n := 0
+		for i := 0; i < len(stream); i += 1024 {
+			evs, err := p.Feed(stream[i:min(i+1024, len(stream))])
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += len(evs)
+		}
+		if n != 64 {
+			b.Fatalf("%d events", n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/event")
+}

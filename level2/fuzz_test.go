@@ -1,0 +1,227 @@
+package level2
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+	"unicode/utf8"
+)
+
+// FuzzDecode holds the strict decoder to three properties: it never accepts what encoding/json
+// finds invalid, its grammar refuses nothing encoding/json accepts (only the strictness rules do),
+// and on what it accepts encoding/json reads the same method, id and params (TestDifferential).
+func FuzzDecode(f *testing.F) {
+	for _, s := range differentialCorpus {
+		f.Add([]byte(s), false)
+	}
+	f.Add([]byte(`[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"n"}]`), true)
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"x"}`), false)
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":"\ud83d\ude00","b":[1,2.5e-3,true,null]}}`), false)
+	f.Fuzz(func(t *testing.T, body []byte, allowBatch bool) {
+		err := validate(body, 10000)
+		valid := json.Valid(body)
+		switch {
+		case err == nil && !valid:
+			t.Fatalf("strict scan accepts what encoding/json refuses: %q", body)
+		case err == nil && !utf8.Valid(body):
+			t.Fatalf("strict scan accepts invalid UTF-8: %q", body)
+		case errors.Is(err, ErrSyntax) && valid:
+			t.Fatalf("grammar differs from encoding/json on %q: %v", body, err)
+		}
+
+		msgs, batch, derr := Decode(body, DecodeOptions{AllowBatch: allowBatch})
+		if derr != nil {
+			if msgs != nil {
+				t.Fatalf("messages with an error")
+			}
+			return
+		}
+		if !valid || err != nil {
+			t.Fatalf("Decode accepts what the scan refuses (%v): %q", err, body)
+		}
+		if batch != (len(bytes.TrimLeft(body, " \t\r\n")) > 0 && bytes.TrimLeft(body, " \t\r\n")[0] == '[') {
+			t.Fatalf("batch = %v for %q", batch, body)
+		}
+		if batch && !allowBatch {
+			t.Fatalf("batch accepted without AllowBatch")
+		}
+		for _, m := range msgs {
+			// Each message stands alone and decodes to the same thing.
+			again, err := DecodeMessage(m.Raw, DecodeOptions{})
+			if err != nil {
+				t.Fatalf("message %q of an accepted body refused alone: %v", m.Raw, err)
+			}
+			if !reflect.DeepEqual(again, m) {
+				t.Fatalf("message decodes differently alone: %+v vs %+v", again, m)
+			}
+			checkDifferential(t, m.Raw)
+			_ = m.Name()
+			if len(m.Params) > 0 && m.Params[0] == '{' {
+				// The policy view of params equals encoding/json's reading of the same bytes.
+				if got, want := decodeAny(m.Params), referenceDecode(t, m.Params); !reflect.DeepEqual(got, want) {
+					t.Fatalf("params view differs from encoding/json:\n got %#v\nwant %#v", got, want)
+				}
+			}
+			_ = m.Arguments()
+			_ = m.Meta()
+			_ = m.ClientInfo()
+			_ = m.ProtocolVersion()
+			_ = m.IDText()
+			if m.Kind == KindRequest {
+				out := EncodeError(m.ID, -31001, "denied", map[string]any{"x": m.Method})
+				e, err := DecodeMessage(out, DecodeOptions{})
+				if err != nil || !bytes.Equal(e.ID, m.ID) {
+					t.Fatalf("EncodeError(%s) = %q does not decode to the same id: %v", m.ID, out, err)
+				}
+			}
+		}
+	})
+}
+
+// FuzzSSE: feeding a stream in any chunk sizes gives the same events as one Feed, and the Raw of
+// the events plus what is pending is exactly the input.
+func FuzzSSE(f *testing.F) {
+	f.Add([]byte("event: message\nid: 1\ndata: {\"a\":1}\n\n: ping\n\n"), []byte{1, 2, 3})
+	f.Add([]byte("data: a\r\ndata: b\r\n\r\ndata: c\r\r"), []byte{8})
+	f.Add([]byte("\uFEFFdata: x\rretry: 10\r\r"), []byte{1})
+	f.Add([]byte("data\n\n\n:\r\nid: a\x00\n\n"), []byte{0, 5})
+	f.Fuzz(func(t *testing.T, in []byte, cuts []byte) {
+		one := NewSSEParser(1 << 30)
+		whole, err := one.Feed(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkConcat(t, in, whole, one.Pending())
+
+		p := NewSSEParser(1 << 30)
+		var split []Event
+		rest := in
+		for i := 0; len(rest) > 0; i++ {
+			n := len(rest)
+			if len(cuts) > 0 {
+				n = int(cuts[i%len(cuts)])%17 + 1
+				n = min(n, len(rest))
+			}
+			evs, err := p.Feed(rest[:n])
+			if err != nil {
+				t.Fatal(err)
+			}
+			split = append(split, evs...)
+			rest = rest[n:]
+		}
+		checkConcat(t, in, split, p.Pending())
+		if !reflect.DeepEqual(fieldsOf(whole), fieldsOf(split)) {
+			t.Fatalf("chunked feed differs:\n one %+v\n split %+v", fieldsOf(whole), fieldsOf(split))
+		}
+		// Raw differs only by an LF that completes a CRLF split across Feeds.
+		for i := range whole {
+			w, s := whole[i].Raw, split[i].Raw
+			if i > 0 && bytes.HasSuffix(split[i-1].Raw, []byte("\r")) && bytes.HasSuffix(whole[i-1].Raw, []byte("\r\n")) {
+				if s[0] != '\n' {
+					t.Fatalf("event %d: the LF of a split CRLF is missing: %q", i, s)
+				}
+				s = s[1:]
+			}
+			if bytes.HasSuffix(s, []byte("\r")) && bytes.HasSuffix(w, []byte("\r\n")) {
+				w = w[:len(w)-1]
+			}
+			if !bytes.Equal(w, s) {
+				t.Fatalf("event %d Raw: one %q split %q", i, whole[i].Raw, split[i].Raw)
+			}
+		}
+		// Re-framing an event gives the same fields back.
+		for _, e := range whole {
+			got, err := NewSSEParser(1 << 30).Feed(Encode(e))
+			if err != nil || len(got) != 1 {
+				t.Fatalf("Encode(%+v) reparses to %d events, %v", e, len(got), err)
+			}
+			if !reflect.DeepEqual(fieldsOf(got), fieldsOf([]Event{e})) {
+				t.Fatalf("Encode round trip: %+v vs %+v", fieldsOf(got), fieldsOf([]Event{e}))
+			}
+		}
+	})
+}
+
+func checkConcat(t *testing.T, in []byte, evs []Event, pending []byte) {
+	t.Helper()
+	var all []byte
+	for _, e := range evs {
+		if len(e.Raw) == 0 {
+			t.Fatalf("event with empty Raw")
+		}
+		all = append(all, e.Raw...)
+	}
+	all = append(all, pending...)
+	if !bytes.Equal(all, in) {
+		t.Fatalf("Raw concatenation %q, input %q", all, in)
+	}
+}
+
+var fuzzEncodings = []string{"", "gzip", "deflate", "br", "gzip, br", "x-gzip, deflate", "identity", "zstd"}
+
+// FuzzDecodeBody: decoding arbitrary bytes under any coding never panics and never passes the
+// bound; encoding then decoding gives the input back.
+func FuzzDecodeBody(f *testing.F) {
+	plain := []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`)
+	f.Add(uint8(0), plain)
+	f.Add(uint8(1), gz(f, plain))
+	f.Add(uint8(2), zl(plain))
+	f.Add(uint8(2), rawDeflate(plain))
+	f.Add(uint8(3), br(plain))
+	f.Add(uint8(4), br(gz(f, plain)))
+	f.Fuzz(func(t *testing.T, sel uint8, body []byte) {
+		enc := fuzzEncodings[int(sel)%len(fuzzEncodings)]
+		const max = 1 << 16
+		out, err := DecodeBody(enc, body, max)
+		if err == nil && len(out) > max {
+			t.Fatalf("%s: %d bytes past the bound", enc, len(out))
+		}
+		if enc == "zstd" && !errors.Is(err, ErrUnsupportedEncoding) {
+			t.Fatalf("zstd: %v", err)
+		}
+		if len(body) > max {
+			return
+		}
+		packed, err := EncodeBody(enc, body)
+		if enc == "zstd" {
+			return
+		}
+		if err != nil {
+			t.Fatalf("EncodeBody(%s): %v", enc, err)
+		}
+		back, err := DecodeBody(enc, packed, max)
+		if err != nil || !bytes.Equal(back, body) {
+			t.Fatalf("%s round trip: %v", enc, err)
+		}
+	})
+}
+
+// referenceDecode is encoding/json's reading of a validated value, numbers converted as
+// decodeAny converts them.
+func referenceDecode(t *testing.T, v []byte) any {
+	d := json.NewDecoder(bytes.NewReader(v))
+	d.UseNumber()
+	var out any
+	if err := d.Decode(&out); err != nil {
+		t.Fatalf("encoding/json refuses %q: %v", v, err)
+	}
+	var conv func(any) any
+	conv = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				x[k] = conv(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = conv(e)
+			}
+		case json.Number:
+			return number([]byte(x))
+		}
+		return v
+	}
+	return conv(out)
+}

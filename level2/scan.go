@@ -1,0 +1,615 @@
+package level2
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Errors the strict JSON scanner and the JSON-RPC decoder wrap. Test with errors.Is.
+var (
+	ErrSyntax         = errors.New("invalid JSON")
+	ErrInvalidUTF8    = errors.New("invalid UTF-8")
+	ErrLoneSurrogate  = errors.New("escaped lone surrogate")
+	ErrDuplicateKey   = errors.New("duplicate object key")
+	ErrCaseVariantKey = errors.New("object keys differ only in case")
+	ErrTooDeep        = errors.New("nesting too deep")
+	ErrTooLarge       = errors.New("body too large")
+)
+
+// JSONError locates a strictness or syntax failure in the document.
+type JSONError struct {
+	Offset int   // byte offset in the body where the problem was found
+	Err    error // one of the Err* sentinels above
+	Detail string
+}
+
+func (e *JSONError) Error() string {
+	if e.Detail == "" {
+		return fmt.Sprintf("json: %v at offset %d", e.Err, e.Offset)
+	}
+	return fmt.Sprintf("json: %v at offset %d: %s", e.Err, e.Offset, e.Detail)
+}
+
+func (e *JSONError) Unwrap() error { return e.Err }
+
+// ctx tells the scanner which object it is inside, so that the members Level 2 reads can be
+// held to exact spelling there (see watched).
+type ctx uint8
+
+const (
+	ctxNone     ctx = iota
+	ctxEnvelope     // a JSON-RPC message object
+	ctxParams       // envelope.params
+	ctxMeta         // envelope.params._meta
+	ctxError        // envelope.error
+)
+
+// Member names of the JSON-RPC envelope, in the order of envelope.spans.
+const (
+	memJSONRPC = iota
+	memID
+	memMethod
+	memParams
+	memResult
+	memError
+	numMembers
+)
+
+var envelopeKeys = [numMembers]string{"jsonrpc", "id", "method", "params", "result", "error"}
+
+// watched lists, per context, the names Level 2 reads. Folding is already enforced for every
+// pair of keys inside one object; the watched lists add that a lone key folding to a watched name
+// ("Method", "paramſ", "NAME") is refused, because a case-insensitive peer (Go's encoding/json
+// into a struct, go-sdk before #805) would read it as that member while Level 2 would not.
+var watched = [...][]string{
+	ctxEnvelope: envelopeKeys[:],
+	ctxParams:   {"name", "uri", "arguments", "_meta", "protocolVersion", "clientInfo", "capabilities", "cursor"},
+	ctxMeta: {
+		metaProtocolVersion, metaClientInfo, metaClientCapabilities,
+		"progressToken", "traceparent", "tracestate",
+	},
+	ctxError: {"code", "message", "data"},
+}
+
+// watchedFolded holds the folded forms of watched, computed once.
+var watchedFolded = func() [][][]byte {
+	out := make([][][]byte, len(watched))
+	for c, names := range watched {
+		for _, n := range names {
+			out[c] = append(out[c], appendFolded(nil, []byte(n)))
+		}
+	}
+	return out
+}()
+
+// span is a value's position in the body; end == 0 means absent.
+type span struct{ start, end int }
+
+func (s span) present() bool { return s.end > 0 }
+
+// keyEnt is one key of an open object: its exact (unescaped) bytes in scanner.kbuf and its
+// folded bytes in scanner.fbuf.
+type keyEnt struct{ ks, ke, fs, fe int }
+
+// scanner validates one JSON document in a single pass. It is strict where encoding/json is
+// lenient: keys of one object must not be equal or equal under Unicode simple folding (the
+// folding encoding/json uses to match struct fields), strings must be valid UTF-8 with no escaped
+// lone surrogate, nesting and size are bounded, nothing may follow the value, and the grammar is
+// RFC 8259 exactly. While scanning a JSON-RPC envelope it records where the members are.
+type scanner struct {
+	data     []byte
+	pos      int
+	depth    int
+	maxDepth int
+	ents     []keyEnt
+	kbuf     []byte // exact keys of the open objects
+	fbuf     []byte // folded keys of the open objects
+	spans    [numMembers]span
+}
+
+var scannerPool = sync.Pool{New: func() any { return new(scanner) }}
+
+func getScanner(data []byte, maxDepth int) *scanner {
+	s := scannerPool.Get().(*scanner)
+	s.data, s.pos, s.depth, s.maxDepth = data, 0, 0, maxDepth
+	return s
+}
+
+func putScanner(s *scanner) {
+	s.data = nil
+	s.ents, s.kbuf, s.fbuf = s.ents[:0], s.kbuf[:0], s.fbuf[:0]
+	if cap(s.kbuf) > 64<<10 || cap(s.fbuf) > 64<<10 || cap(s.ents) > 4096 {
+		return // do not pin the memory of one huge document
+	}
+	scannerPool.Put(s)
+}
+
+func (s *scanner) fail(kind error, format string, args ...any) error {
+	return &JSONError{Offset: s.pos, Err: kind, Detail: fmt.Sprintf(format, args...)}
+}
+
+func (s *scanner) ws() {
+	for s.pos < len(s.data) {
+		switch s.data[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+// value scans any JSON value starting at s.pos (whitespace already skipped).
+func (s *scanner) value(c ctx) error {
+	if s.pos >= len(s.data) {
+		return s.fail(ErrSyntax, "unexpected end of input")
+	}
+	switch b := s.data[s.pos]; {
+	case b == '{':
+		return s.object(c)
+	case b == '[':
+		return s.array()
+	case b == '"':
+		_, err := s.str(nil, false)
+		return err
+	case b == 't':
+		return s.literal("true")
+	case b == 'f':
+		return s.literal("false")
+	case b == 'n':
+		return s.literal("null")
+	case b == '-' || (b >= '0' && b <= '9'):
+		return s.number()
+	default:
+		return s.fail(ErrSyntax, "unexpected character %q", rune(b))
+	}
+}
+
+func (s *scanner) literal(lit string) error {
+	if len(s.data)-s.pos < len(lit) || string(s.data[s.pos:s.pos+len(lit)]) != lit {
+		return s.fail(ErrSyntax, "invalid literal")
+	}
+	s.pos += len(lit)
+	return nil
+}
+
+func (s *scanner) digits() int {
+	n := 0
+	for s.pos < len(s.data) && s.data[s.pos] >= '0' && s.data[s.pos] <= '9' {
+		s.pos++
+		n++
+	}
+	return n
+}
+
+func (s *scanner) number() error {
+	if s.data[s.pos] == '-' {
+		s.pos++
+	}
+	switch {
+	case s.pos >= len(s.data):
+		return s.fail(ErrSyntax, "truncated number")
+	case s.data[s.pos] == '0':
+		s.pos++
+	case s.data[s.pos] >= '1' && s.data[s.pos] <= '9':
+		s.digits()
+	default:
+		return s.fail(ErrSyntax, "invalid number")
+	}
+	if s.pos < len(s.data) && s.data[s.pos] == '.' {
+		s.pos++
+		if s.digits() == 0 {
+			return s.fail(ErrSyntax, "invalid number fraction")
+		}
+	}
+	if s.pos < len(s.data) && (s.data[s.pos] == 'e' || s.data[s.pos] == 'E') {
+		s.pos++
+		if s.pos < len(s.data) && (s.data[s.pos] == '+' || s.data[s.pos] == '-') {
+			s.pos++
+		}
+		if s.digits() == 0 {
+			return s.fail(ErrSyntax, "invalid number exponent")
+		}
+	}
+	return nil
+}
+
+func (s *scanner) enter() error {
+	s.depth++
+	if s.depth > s.maxDepth {
+		return s.fail(ErrTooDeep, "more than %d levels", s.maxDepth)
+	}
+	return nil
+}
+
+func (s *scanner) array() error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	s.pos++ // '['
+	s.ws()
+	if s.pos < len(s.data) && s.data[s.pos] == ']' {
+		s.pos++
+		s.depth--
+		return nil
+	}
+	for {
+		s.ws()
+		if err := s.value(ctxNone); err != nil {
+			return err
+		}
+		s.ws()
+		if s.pos >= len(s.data) {
+			return s.fail(ErrSyntax, "unexpected end of input in array")
+		}
+		switch s.data[s.pos] {
+		case ',':
+			s.pos++
+		case ']':
+			s.pos++
+			s.depth--
+			return nil
+		default:
+			return s.fail(ErrSyntax, "expected ',' or ']' in array")
+		}
+	}
+}
+
+// smallObject is the key count up to which duplicates are found by comparing with every earlier
+// key; larger objects use a map so that a hostile object of many keys stays linear.
+const smallObject = 16
+
+func (s *scanner) object(c ctx) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	s.pos++ // '{'
+	base, kbase, fbase := len(s.ents), len(s.kbuf), len(s.fbuf)
+	var index map[string]struct{}
+	s.ws()
+	if s.pos < len(s.data) && s.data[s.pos] == '}' {
+		s.pos++
+		s.depth--
+		return nil
+	}
+	for {
+		s.ws()
+		if s.pos >= len(s.data) || s.data[s.pos] != '"' {
+			return s.fail(ErrSyntax, "expected string key")
+		}
+		keyOff := s.pos
+		ks := len(s.kbuf)
+		var err error
+		s.kbuf, err = s.str(s.kbuf, true)
+		if err != nil {
+			return err
+		}
+		ke := len(s.kbuf)
+		fs := len(s.fbuf)
+		s.fbuf = appendFolded(s.fbuf, s.kbuf[ks:ke])
+		ent := keyEnt{ks, ke, fs, len(s.fbuf)}
+		if err := s.checkKey(base, ent, &index, keyOff); err != nil {
+			return err
+		}
+		s.ents = append(s.ents, ent)
+		key := s.kbuf[ks:ke]
+		if c != ctxNone {
+			if err := s.checkWatched(c, ent, keyOff); err != nil {
+				return err
+			}
+		}
+		child, member := childCtx(c, key)
+
+		s.ws()
+		if s.pos >= len(s.data) || s.data[s.pos] != ':' {
+			return s.fail(ErrSyntax, "expected ':' after object key")
+		}
+		s.pos++
+		s.ws()
+		start := s.pos
+		if err := s.value(child); err != nil {
+			return err
+		}
+		if member >= 0 {
+			s.spans[member] = span{start, s.pos}
+		}
+		s.ws()
+		if s.pos >= len(s.data) {
+			return s.fail(ErrSyntax, "unexpected end of input in object")
+		}
+		switch s.data[s.pos] {
+		case ',':
+			s.pos++
+		case '}':
+			s.pos++
+			s.depth--
+			s.ents, s.kbuf, s.fbuf = s.ents[:base], s.kbuf[:kbase], s.fbuf[:fbase]
+			return nil
+		default:
+			return s.fail(ErrSyntax, "expected ',' or '}' in object")
+		}
+	}
+}
+
+// checkKey refuses a key equal, or equal under folding, to an earlier key of the same object.
+func (s *scanner) checkKey(base int, ent keyEnt, index *map[string]struct{}, off int) error {
+	folded := s.fbuf[ent.fs:ent.fe]
+	n := len(s.ents) - base
+	var clash = -1
+	if *index == nil && n < smallObject {
+		for i := base; i < len(s.ents); i++ {
+			e := s.ents[i]
+			if string(s.fbuf[e.fs:e.fe]) == string(folded) {
+				clash = i
+				break
+			}
+		}
+	} else {
+		if *index == nil {
+			*index = make(map[string]struct{}, 2*smallObject)
+			for i := base; i < len(s.ents); i++ {
+				e := s.ents[i]
+				(*index)[string(s.fbuf[e.fs:e.fe])] = struct{}{}
+			}
+		}
+		if _, dup := (*index)[string(folded)]; dup {
+			for i := base; i < len(s.ents); i++ {
+				if e := s.ents[i]; string(s.fbuf[e.fs:e.fe]) == string(folded) {
+					clash = i
+					break
+				}
+			}
+		} else {
+			(*index)[string(folded)] = struct{}{}
+		}
+	}
+	if clash < 0 {
+		return nil
+	}
+	key := s.kbuf[ent.ks:ent.ke]
+	prev := s.ents[clash]
+	s.pos = off
+	if string(s.kbuf[prev.ks:prev.ke]) == string(key) {
+		return s.fail(ErrDuplicateKey, "%q", key)
+	}
+	return s.fail(ErrCaseVariantKey, "%q and %q", s.kbuf[prev.ks:prev.ke], key)
+}
+
+func (s *scanner) checkWatched(c ctx, ent keyEnt, off int) error {
+	folded := s.fbuf[ent.fs:ent.fe]
+	key := s.kbuf[ent.ks:ent.ke]
+	for i, w := range watchedFolded[c] {
+		if string(w) == string(folded) && watched[c][i] != string(key) {
+			s.pos = off
+			return s.fail(ErrCaseVariantKey, "%q is not the member %q", key, watched[c][i])
+		}
+	}
+	return nil
+}
+
+// childCtx gives the context of a member's value and, in an envelope, which member it is.
+func childCtx(c ctx, key []byte) (ctx, int) {
+	switch c {
+	case ctxEnvelope:
+		for i, k := range envelopeKeys {
+			if string(key) == k {
+				switch i {
+				case memParams:
+					return ctxParams, i
+				case memError:
+					return ctxError, i
+				}
+				return ctxNone, i
+			}
+		}
+	case ctxParams:
+		if string(key) == "_meta" {
+			return ctxMeta, -1
+		}
+	}
+	return ctxNone, -1
+}
+
+// plainASCII marks the bytes a string holds as they are: printable ASCII but '"' and '\\'.
+var plainASCII = func() (t [256]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		t[b] = b != '"' && b != '\\'
+	}
+	return t
+}()
+
+// str scans a string starting at the opening quote. With want it appends the unescaped
+// contents to dst. Invalid UTF-8, control characters and escaped lone surrogates are refused:
+// encoding/json would silently turn them into U+FFFD while other peers keep or reject them, and
+// any such disagreement on a key or a name is a smuggling hole.
+func (s *scanner) str(dst []byte, want bool) ([]byte, error) {
+	s.pos++ // opening quote
+	start := s.pos
+	for s.pos < len(s.data) {
+		// Fast path over plain ASCII, in locals so the loop keeps them in registers.
+		data, i := s.data, s.pos
+		for i < len(data) && plainASCII[data[i]] {
+			i++
+		}
+		s.pos = i
+		if i >= len(data) {
+			break
+		}
+		b := data[i]
+		switch {
+		case b == '"':
+			if want {
+				dst = append(dst, s.data[start:s.pos]...)
+			}
+			s.pos++
+			return dst, nil
+		case b == '\\':
+			if want {
+				dst = append(dst, s.data[start:s.pos]...)
+			}
+			var err error
+			if dst, err = s.escape(dst, want); err != nil {
+				return dst, err
+			}
+			start = s.pos
+		case b < 0x20:
+			return dst, s.fail(ErrSyntax, "control character in string")
+		case b < utf8.RuneSelf:
+			s.pos++
+		default:
+			r, n := utf8.DecodeRune(s.data[s.pos:])
+			if r == utf8.RuneError && n == 1 {
+				return dst, s.fail(ErrInvalidUTF8, "in string")
+			}
+			s.pos += n
+		}
+	}
+	return dst, s.fail(ErrSyntax, "unterminated string")
+}
+
+func (s *scanner) escape(dst []byte, want bool) ([]byte, error) {
+	s.pos++ // backslash
+	if s.pos >= len(s.data) {
+		return dst, s.fail(ErrSyntax, "truncated escape")
+	}
+	c := s.data[s.pos]
+	s.pos++
+	var out byte
+	switch c {
+	case '"', '\\', '/':
+		out = c
+	case 'b':
+		out = '\b'
+	case 'f':
+		out = '\f'
+	case 'n':
+		out = '\n'
+	case 'r':
+		out = '\r'
+	case 't':
+		out = '\t'
+	case 'u':
+		r, ok := s.hex4()
+		if !ok {
+			return dst, s.fail(ErrSyntax, "invalid \\u escape")
+		}
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return dst, s.fail(ErrLoneSurrogate, "low surrogate \\u%04x without a high one", r)
+		case r >= 0xD800 && r <= 0xDBFF:
+			if len(s.data)-s.pos < 2 || s.data[s.pos] != '\\' || s.data[s.pos+1] != 'u' {
+				return dst, s.fail(ErrLoneSurrogate, "high surrogate \\u%04x not followed by a low one", r)
+			}
+			s.pos += 2
+			r2, ok := s.hex4()
+			if !ok {
+				return dst, s.fail(ErrSyntax, "invalid \\u escape")
+			}
+			if r2 < 0xDC00 || r2 > 0xDFFF {
+				return dst, s.fail(ErrLoneSurrogate, "high surrogate \\u%04x followed by \\u%04x", r, r2)
+			}
+			r = 0x10000 + (r-0xD800)<<10 + (r2 - 0xDC00)
+		}
+		if want {
+			dst = utf8.AppendRune(dst, r)
+		}
+		return dst, nil
+	default:
+		s.pos--
+		return dst, s.fail(ErrSyntax, "invalid escape \\%c", c)
+	}
+	if want {
+		dst = append(dst, out)
+	}
+	return dst, nil
+}
+
+func (s *scanner) hex4() (rune, bool) {
+	if len(s.data)-s.pos < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, b := range s.data[s.pos : s.pos+4] {
+		switch {
+		case b >= '0' && b <= '9':
+			r = r<<4 | rune(b-'0')
+		case b >= 'a' && b <= 'f':
+			r = r<<4 | rune(b-'a'+10)
+		case b >= 'A' && b <= 'F':
+			r = r<<4 | rune(b-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	s.pos += 4
+	return r, true
+}
+
+// appendFolded appends the folded form of a valid UTF-8 key: two keys fold equal exactly when
+// bytes.EqualFold says so, which is the rule encoding/json uses to match keys to struct fields
+// (including U+017F ſ ~ s and U+212A K ~ k).
+func appendFolded(dst, key []byte) []byte {
+	for i := 0; i < len(key); {
+		c := key[i]
+		if c < utf8.RuneSelf {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(key[i:])
+		dst = utf8.AppendRune(dst, foldRune(r))
+		i += n
+	}
+	return dst
+}
+
+// foldRune returns the smallest rune of r's simple-folding orbit.
+func foldRune(r rune) rune {
+	for {
+		r2 := unicode.SimpleFold(r)
+		if r2 <= r {
+			return r2
+		}
+		r = r2
+	}
+}
+
+// unquote returns the contents of a string the scanner has already validated.
+func unquote(raw []byte) string {
+	inner := raw[1 : len(raw)-1]
+	hasEsc := false
+	for _, b := range inner {
+		if b == '\\' {
+			hasEsc = true
+			break
+		}
+	}
+	if !hasEsc {
+		return string(inner)
+	}
+	s := scanner{data: raw}
+	out, _ := s.str(make([]byte, 0, len(inner)), true)
+	return string(out)
+}
+
+// validate checks that body is one strict JSON document of any type (the rules of scanner, no
+// JSON-RPC shape). The fuzz tests hold its grammar to encoding/json's.
+func validate(body []byte, maxDepth int) error {
+	s := getScanner(body, maxDepth)
+	defer putScanner(s)
+	s.ws()
+	if err := s.value(ctxNone); err != nil {
+		return err
+	}
+	s.ws()
+	if s.pos != len(body) {
+		return s.fail(ErrSyntax, "data after the JSON value")
+	}
+	return nil
+}
