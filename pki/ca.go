@@ -28,6 +28,17 @@ import (
 const (
 	CertFile = "ca.pem"
 	KeyFile  = "ca-key.pem"
+	// LockFile is flocked by whoever creates the CA (`ca init`, or `run` on first start), so
+	// concurrent creations are serialized. It stays in place: removing a lock file races with
+	// the next locker.
+	LockFile = ".lock"
+)
+
+// A creation stages the new files under these names before renaming them into place; see
+// create and recoverPending.
+const (
+	pendingKey  = ".ca-key.pem.new"
+	pendingCert = ".ca.pem.new"
 )
 
 // caValidity is long because every client that trusts the CA has to be re-provisioned when it
@@ -49,23 +60,154 @@ type CA struct {
 // Init creates a new ECDSA P-256 CA in dir (created 0700 if missing) and writes ca.pem (0644) and
 // ca-key.pem (0600). It refuses to replace an existing CA unless force is set, because every
 // client that trusted the old one would silently stop trusting the appliance.
+//
+// Init holds an exclusive lock on dir/.lock for the whole check-and-create, so two concurrent
+// inits cannot interleave their files, and it refuses a directory others could write (see
+// checkDir).
 func Init(dir string, force bool) (*CA, error) {
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}
-	certPath, keyPath := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := recoverPending(dir); err != nil {
+		return nil, err
+	}
 	if !force {
-		for _, p := range []string{certPath, keyPath} {
-			_, err := os.Lstat(p)
-			if err == nil {
-				return nil, fmt.Errorf("pki: %s already exists; use --force to replace the CA (clients trusting it must be re-provisioned)", p)
+		for _, name := range []string{CertFile, KeyFile} {
+			p := filepath.Join(dir, name)
+			ok, err := exists(p)
+			if err != nil {
+				return nil, err
 			}
-			if !errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("pki: check %s: %w", p, err)
+			if ok {
+				return nil, fmt.Errorf("pki: %s already exists; use --force to replace the CA (clients trusting it must be re-provisioned)", p)
 			}
 		}
 	}
+	return create(dir)
+}
 
+// Load reads the CA from dir. It refuses a directory that group or others can write or that
+// another user owns, and a key file that is a symbolic link, that another user owns, or that
+// group or others can read or write: a CA key anyone else on the host can copy or replace lets
+// them impersonate every server the clients talk to.
+func Load(dir string) (*CA, error) {
+	if err := checkDir(dir); err != nil {
+		return nil, err
+	}
+	pending, err := exists(filepath.Join(dir, pendingCert))
+	if err != nil {
+		return nil, err
+	}
+	var unlock func()
+	if pending {
+		// An init was interrupted after staging both files; finish it before reading.
+		if unlock, err = lockDir(dir); err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if err := recoverPending(dir); err != nil {
+			return nil, err
+		}
+	} else {
+		if unlock, err = lockDirShared(dir); err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
+	return load(dir)
+}
+
+// LoadOrInit loads the CA from dir, creating one only when neither file exists. A half-present
+// CA (one file missing) is an error, never silently replaced. Creation happens under the same
+// lock as Init, and the files are checked again once it is held: of several processes starting
+// at once, one creates the CA and the others load it.
+func LoadOrInit(dir string) (ca *CA, created bool, err error) {
+	// A complete CA loads without taking the exclusive lock, so a read-only ca.dir keeps working.
+	if ok, err := complete(dir); err != nil {
+		return nil, false, err
+	} else if ok {
+		ca, err := Load(dir)
+		return ca, false, err
+	}
+	if err := ensureDir(dir); err != nil {
+		return nil, false, err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unlock()
+	if err := recoverPending(dir); err != nil {
+		return nil, false, err
+	}
+	missing := 0
+	for _, name := range []string{CertFile, KeyFile} {
+		ok, err := exists(filepath.Join(dir, name))
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok {
+			missing++
+		}
+	}
+	if missing == 2 {
+		ca, err := create(dir)
+		return ca, err == nil, err
+	}
+	ca, err = load(dir)
+	return ca, false, err
+}
+
+// complete reports whether dir holds both CA files and nothing an interrupted creation left
+// behind (which only the locked path cleans up).
+func complete(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pki: read ca directory: %w", err)
+	}
+	found := 0
+	for _, e := range entries {
+		switch n := e.Name(); {
+		case n == CertFile || n == KeyFile:
+			found++
+		case n == pendingKey || n == pendingCert || isTemp(n):
+			return false, nil
+		}
+	}
+	return found == 2, nil
+}
+
+// isTemp reports whether name is one of writeAtomic's temporary files for a CA file.
+func isTemp(name string) bool {
+	for _, n := range []string{KeyFile, CertFile, pendingKey, pendingCert} {
+		if strings.HasPrefix(name, "."+n+".tmp-") {
+			return true
+		}
+	}
+	return false
+}
+
+func exists(path string) (bool, error) {
+	_, err := os.Lstat(path)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("pki: check %s: %w", path, err)
+}
+
+// create generates a CA and writes it into dir. The caller holds the exclusive lock.
+func create(dir string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("pki: generate ca key: %w", err)
@@ -111,22 +253,79 @@ func Init(dir string, force bool) (*CA, error) {
 	clear(keyDER)
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 
-	// The key goes first: a crash between the two renames leaves a key without a certificate,
-	// which Load reports, rather than a certificate whose key is gone.
-	err = writeAtomic(keyPath, keyPEM, 0o600)
+	// Both files are staged complete before either final name changes. The staged certificate is
+	// the commit point: once it exists, recoverPending finishes the renames; before it exists, it
+	// discards the staged key. Either way a crash leaves the old pair or the new pair.
+	err = writeAtomic(filepath.Join(dir, pendingKey), keyPEM, 0o600)
 	clear(keyPEM)
 	if err != nil {
 		return nil, err
 	}
-	if err := writeAtomic(certPath, certPEM, 0o644); err != nil {
+	hook("key staged")
+	if err := writeAtomic(filepath.Join(dir, pendingCert), certPEM, 0o644); err != nil {
+		os.Remove(filepath.Join(dir, pendingKey))
+		return nil, err
+	}
+	hook("staged")
+	if err := commitPending(dir); err != nil {
 		return nil, err
 	}
 	return &CA{Cert: cert, Key: key, CertPEM: certPEM, Dir: dir}, nil
 }
 
-// Load reads the CA from dir. It refuses a key file that group or others can read or write: a
-// CA key anyone on the host can copy lets them impersonate every server the clients talk to.
-func Load(dir string) (*CA, error) {
+// testHookCommit, when set by a test, is called at each step of a creation so that a test can
+// crash the process there.
+var testHookCommit func(stage string)
+
+func hook(stage string) {
+	if testHookCommit != nil {
+		testHookCommit(stage)
+	}
+}
+
+// commitPending moves the staged files to their final names, the key first and the certificate
+// last. The caller holds the exclusive lock.
+func commitPending(dir string) error {
+	pk, pc := filepath.Join(dir, pendingKey), filepath.Join(dir, pendingCert)
+	// The staged key is gone if a previous commit renamed it and then crashed.
+	if err := os.Rename(pk, filepath.Join(dir, KeyFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("pki: rename %s: %w", pk, err)
+	}
+	hook("key committed")
+	if err := os.Rename(pc, filepath.Join(dir, CertFile)); err != nil {
+		return fmt.Errorf("pki: rename %s: %w", pc, err)
+	}
+	syncDir(dir)
+	return nil
+}
+
+// recoverPending completes or discards a creation that a crash interrupted, and removes temporary
+// files left behind (one of which may hold a key). The caller holds the exclusive lock.
+func recoverPending(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("pki: read ca directory: %w", err)
+	}
+	for _, e := range entries {
+		if isTemp(e.Name()) {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	staged, err := exists(filepath.Join(dir, pendingCert))
+	if err != nil {
+		return err
+	}
+	if staged {
+		return commitPending(dir)
+	}
+	if err := os.Remove(filepath.Join(dir, pendingKey)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("pki: remove %s: %w", filepath.Join(dir, pendingKey), err)
+	}
+	return nil
+}
+
+// load reads and checks the CA files; the caller has checked the directory.
+func load(dir string) (*CA, error) {
 	certPath, keyPath := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
 	keyPEM, err := readPrivate(keyPath)
 	if err != nil {
@@ -162,27 +361,6 @@ func Load(dir string) (*CA, error) {
 	return &CA{Cert: cert, Key: key, CertPEM: certPEM, Dir: dir}, nil
 }
 
-// LoadOrInit loads the CA from dir, creating one only when neither file exists. A half-present
-// CA (one file missing) is an error, never silently replaced.
-func LoadOrInit(dir string) (ca *CA, created bool, err error) {
-	missing := 0
-	for _, name := range []string{CertFile, KeyFile} {
-		_, err := os.Lstat(filepath.Join(dir, name))
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			missing++
-		case err != nil:
-			return nil, false, fmt.Errorf("pki: check %s: %w", filepath.Join(dir, name), err)
-		}
-	}
-	if missing == 2 {
-		ca, err := Init(dir, false)
-		return ca, err == nil, err
-	}
-	ca, err = Load(dir)
-	return ca, false, err
-}
-
 // ExportFormats lists what Export accepts, in the order error messages and help text show them.
 var ExportFormats = []string{"pem", "der"}
 
@@ -197,23 +375,52 @@ func (ca *CA) Export(format string) ([]byte, error) {
 	return nil, fmt.Errorf("pki: unknown export format %q (valid: %s)", format, strings.Join(ExportFormats, ", "))
 }
 
+// ensureDir creates dir 0700 if it is missing, then checks it as checkDir does.
 func ensureDir(dir string) error {
 	fi, err := os.Stat(dir)
 	if err == nil {
 		if !fi.IsDir() {
 			return fmt.Errorf("pki: %s is not a directory", dir)
 		}
-		return nil
+		return checkDir(dir)
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("pki: check ca directory: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(filepath.Clean(dir)), 0o700); err != nil {
 		return fmt.Errorf("pki: create ca directory: %w", err)
 	}
-	// MkdirAll's mode is filtered by the umask; the directory must end up exactly 0700.
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("pki: chmod ca directory: %w", err)
+	switch err := os.Mkdir(dir, 0o700); {
+	case err == nil:
+		// Mkdir's mode is filtered by the umask; the directory must end up exactly 0700.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("pki: chmod ca directory: %w", err)
+		}
+	case errors.Is(err, fs.ErrExist):
+		// Someone else created it meanwhile (a concurrent init); it gets checked like any other.
+	default:
+		return fmt.Errorf("pki: create ca directory: %w", err)
+	}
+	return checkDir(dir)
+}
+
+// checkDir refuses a CA directory that group or others can write, or that another user owns:
+// whoever can write it can replace the key or the certificate (or plant a link) between a check
+// and a use, so the file checks below would prove nothing. A link to the directory is followed,
+// and its target is what gets checked.
+func checkDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("pki: ca directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("pki: %s is not a directory", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("pki: ca directory %s has mode %04o, writable by group or others, who could replace the CA key; run chmod 700 %s", dir, perm, dir)
+	}
+	if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
+		return fmt.Errorf("pki: ca directory %s is owned by uid %d, not by the running user (uid %d); run chown %d %s (or run as uid %d)", dir, uid, os.Geteuid(), os.Geteuid(), dir, uid)
 	}
 	return nil
 }
@@ -248,18 +455,30 @@ func writeAtomic(path string, data []byte, mode os.FileMode) (err error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("pki: rename %s: %w", tmp, err)
 	}
-	// Persist the rename itself; without it a power cut can lose the new name.
+	syncDir(dir)
+	return nil
+}
+
+// syncDir persists renames in dir; without it a power cut can lose the new names.
+func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()
 	}
-	return nil
 }
 
-// readPrivate reads a key file after checking its mode on the opened descriptor, so the file
-// checked is the file read.
+// readPrivate reads a key file after checking it on the opened descriptor, so the file checked
+// is the file read. A symbolic link is refused rather than followed: whoever controls its target
+// controls the key.
 func readPrivate(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	lfi, err := os.Lstat(path)
+	if err != nil {
+		return nil, fmt.Errorf("pki: open ca key: %w", err)
+	}
+	if lfi.Mode()&fs.ModeSymlink != 0 {
+		return nil, fmt.Errorf("pki: ca key %s is a symbolic link; refusing to follow it: replace the link with the key file itself (owned by the running user, mode 0600)", path)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|openNoFollow, 0)
 	if err != nil {
 		return nil, fmt.Errorf("pki: open ca key: %w", err)
 	}
@@ -268,8 +487,14 @@ func readPrivate(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pki: stat ca key: %w", err)
 	}
+	if !os.SameFile(lfi, fi) {
+		return nil, fmt.Errorf("pki: ca key %s was replaced while it was being opened", path)
+	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("pki: ca key %s is not a regular file", path)
+	}
+	if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
+		return nil, fmt.Errorf("pki: ca key %s is owned by uid %d, not by the running user (uid %d); run chown %d %s", path, uid, os.Geteuid(), os.Geteuid(), path)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return nil, fmt.Errorf("pki: ca key %s has mode %04o, accessible by group or others; run chmod 600 %s", path, perm, path)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -42,14 +43,19 @@ func TestInitFileModes(t *testing.T) {
 				{"dir", dir, 0o700},
 				{"cert", filepath.Join(dir, CertFile), 0o644},
 				{"key", filepath.Join(dir, KeyFile), 0o600},
+				{"lock", filepath.Join(dir, LockFile), 0o600},
 			} {
 				if got := mode(t, tc.path); got != tc.want {
 					t.Errorf("%s mode = %04o, want %04o", tc.name, got, tc.want)
 				}
 			}
 			entries, _ := os.ReadDir(dir)
-			if len(entries) != 2 {
-				t.Errorf("dir has %d entries, want 2 (temp files left behind?)", len(entries))
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			if want := []string{LockFile, KeyFile, CertFile}; !slices.Equal(names, want) {
+				t.Errorf("dir holds %q, want %q (temp files left behind?)", names, want)
 			}
 			if ca.Dir != dir {
 				t.Errorf("Dir = %q, want %q", ca.Dir, dir)
