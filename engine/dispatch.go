@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,12 +32,21 @@ type RuleSet interface {
 }
 
 // Routing is the part of the configuration a reload swaps: routes and the rule sets they name.
-// Open flows keep the route they were given; each new request on them is judged by the rule set
-// current at that moment.
+// Open flows keep the route they were given, and the rule set that route named when the flow
+// started (see flowRules): each new request on them is judged by the set of that name current at
+// that moment, or by the one the flow started with when a reload removed or renamed it.
 type Routing struct {
 	Routes   []*Route
 	RuleSets map[string]RuleSet
+	// Default treats the flows no route matches (config default_route with settings); nil, with
+	// DefaultClose false, forwards them opaque (DefaultRoute), the transparent core's behaviour.
+	Default *Route
+	// DefaultClose resets the flows no route matches (config `default_route: close`).
+	DefaultClose bool
 }
+
+// ReasonNoRoute is the record's reason for a flow refused by `default_route: close`.
+const ReasonNoRoute = "no route matched; default_route close"
 
 // TLSOptions configure the TLS dispositions.
 type TLSOptions struct {
@@ -69,10 +77,24 @@ type flow struct {
 	c      *net.TCPConn
 	fc     *flowConns
 
+	// rules is the route's rule set, fixed when the route is chosen.
+	rules flowRules
+
 	peekDone bool
-	peeked   []byte
-	hello    *tlsmitm.ClientHello
-	peekErr  error
+	isHello  bool   // the client opened with a complete, valid ClientHello
+	sniName  string // the hello's server name, kept for records and rules after hello is released
+	// peeked and hello are what the peek read and parsed. They are released (set to nil) once
+	// handed on, so that an idle flow does not hold a ClientHello (up to 64 KiB) for its life.
+	peeked  []byte
+	hello   *tlsmitm.ClientHello
+	peekErr error
+}
+
+// takePeeked hands the peeked bytes over to whoever replays them and forgets them.
+func (f *flow) takePeeked() []byte {
+	b := f.peeked
+	f.peeked, f.hello = nil, nil
+	return b
 }
 
 // peek reads the client's first bytes once: a whole ClientHello when it is TLS, otherwise only
@@ -90,18 +112,18 @@ func (f *flow) peek() {
 	f.c.SetReadDeadline(time.Now().Add(to))
 	f.hello, f.peeked, f.peekErr = tlsmitm.Peek(f.c, f.e.opt.TLS.MaxClientHello)
 	f.c.SetReadDeadline(time.Time{})
+	if f.hello != nil {
+		f.isHello, f.sniName = true, f.hello.SNI
+	}
 }
 
 func (f *flow) sni() string {
 	f.peek()
-	if f.hello != nil {
-		return f.hello.SNI
-	}
-	return ""
+	return f.sniName
 }
 
 // isTLS reports whether the client opened with a complete, valid ClientHello.
-func (f *flow) isTLS() bool { f.peek(); return f.hello != nil }
+func (f *flow) isTLS() bool { f.peek(); return f.isHello }
 
 // badHello is a client that started a TLS handshake the parser refused (malformed, oversized,
 // truncated): the flow is closed and nothing is forwarded.
@@ -131,9 +153,7 @@ func (f *flow) record() telemetry.FlowRecord {
 		Time: telemetry.Time{Time: f.start}, Flow: f.id, Client: f.client.String(),
 		OrigDst: f.orig.String(), Mechanism: f.e.opt.Mechanism,
 	}
-	if f.hello != nil {
-		r.SNI = f.hello.SNI
-	}
+	r.SNI = f.sniName
 	if f.ident != nil {
 		r.Process = &telemetry.Process{PID: f.ident.PID, UID: f.ident.UID, GID: f.ident.GID,
 			Comm: f.ident.Comm, Exe: f.ident.Exe, Cgroup: f.ident.CgroupID}
@@ -159,8 +179,8 @@ func (f *flow) connVars(tlsMode string) map[string]any {
 		"orig_dst": f.orig.String(), "orig_ip": f.orig.Addr().String(), "orig_port": int64(f.orig.Port()),
 		"mechanism": f.e.opt.Mechanism, "tls": tlsMode,
 	}
-	if f.hello != nil {
-		m["sni"] = f.hello.SNI
+	if f.isHello {
+		m["sni"] = f.sniName
 	}
 	return m
 }
@@ -171,11 +191,21 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) {
 	route := selectRoute(rt.Routes, f.client, f.orig, f.sni)
 
 	if route == DefaultRoute {
-		// The transparent core: no byte is read before forwarding, so protocols where the
-		// server speaks first work too.
-		e.opaque(ctx, f, route, "")
-		return
+		// No route matched: also a TLS flow without SNI, or with one no sni: route names.
+		switch {
+		case rt.DefaultClose:
+			e.noRoute(f)
+			return
+		case rt.Default != nil:
+			route = rt.Default
+		default:
+			// The transparent core: no byte is read before forwarding, so protocols where
+			// the server speaks first work too.
+			e.opaque(ctx, f, route, "")
+			return
+		}
 	}
+	f.rules = rulesFor(rt, route)
 	switch route.TLS {
 	case Passthrough:
 		if !f.isTLS() {
@@ -221,7 +251,7 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) {
 		if !ok {
 			return
 		}
-		e.level1(ctx, f, route, "plaintext", tlsmitm.NewPrefixConn(f.c, f.peeked), up)
+		e.level1(ctx, f, route, "plaintext", &prefixConn{Conn: f.c, prefix: f.takePeeked()}, up)
 	case Auto:
 		switch {
 		case f.isTLS():
@@ -233,7 +263,7 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) {
 			if !ok {
 				return
 			}
-			e.level1(ctx, f, route, "plaintext", tlsmitm.NewPrefixConn(f.c, f.peeked), up)
+			e.level1(ctx, f, route, "plaintext", &prefixConn{Conn: f.c, prefix: f.takePeeked()}, up)
 		default:
 			e.opaque(ctx, f, route, "")
 		}
@@ -286,10 +316,41 @@ func (e *Engine) notTLS(ctx context.Context, f *flow, route *Route) {
 	}
 }
 
+// noRoute refuses a flow that matched no route under `default_route: close`.
+func (e *Engine) noRoute(f *flow) {
+	e.refuseLog.warn("no_route", "closing flow: no route matched", "flow", f.id, "client", f.client.String(),
+		"orig_dst", f.orig.String(), "sni", f.sniName)
+	rec := f.record()
+	rec.TLS, rec.Decision, rec.Rule, rec.Reason = f.seenTLS(), "deny", DefaultRoute.Name, ReasonNoRoute
+	e.opt.Metrics.FlowsRefused.WithLabelValues("no_route").Inc()
+	resetClose(f.c)
+	e.finish(&rec, f.start)
+}
+
+// seenTLS names what the bytes read so far were, for the record of a flow that is refused or
+// forwarded untouched: plaintext when they were not TLS, else passthrough in the draft's terms
+// (encrypted or not, nothing was decrypted).
+func (f *flow) seenTLS() string {
+	if f.peekDone && !f.isHello && len(f.peeked) > 0 {
+		return "plaintext"
+	}
+	return "passthrough"
+}
+
+// closesOnMismatch is the route's on_mismatch: close, or passthrough. Unset, it is close for
+// routes with Level >= 1 (forwarding the bytes opaque would skip the inspection the route asks
+// for), passthrough for Level 0, as config fills it.
+func (r *Route) closesOnMismatch() bool {
+	if r.OnMismatch == "" {
+		return r.Level >= 1
+	}
+	return r.OnMismatch == "close"
+}
+
 // mismatch applies the route's on_mismatch choice and logs it. It returns true to forward
 // opaquely, false after closing the flow.
 func (e *Engine) mismatch(f *flow, route *Route, what string) bool {
-	if route.OnMismatch == "close" {
+	if route.closesOnMismatch() {
 		e.refuseLog.warn("mismatch:"+route.Name, "closing flow", "flow", f.id, "route", route.Name, "why", what, "orig_dst", f.orig.String())
 		rec := f.record()
 		rec.Decision, rec.Rule, rec.Reason = "deny", route.Name, what+"; on_mismatch close"
@@ -327,11 +388,12 @@ func (e *Engine) warnPlaintext(route *Route) {
 // connPolicy evaluates the route's rule set with connection-level metadata only (passthrough and
 // opaque routes cannot see HTTP). A deny or an exhausted rate limit resets the connection.
 func (e *Engine) connPolicy(f *flow, route *Route, tlsMode string) bool {
-	rs := e.ruleSet(route.RuleSet)
+	rs := f.rules.current(e)
 	if rs == nil {
 		return true
 	}
-	d := rs.Evaluate(&policy.Input{Client: f.clientVars(), Conn: f.connVars(tlsMode)})
+	d := rs.Evaluate(&policy.Input{Client: f.clientVars(), Conn: f.connVars(tlsMode), FailOpen: f.rules.failOpen})
+	e.noteRuleErrors(f, &d)
 	if d.Action == "allow" || d.Action == "" {
 		return true
 	}
@@ -342,13 +404,6 @@ func (e *Engine) connPolicy(f *flow, route *Route, tlsMode string) bool {
 	resetClose(f.c)
 	e.finish(&rec, f.start)
 	return false
-}
-
-func (e *Engine) ruleSet(name string) RuleSet {
-	if name == "" {
-		return nil
-	}
-	return e.routing.Load().RuleSets[name]
 }
 
 // dial opens the upstream TCP connection; on failure the client gets a reset, as a direct
@@ -384,12 +439,7 @@ func (e *Engine) opaque(ctx context.Context, f *flow, route *Route, tlsMode stri
 		return
 	}
 	if tlsMode == "" {
-		// Forwarded untouched: plaintext when the bytes we saw were not TLS, else passthrough in
-		// the draft's terms (encrypted or not, nothing was decrypted).
-		tlsMode = "passthrough"
-		if f.peekDone && f.hello == nil && len(f.peeked) > 0 {
-			tlsMode = "plaintext"
-		}
+		tlsMode = f.seenTLS()
 	}
 	rec := f.record()
 	rec.TLS, rec.Decision = tlsMode, "allow"
@@ -397,8 +447,8 @@ func (e *Engine) opaque(ctx context.Context, f *flow, route *Route, tlsMode stri
 		rec.Rule = route.Name
 	}
 	var pre int64
-	if len(f.peeked) > 0 {
-		n, err := up.Write(f.peeked)
+	if peeked := f.takePeeked(); len(peeked) > 0 {
+		n, err := up.Write(peeked)
 		pre = int64(n)
 		if err != nil {
 			resetClose(f.c)
@@ -443,13 +493,13 @@ func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) {
 	}
 	var upConn net.Conn = up
 	if !route.PlaintextUpstreamTrustedNetwork {
-		tup, err := tlsmitm.Originate(ctx, up, f.hello.SNI, f.orig.Addr(), e.opt.TLS.Upstream)
+		tup, err := tlsmitm.Originate(ctx, up, f.sniName, f.orig.Addr(), e.opt.TLS.Upstream)
 		if err != nil {
 			var ve *tlsmitm.VerifyError
 			if errors.As(err, &ve) {
 				e.opt.Metrics.FlowsRefused.WithLabelValues("upstream_certificate").Inc()
 				e.opt.Log.Warn("refusing client handshake: upstream certificate rejected", "flow", f.id,
-					"orig_dst", f.orig.String(), "sni", f.hello.SNI, "reason", ve.Reason, "err", ve.Err)
+					"orig_dst", f.orig.String(), "sni", f.sniName, "reason", ve.Reason, "err", ve.Err)
 				rec.Decision, rec.Reason = "deny", "upstream certificate rejected: "+ve.Reason
 				tlsmitm.RefuseHandshake(f.c)
 				f.c.Close()
@@ -464,7 +514,7 @@ func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) {
 		}
 		upConn = tup
 	}
-	name := f.hello.SNI
+	name := f.sniName
 	if name == "" {
 		name = f.orig.Addr().String()
 	}
@@ -476,7 +526,9 @@ func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) {
 		e.finish(&rec, f.start)
 		return
 	}
-	tc, err := tlsmitm.Terminate(ctx, f.c, f.peeked, cert, e.opt.TLS.HandshakeTimeout)
+	// The hello is replayed through a prefixConn that lets go of it once crypto/tls has read it:
+	// the tls.Conn keeps its connection for the life of the flow.
+	tc, err := tlsmitm.Terminate(ctx, &prefixConn{Conn: f.c, prefix: f.takePeeked()}, nil, cert, e.opt.TLS.HandshakeTimeout)
 	if err != nil {
 		rec.Decision, rec.Reason = "allow", err.Error()
 		f.c.Close()
@@ -566,10 +618,26 @@ func closeWrite(c net.Conn) {
 
 // level1 serves the flow with HTTP awareness: one record per request.
 func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode string, client, upstream net.Conn) {
-	r := &l1Flow{e: e, f: f, route: route, tls: tlsMode}
+	r := &l1Flow{e: e, f: f, route: route, tls: tlsMode,
+		reqs: e.opt.Metrics.Requests.ForFlow(f.orig.String(), f.client.Addr().String())}
 	opt := e.opt.HTTP
 	if opt.IdleTimeout == 0 {
 		opt.IdleTimeout = e.opt.Limits.IdleTimeout
+	}
+	if e.opt.Limits.BodyTimeout != 0 {
+		opt.BodyTimeout = e.opt.Limits.BodyTimeout
+	}
+	// Per route: which protocol switches are allowed, and strict MCP headers (level1 refuses
+	// before the Decider runs).
+	opt.AllowUpgrade = route.AllowUpgrade
+	opt.StrictMCPHeaders = route.StrictMCPHeaders
+	if tlsMode == "terminate" {
+		// The route was chosen by the SNI (or, without one, by the destination): a request must
+		// not name another host inside that TLS session (421 otherwise).
+		opt.ExpectedHost = f.sniName
+		if opt.ExpectedHost == "" {
+			opt.ExpectedHost = f.orig.Addr().Unmap().String()
+		}
 	}
 	// Level 1's own idle timeout only runs between requests; this one also ends a flow whose
 	// upstream never answers, or an upgraded stream that went quiet.
@@ -595,16 +663,13 @@ type l1Flow struct {
 	route    *Route
 	tls      string
 	requests atomicInt
+	reqs     *telemetry.FlowRequests // Record may run on two goroutines; FlowRequests is safe for that
 
 	clientVars, connVars map[string]any // Decide runs on the flow's request goroutine only
 }
 
 func (l *l1Flow) Decide(ctx context.Context, info *level1.RequestInfo) level1.Verdict {
-	if l.route.StrictMCPHeaders && info.Kind == "mcp" && info.MCPMethod == "" {
-		return level1.Verdict{Action: level1.ActionDeny, Status: 400, Rule: l.route.Name,
-			Reason: "this route requires the Mcp-Method header (strict_mcp_headers; clients before protocol 2026-07-28 do not send it)"}
-	}
-	rs := l.e.ruleSet(l.route.RuleSet)
+	rs := l.f.rules.current(l.e)
 	if rs == nil {
 		return level1.Verdict{Action: level1.ActionAllow}
 	}
@@ -625,11 +690,13 @@ func (l *l1Flow) Decide(ctx context.Context, info *level1.RequestInfo) level1.Ve
 		l.clientVars, l.connVars = l.f.clientVars(), l.f.connVars(l.tls)
 	}
 	d := rs.Evaluate(&policy.Input{
-		Client: l.clientVars,
-		Conn:   l.connVars,
-		HTTP:   map[string]any{"method": info.Method, "path": info.Path, "headers": info.Headers},
-		MCP:    mcp,
+		Client:   l.clientVars,
+		Conn:     l.connVars,
+		HTTP:     map[string]any{"method": info.Method, "path": info.Path, "headers": info.Headers},
+		MCP:      mcp,
+		FailOpen: l.f.rules.failOpen,
 	})
+	l.e.noteRuleErrors(l.f, &d)
 	v := level1.Verdict{Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter}
 	switch d.Action {
 	case "deny":
@@ -661,6 +728,17 @@ func (l *l1Flow) Record(ex *level1.Exchange) {
 		rec.Decision = "allow"
 	}
 	rec.Rule, rec.Reason = ex.Verdict.Rule, ex.Verdict.Reason
+	if rec.Rule == "" && rec.Decision != "allow" {
+		// Level 1's own guards (upgrade, strict headers, Host) refuse in the route's name.
+		rec.Rule = l.route.Name
+	}
+	if ex.Upgraded != "" {
+		// After the switch the bytes are opaque: the record says what they became.
+		if rec.Reason != "" {
+			rec.Reason += "; "
+		}
+		rec.Reason += "protocol switched to " + ex.Upgraded + " (allow_upgrade); later bytes not inspected"
+	}
 	if ex.Err != "" {
 		if rec.Reason != "" {
 			rec.Reason += "; "
@@ -672,11 +750,11 @@ func (l *l1Flow) Record(ex *level1.Exchange) {
 	m := l.e.opt.Metrics
 	m.Bytes.WithLabelValues("up").Add(float64(ex.BytesUp))
 	m.Bytes.WithLabelValues("down").Add(float64(ex.BytesDown))
-	lc := l.e.labels
-	method := lc.method.Value(rec.MCPMethod)
-	m.Requests.WithLabelValues(lc.dst.Value(rec.OrigDst), method, lc.name.Value(rec.MCPName),
-		lc.client.Value(f.client.Addr().String()), rec.Decision).Inc()
-	m.RequestDuration.WithLabelValues(method, strconv.Itoa(rec.Status)).Observe(ex.Duration.Seconds())
+	// The series are bounded jointly by telemetry (the per-flow handle resolves the destination
+	// and client once); no per-label first-come cap here, or a flood of made-up destinations
+	// would fold configured ones into "other" before the reserve could keep them.
+	l.reqs.Inc(rec.MCPMethod, rec.MCPName, rec.Decision)
+	m.RequestDuration.Observe(rec.MCPMethod, rec.Status, ex.Duration.Seconds())
 	if l.e.opt.Flows != nil {
 		l.e.opt.Flows.Write(rec)
 	}

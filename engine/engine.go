@@ -46,6 +46,9 @@ type Limits struct {
 	MaxFlowsPerClient int
 	IdleTimeout       time.Duration
 	ConnectTimeout    time.Duration
+	// BodyTimeout bounds how long one request body may take to arrive in full at Level 1
+	// (level1.Options.BodyTimeout; 0 leaves HTTP's own setting).
+	BodyTimeout time.Duration
 }
 
 // Options wires an Engine.
@@ -83,16 +86,12 @@ type Engine struct {
 	refuseLog rateLimitedLog
 	routing   atomic.Pointer[Routing]
 
-	labels metricLabels
 
 	// flowCtx is what flows run under. It is not the accept loop's context: stopping accepting
 	// must leave open flows to drain, and only Drain's deadline cancels them.
 	flowCtx    context.Context
 	flowCancel context.CancelFunc
 }
-
-// metricLabels bound the client-chosen label values of the request metrics.
-type metricLabels struct{ dst, method, name, client *telemetry.LabelCap }
 
 // SetRouting swaps the routing table (config reload). Open flows are not disturbed.
 func (e *Engine) SetRouting(r *Routing) {
@@ -115,8 +114,6 @@ func New(opt Options) *Engine {
 		refuseLog:   rateLimitedLog{log: opt.Log, every: time.Second},
 	}
 	e.flowCtx, e.flowCancel = context.WithCancel(context.Background())
-	e.labels = metricLabels{dst: telemetry.NewLabelCap(1000), method: telemetry.NewLabelCap(100),
-		name: telemetry.NewLabelCap(1000), client: telemetry.NewLabelCap(1000)}
 	e.SetRouting(opt.Routing)
 	return e
 }
@@ -181,6 +178,9 @@ func (e *Engine) Drain(ctx context.Context) (forced int) {
 
 // Active is the number of flows being forwarded now.
 func (e *Engine) Active() int64 { return e.active.Load() }
+
+// Metrics is the metric set the engine writes to (the one it was built with).
+func (e *Engine) Metrics() *telemetry.Metrics { return e.opt.Metrics }
 
 func (e *Engine) newFlowID() (uint64, string) {
 	n := e.nextID.Add(1)

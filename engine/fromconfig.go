@@ -32,7 +32,8 @@ func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*Routing, Com
 				KeyPos: policy.Pos{File: r.KeyPos.File, Line: r.KeyPos.Line, Column: r.KeyPos.Column},
 			}
 			if r.RateLimit != nil {
-				s.RateLimit = &policy.RateLimit{Key: r.RateLimit.Key, Rate: r.RateLimit.Rate, Burst: r.RateLimit.Burst}
+				s.RateLimit = &policy.RateLimit{Key: r.RateLimit.Key, Rate: r.RateLimit.Rate, Burst: r.RateLimit.Burst,
+					MaxKeys: r.RateLimit.MaxKeys}
 			}
 			specs = append(specs, s)
 		}
@@ -54,27 +55,50 @@ func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*Routing, Com
 	for n, s := range sets {
 		rt.RuleSets[n] = s
 	}
-	for _, r := range cfg.Routes {
-		route := &Route{
-			Name:                            r.Name,
-			Destinations:                    r.Match.Destinations,
-			SNI:                             r.Match.SNI,
-			Clients:                         r.Match.Clients,
-			TLS:                             Disposition(r.TLS),
-			Level:                           r.LevelOrDefault(),
-			OnMismatch:                      r.OnMismatch,
-			Development:                     r.Development,
-			PlaintextUpstreamTrustedNetwork: r.PlaintextUpstreamTrustedNetwork,
-			StrictMCPHeaders:                r.StrictMCPHeaders,
-			RuleSet:                         r.RuleSet,
-		}
-		for _, p := range r.Match.Ports {
-			route.Ports = append(route.Ports, PortRange{From: p.From, To: p.To})
-		}
-		if route.OnMismatch == "" {
-			route.OnMismatch = "passthrough"
-		}
-		rt.Routes = append(rt.Routes, route)
+	for i := range cfg.Routes {
+		rt.Routes = append(rt.Routes, routeFromConfig(&cfg.Routes[i]))
+	}
+	switch d := cfg.DefaultRoute; {
+	case d == nil:
+	case d.Close:
+		rt.DefaultClose = true
+	case d.Route != nil:
+		rt.Default = routeFromConfig(d.Route)
+		rt.Default.Name = config.DefaultRouteName
+		// It matches every flow that reaches it: no conditions.
+		rt.Default.Destinations, rt.Default.Ports, rt.Default.SNI, rt.Default.Clients = nil, nil, nil, nil
 	}
 	return rt, sets, nil
+}
+
+func routeFromConfig(r *config.Route) *Route {
+	route := &Route{
+		Name:                            r.Name,
+		Destinations:                    r.Match.Destinations,
+		SNI:                             r.Match.SNI,
+		Clients:                         r.Match.Clients,
+		TLS:                             Disposition(r.TLS),
+		Level:                           r.LevelOrDefault(),
+		OnMismatch:                      r.OnMismatch,
+		Development:                     r.Development,
+		PlaintextUpstreamTrustedNetwork: r.PlaintextUpstreamTrustedNetwork,
+		StrictMCPHeaders:                r.StrictMCPHeaders,
+		AllowUpgrade:                    r.AllowUpgrade,
+		RuleSet:                         r.RuleSet,
+		OnRuleError:                     r.OnRuleError,
+	}
+	for _, p := range r.Match.Ports {
+		route.Ports = append(route.Ports, PortRange{From: p.From, To: p.To})
+	}
+	if route.OnMismatch == "" {
+		// Parse fills it; a configuration built in code gets the same default.
+		route.OnMismatch = config.OnMismatchPassthrough
+		if route.Level >= 1 {
+			route.OnMismatch = config.OnMismatchClose
+		}
+	}
+	if route.OnRuleError == "" {
+		route.OnRuleError = config.OnRuleErrorClosed
+	}
+	return route
 }

@@ -221,3 +221,40 @@ func pipe(dst, src *net.TCPConn, slice time.Duration, last *atomic.Int64, resetS
 		}
 	}
 }
+
+// prefixConn replays bytes already read from the connection (the peek), then reads the
+// connection. Unlike tlsmitm.PrefixConn it lets go of them once replayed: whoever reads it (level1,
+// crypto/tls) keeps the connection for the life of the flow, and an idle flow should not pin a
+// ClientHello. It embeds the net.Conn interface, not *net.TCPConn, so that io.Copy cannot reach
+// TCPConn.WriteTo past the prefix. Read is called by one goroutine at a time.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if p.prefix != nil {
+		n := copy(b, p.prefix)
+		if p.prefix = p.prefix[n:]; len(p.prefix) == 0 {
+			p.prefix = nil
+		}
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// CloseWrite passes a half-close on to the connection.
+func (p *prefixConn) CloseWrite() error {
+	if cw, ok := p.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// SetLinger reaches the TCP connection, so a reset can still be passed on as a reset.
+func (p *prefixConn) SetLinger(sec int) error {
+	if l, ok := p.Conn.(interface{ SetLinger(int) error }); ok {
+		return l.SetLinger(sec)
+	}
+	return nil
+}

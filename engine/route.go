@@ -46,8 +46,14 @@ type Route struct {
 	// StrictMCPHeaders refuses MCP requests that lack Mcp-Method (clients before 2026-07-28)
 	// instead of letting method/tool rules not match them.
 	StrictMCPHeaders bool
+	// AllowUpgrade lists the protocols (lower-case Upgrade tokens; "connect" for CONNECT) a
+	// request on this Level 1 route may switch to; level1 refuses the others.
+	AllowUpgrade []string
 	// RuleSet names the policy rule set applied on this route ("" = none: allow).
 	RuleSet string
+	// OnRuleError is "open" to skip a deny or rate_limit rule whose evaluation fails; anything
+	// else ("closed", the default) makes it deny.
+	OnRuleError string
 }
 
 // needsSNI reports whether matching this route depends on the ClientHello.

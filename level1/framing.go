@@ -9,6 +9,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 // Defaults applied to zero fields of Limits.
@@ -111,7 +113,14 @@ type foldSpan struct{ idx, vs, ve int }
 // Reader reads HTTP/1.x heads and bodies from one direction of a connection. It is not safe for
 // concurrent use.
 type Reader struct {
-	br  *bufio.Reader
+	// br is nil while nothing is buffered and the reader waits for the next byte (see await): an
+	// idle connection then holds no read buffer. Use b() to reach it.
+	br   *bufio.Reader
+	src  source
+	size int // read buffer size
+	// w, for a plain socket, lets await wait for bytes without reading them, so a body (an SSE
+	// stream that goes quiet) can give its buffer back too, and each read still lands whole.
+	w   *waiter
 	l   Limits
 	buf []byte // head bytes of the message being read; reused
 	// partial holds the bytes of a head cut short by EOF, until the next read; a proxy forwards
@@ -134,16 +143,135 @@ func NewReader(r io.Reader, l Limits) *Reader {
 	l = l.withDefaults()
 	// A partial chunk line stays in the buffer while more is read, so the buffer must be larger.
 	size := max(minReadBuf, l.MaxChunkLine+1)
-	return &Reader{br: bufio.NewReaderSize(r, size), l: l}
+	rd := &Reader{src: source{r: r}, size: size, l: l}
+	if sc, ok := r.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			rd.w = newWaiter(rc)
+		}
+	}
+	return rd
+}
+
+// readerPool holds the read buffers of connections that are between messages. A proxied
+// connection spends most of its life waiting for the next request; holding two 16 KiB buffers
+// through that wait was most of what an idle flow cost.
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, minReadBuf) }}
+
+// b returns the buffered reader, taking a buffer from the pool if the reader has none.
+func (r *Reader) b() *bufio.Reader {
+	if r.br == nil {
+		if r.size == minReadBuf {
+			r.br = readerPool.Get().(*bufio.Reader)
+		} else {
+			r.br = bufio.NewReaderSize(nil, r.size)
+		}
+		r.br.Reset(&r.src)
+	}
+	return r.br
+}
+
+// release gives the read buffer back to the pool when it holds nothing unread.
+func (r *Reader) release() {
+	if r.br == nil || r.br.Buffered() > 0 {
+		return
+	}
+	br := r.br
+	r.br = nil
+	br.Reset(nil)
+	if r.size == minReadBuf {
+		readerPool.Put(br)
+	}
+}
+
+// discard returns the read buffer to the pool whatever it holds; the reader is done.
+func (r *Reader) discard() {
+	if r.br != nil {
+		r.br.Discard(r.br.Buffered())
+		r.release()
+	}
+}
+
+// await blocks until at least one byte is buffered. With nothing buffered it waits without a read
+// buffer, taking one only once bytes are there, so a connection waiting for its next message
+// holds none. On a plain socket it waits for readability and then reads whatever arrived in one
+// read; elsewhere (TLS, wrapped connections) it reads one byte on its own first, which splits that
+// read in two, so it only does that before a head (split), never inside a body, where each read
+// must be written on whole; a body then keeps its buffer while it waits.
+func (r *Reader) await(split bool) error {
+	if r.br != nil && r.br.Buffered() > 0 {
+		return nil
+	}
+	if r.w != nil && r.src.n == 0 {
+		r.release()
+		if err := r.w.wait(); err != nil {
+			return err
+		}
+		_, err := r.b().Peek(1)
+		return err
+	}
+	if !split {
+		_, err := r.b().Peek(1)
+		return err
+	}
+	r.release()
+	if r.src.n == 0 && r.src.err == nil {
+		for empty := 0; ; empty++ {
+			n, err := r.src.r.Read(r.src.one[:])
+			r.src.n, r.src.err = n, err
+			if n > 0 || err != nil {
+				break
+			}
+			if empty == 100 {
+				r.src.err = io.ErrNoProgress
+				break
+			}
+		}
+	}
+	if r.src.n == 0 {
+		err := r.src.err
+		r.src.err = nil
+		return err
+	}
+	_, err := r.b().Peek(1)
+	return err
+}
+
+// source is what the buffered reader reads: the byte await read on its own, then the connection.
+type source struct {
+	r   io.Reader
+	one [1]byte
+	n   int   // 1 while one holds a byte not yet handed on
+	err error // returned by the read that brought that byte, for the read after it
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	if s.n == 0 {
+		if err := s.err; err != nil {
+			s.err = nil
+			return 0, err
+		}
+		return s.r.Read(p)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	p[0] = s.one[0]
+	s.n = 0
+	return 1, nil
 }
 
 // Buffered returns how many bytes have been read ahead of the last message (a pipelined request,
 // or the first bytes after an Upgrade).
-func (r *Reader) Buffered() int { return r.br.Buffered() }
+func (r *Reader) Buffered() int {
+	if r.br == nil {
+		return 0
+	}
+	return r.br.Buffered()
+}
 
 // BufioReader returns the underlying buffered reader, for the switch to an opaque copy after an
 // upgrade: its buffered bytes must be forwarded before reading the connection directly.
-func (r *Reader) BufioReader() *bufio.Reader { return r.br }
+func (r *Reader) BufioReader() *bufio.Reader { return r.b() }
 
 // ReadRequestHead reads the next request head. It returns io.EOF if the connection ended cleanly
 // before any byte of a head, io.ErrUnexpectedEOF if it ended inside one.
@@ -175,6 +303,9 @@ func (r *Reader) ReadResponseHead(reqMethod string) (*Head, error) {
 // header deadline for it. Leading empty lines are skipped, or a sender could pass them off as the
 // end of a head it then trickles.
 func (r *Reader) headComplete() bool {
+	if r.br == nil {
+		return false
+	}
 	b, _ := r.br.Peek(r.br.Buffered())
 	i := 0
 	for i < len(b) && (b[i] == '\r' || b[i] == '\n') {
@@ -201,10 +332,11 @@ func (r *Reader) readHead(req bool) (*Head, error) {
 	r.partial = nil
 	r.fields = r.fields[:0]
 	r.folds = r.folds[:0]
+	br := r.b()
 	ls, le := -1, -1 // start line
 	lineStart := 0
 	for {
-		frag, err := r.br.ReadSlice('\n')
+		frag, err := br.ReadSlice('\n')
 		if len(buf)+len(frag) > r.l.MaxHeaderBytes {
 			return nil, ErrHeaderTooLarge
 		}
@@ -315,6 +447,11 @@ func (h *Head) parseRequestLine(line string) error {
 		return malformed("bad request line")
 	}
 	h.Method, h.Target, h.Proto = line[:sp1], rest[:sp2], rest[sp2+1:]
+	if h.Method == "PRI" && h.Proto == "HTTP/2.0" {
+		// The HTTP/2 connection preface (h2c with prior knowledge): the streams after it could not
+		// be read at Level 1.
+		return malformed("http/2 connection preface (h2c) is not allowed")
+	}
 	if !validTokenString(h.Method) {
 		return malformed("bad request method")
 	}
@@ -518,11 +655,11 @@ func (r *Reader) CopyBody(dst io.Writer, h *Head) (int64, error) {
 func (r *Reader) copyN(dst io.Writer, n int64, toEOF bool) (int64, error) {
 	var written int64
 	for written < n {
-		if r.br.Buffered() == 0 {
+		if r.Buffered() == 0 {
 			if err := r.flushPrefix(dst); err != nil {
 				return written, err
 			}
-			if _, err := r.br.Peek(1); err != nil {
+			if err := r.await(false); err != nil {
 				if toEOF && err == io.EOF {
 					return written, nil
 				}
@@ -616,11 +753,11 @@ func (r *Reader) copyChunked(dst io.Writer) (int64, error) {
 		remain   int64
 		trailers int
 	)
-	if r.br.Buffered() == 0 {
+	if r.Buffered() == 0 {
 		if err := r.flushPrefix(dst); err != nil {
 			return 0, err
 		}
-		if _, err := r.br.Peek(1); err != nil {
+		if err := r.await(false); err != nil {
 			return 0, noEOF(err)
 		}
 	}
@@ -706,7 +843,13 @@ func (r *Reader) copyChunked(dst io.Writer) (int64, error) {
 		if err := r.flushPrefix(dst); err != nil {
 			return total, err
 		}
-		if _, err := r.br.Peek(r.br.Buffered() + 1); err != nil {
+		var err error
+		if n := r.br.Buffered(); n == 0 {
+			err = r.await(false)
+		} else {
+			_, err = r.br.Peek(n + 1)
+		}
+		if err != nil {
 			return total, noEOF(err)
 		}
 	}
@@ -773,6 +916,7 @@ func trimEOL(line []byte) []byte {
 // Trailers are read and dropped. More than max bytes of body yield ErrBodyTooLarge, after which
 // the connection's framing is lost and it must be closed.
 func (r *Reader) ReadBody(h *Head, max int64) ([]byte, error) {
+	r.b()
 	switch {
 	case h.NoBody:
 		return nil, nil
@@ -859,7 +1003,7 @@ func (r *Reader) readChunked(max int64) ([]byte, error) {
 
 // readLine returns one chunk or trailer line, bounded by MaxChunkLine.
 func (r *Reader) readLine() ([]byte, error) {
-	line, err := r.br.ReadSlice('\n')
+	line, err := r.b().ReadSlice('\n')
 	switch {
 	case err == bufio.ErrBufferFull || len(line) > r.l.MaxChunkLine:
 		return nil, malformed("chunk line too long")

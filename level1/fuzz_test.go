@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -137,7 +138,20 @@ func FuzzReadRequestHead(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		checkStream(t, data, func(r *Reader, _ int) (*Head, error) { return r.ReadRequestHead() })
+		checkStream(t, data, func(r *Reader, _ int) (*Head, error) {
+			h, err := r.ReadRequestHead()
+			if err == nil {
+				// The checks Proxy runs on every head must take any head.
+				info := Classify(h)
+				protos, asked := upgradeRequest(h)
+				if _, ok := upgradeVerdict(protos, []string{"websocket"}); ok && (slices.Contains(protos, "h2c") || !asked && len(protos) > 0) {
+					t.Fatalf("protocols %q allowed", protos)
+				}
+				hostVerdict(h, "x")
+				strictVerdict(h, info)
+			}
+			return h, err
+		})
 		checkReframe(t, data, true, "")
 	})
 }

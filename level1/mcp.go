@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"net/url"
 	"strings"
 	"unicode/utf8"
 )
@@ -36,6 +37,9 @@ type RequestInfo struct {
 	Headers   map[string]string
 	Kind      string // KindMCP or KindHTTP
 	Transport string // one of the Transport constants, or "" for plain HTTP
+	// dupMCP names an MCP header that appeared more than once (servers disagree on which copy
+	// counts); strict mode refuses such a request.
+	dupMCP string
 	// Err is a *MalformedError when a header MCP defines is invalid (an Mcp-Name whose
 	// =?base64?…?= form does not decode); MCPName is then empty. A proxy must refuse such a request
 	// rather than let a policy on names be evaded by an encoding the server reads differently.
@@ -109,12 +113,15 @@ func classify(h *Head, memo *sessionMemo) *RequestInfo {
 		Headers: make(map[string]string, min(len(h.Headers), 8)),
 	}
 	var haveMethod, haveName, haveVersion, haveSession, haveAccept, haveCT, haveOrigin bool
+	acceptsSSE := false
 	for _, hd := range h.Headers {
 		name, v := lowerName(hd.Name), hd.Value
 		switch name {
 		case "mcp-method":
 			if !haveMethod {
 				info.MCPMethod, haveMethod = v, true
+			} else {
+				info.dupMCP = hd.Name
 			}
 		case "mcp-name":
 			if !haveName {
@@ -123,12 +130,22 @@ func classify(h *Head, memo *sessionMemo) *RequestInfo {
 				if err != nil {
 					info.Err = err
 				} else {
-					info.MCPName = dec
+					// A resource URI can carry credentials (userinfo, signed query strings); no
+					// consumer of RequestInfo needs them, and logs and labels must not get them.
+					info.MCPName = RedactURI(dec)
 				}
+				if info.MCPName != v {
+					v = info.MCPName // Headers gets the same scrubbed name
+				}
+			} else {
+				info.dupMCP = hd.Name
+				continue
 			}
 		case "mcp-protocol-version":
 			if !haveVersion {
 				info.ProtocolVersion, haveVersion = v, true
+			} else {
+				info.dupMCP = hd.Name
 			}
 		case "mcp-session-id":
 			if !haveSession {
@@ -137,9 +154,15 @@ func classify(h *Head, memo *sessionMemo) *RequestInfo {
 			}
 			continue
 		case "accept":
+			// Every line and every value counts: a client may split Accept over several lines,
+			// and a server reads them all.
+			acceptsSSE = acceptsSSE || acceptsEventStream(v)
 			if !haveAccept {
 				info.Accept, haveAccept = v, true
+			} else {
+				info.Accept += ", " + v
 			}
+			continue
 		case "content-type":
 			if !haveCT {
 				info.ContentType, haveCT = v, true
@@ -162,7 +185,9 @@ func classify(h *Head, memo *sessionMemo) *RequestInfo {
 			info.Headers[name] = v
 		}
 	}
-	acceptsSSE := containsFold(info.Accept, "text/event-stream")
+	if haveAccept {
+		info.Headers["accept"] = info.Accept
+	}
 	json := isJSON(info.ContentType)
 	switch {
 	case h.Method == "GET" && hasPathSuffix(info.Path, "/sse") && acceptsSSE:
@@ -305,12 +330,95 @@ func isJSON(ct string) bool {
 	return equalFold(ct, "application/json") || (len(ct) > 5 && equalFold(ct[len(ct)-5:], "+json"))
 }
 
-// containsFold reports whether s contains the lower-case ASCII substr, case-insensitively.
-func containsFold(s, substr string) bool {
-	for i := 0; i+len(substr) <= len(s); i++ {
-		if equalFold(s[i:i+len(substr)], substr) {
-			return true
+// acceptsEventStream reports whether one Accept field value admits text/event-stream: the media
+// range text/event-stream, text/* or */*, with any q-value but 0 (RFC 9110 §12.5.1: q=0 means
+// "not acceptable").
+func acceptsEventStream(v string) bool {
+	ok := false
+	forEachToken(v, func(t string) {
+		if ok {
+			return
+		}
+		mt, params, _ := strings.Cut(t, ";")
+		mt = strings.TrimSpace(mt)
+		if !equalFold(mt, "text/event-stream") && !equalFold(mt, "text/*") && mt != "*/*" {
+			return
+		}
+		for params != "" {
+			var p string
+			p, params, _ = strings.Cut(params, ";")
+			k, val, _ := strings.Cut(p, "=")
+			if equalFold(strings.TrimSpace(k), "q") && qZero(strings.TrimSpace(val)) {
+				return
+			}
+		}
+		ok = true
+	})
+	return ok
+}
+
+// qZero reports a q-value of 0 ("0", "0.", "0.000").
+func qZero(q string) bool {
+	if q == "" || q[0] != '0' {
+		return false
+	}
+	for i := 1; i < len(q); i++ {
+		if q[i] != '.' && q[i] != '0' {
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+// RedactURI removes the userinfo, query and fragment of a URI-shaped name (one that starts with a
+// scheme, as a resources/read Mcp-Name does), where credentials and signed tokens travel:
+// "https://user:pw@host/x?sig=…#f" becomes "https://host/x". Anything else is returned as is. The
+// rest is kept byte for byte rather than re-serialised, so a rule written against the URI as the
+// client sent it still matches. A URI the parser rejects but that holds an "@" after its "//" loses
+// everything up to the last "@": cutting too much is safer than leaking.
+func RedactURI(s string) string {
+	colon := schemeEnd(s)
+	if colon < 0 {
+		return s
+	}
+	if i := strings.IndexAny(s[colon:], "?#"); i >= 0 {
+		s = s[:colon+i]
+	}
+	rest := s[colon+1:]
+	if !strings.HasPrefix(rest, "//") {
+		return s
+	}
+	auth := rest[2:]
+	if strings.IndexByte(auth, '@') < 0 {
+		return s
+	}
+	var at int
+	if _, err := url.Parse(s); err != nil {
+		at = strings.LastIndexByte(auth, '@')
+	} else {
+		end := strings.IndexByte(auth, '/')
+		if end < 0 {
+			end = len(auth)
+		}
+		if at = strings.LastIndexByte(auth[:end], '@'); at < 0 {
+			return s // an @ in the path of a well-formed URI
+		}
+	}
+	return s[:colon+3] + auth[at+1:]
+}
+
+// schemeEnd returns the index of the colon ending s's scheme (RFC 3986 §3.1), or -1.
+func schemeEnd(s string) int {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		case i > 0 && c == ':':
+			return i
+		default:
+			return -1
+		}
+	}
+	return -1
 }

@@ -2,6 +2,7 @@ package level1
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"reflect"
@@ -275,5 +276,71 @@ func TestRequestInfoHoldsNoSecret(t *testing.T) {
 	}
 	if info.Headers["mcp-method"] != "tools/call" {
 		t.Errorf("ordinary header dropped: %v", info.Headers)
+	}
+}
+
+// TestClassifyAccept: issue 8 case 3. Every Accept line and every value counts, "*/*" and
+// "text/*" accept text/event-stream, and q=0 means not acceptable.
+func TestClassifyAccept(t *testing.T) {
+	tests := []struct {
+		name   string
+		accept string // header lines, each "Accept: …\r\n"
+		kind   string
+	}{
+		{name: "both in one line", accept: "Accept: application/json, text/event-stream\r\n", kind: KindMCP},
+		{name: "split over two lines", accept: "Accept: application/json\r\nAccept: text/event-stream\r\n", kind: KindMCP},
+		{name: "star slash star", accept: "Accept: */*\r\n", kind: KindMCP},
+		{name: "text slash star with q", accept: "Accept: application/json;q=0.9, TEXT/*; q=0.5\r\n", kind: KindMCP},
+		{name: "event-stream with parameters", accept: "accept: application/json\r\naccept: text/event-stream ; charset=utf-8 ; q=1\r\n", kind: KindMCP},
+		{name: "q=0 refuses it", accept: "Accept: application/json, text/event-stream;q=0\r\n", kind: KindHTTP},
+		{name: "q=0.000 refuses */*", accept: "Accept: */*; q=0.000\r\n", kind: KindHTTP},
+		{name: "json only", accept: "Accept: application/json\r\n", kind: KindHTTP},
+		{name: "substring is not a media type", accept: "Accept: application/x-text/event-streamish\r\n", kind: KindHTTP},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			info := Classify(mustHead(t, "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\n"+tt.accept+"\r\n"))
+			if info.Kind != tt.kind {
+				t.Errorf("Kind = %q, want %q (Accept %q)", info.Kind, tt.kind, info.Accept)
+			}
+		})
+	}
+	info := Classify(mustHead(t, "GET /sse HTTP/1.1\r\nAccept: text/html\r\nAccept: */*\r\n\r\n"))
+	if info.Transport != TransportSSEStream || info.Accept != "text/html, */*" || info.Headers["accept"] != info.Accept {
+		t.Errorf("sse stream behind a second Accept line: %+v", info)
+	}
+}
+
+// TestRedactURI: issue 8 case 8. For resources/read, Mcp-Name is the resource URI; its userinfo,
+// query and fragment never reach RequestInfo (and so no log, label or rule).
+func TestRedactURI(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{name: "userinfo, signed query, fragment", in: "https://user:pass@host/x?X-Amz-Signature=abc&access_token=def#frag", want: "https://host/x"},
+		{name: "plain tool name", in: "get_weather", want: "get_weather"},
+		{name: "tool name with a question mark is not a URI", in: "what?now", want: "what?now"},
+		{name: "clean uri", in: "file:///home/u/notes.txt", want: "file:///home/u/notes.txt"},
+		{name: "opaque uri keeps its @", in: "mailto:a@b.example", want: "mailto:a@b.example"},
+		{name: "custom scheme with query", in: "db://prod/users?password=hunter2", want: "db://prod/users"},
+		{name: "port kept", in: "http://u@h:8080/p#x", want: "http://h:8080/p"},
+		{name: "@ in path of a parseable uri kept", in: "https://host/users/@me", want: "https://host/users/@me"},
+		{name: "unparseable: cut to the last @", in: "https://user:p/ss@ho st/x?t=1", want: "https://ho st/x"},
+		{name: "bytes kept as sent", in: "https://h/a%20b/ü", want: "https://h/a%20b/ü"},
+		{name: "empty", in: "", want: ""},
+		{name: "starts with a colon", in: ":x?y", want: ":x?y"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := RedactURI(tt.in); got != tt.want {
+				t.Errorf("RedactURI(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+	secret := "https://user:pass@host/x?X-Amz-Signature=abc&access_token=def#frag"
+	enc := "=?base64?" + base64.StdEncoding.EncodeToString([]byte(secret)) + "?="
+	for _, v := range []string{secret, enc} {
+		info := Classify(mustHead(t, "POST /mcp HTTP/1.1\r\nMcp-Method: resources/read\r\nMcp-Name: "+v+"\r\n\r\n"))
+		if info.MCPName != "https://host/x" || info.Headers["mcp-name"] != "https://host/x" {
+			t.Errorf("Mcp-Name %q: MCPName %q, headers %q", v, info.MCPName, info.Headers["mcp-name"])
+		}
 	}
 }

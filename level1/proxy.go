@@ -1,7 +1,6 @@
 package level1
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -51,6 +50,10 @@ type Exchange struct {
 	Start              time.Time
 	Duration           time.Duration // request head read → response end
 	Err                string        // transport error, if any
+	// Upgraded is the protocol the connection switched to after this exchange ("websocket", or
+	// "connect" after a 2xx to CONNECT), allowed by Options.AllowUpgrade; "" when it did not
+	// switch. Nothing after a switch is HTTP, so this record is the last of its connection.
+	Upgraded string
 }
 
 // Recorder receives every Exchange once both its request and its response have ended (or it was
@@ -72,6 +75,26 @@ type Options struct {
 	// MaxDeniedBody is how much of a refused request's body is read and discarded to keep the
 	// connection usable (default 1 MiB); beyond it the connection is closed.
 	MaxDeniedBody int64
+	// BodyTimeout bounds how long a request body may take to arrive in full, from the end of its
+	// head (0: no bound). On expiry the exchange fails with "request body timeout" and the
+	// connection is closed: part of the body is already upstream, so it can be neither finished
+	// nor refused. Response bodies are not bounded (an SSE stream lives as long as it likes).
+	BodyTimeout time.Duration
+	// AllowUpgrade lists the protocols (lower-case Upgrade tokens; "connect" for CONNECT) a
+	// request may switch the connection to. Any other Upgrade or CONNECT is refused with 403
+	// before it reaches the upstream: after a switch nothing can be judged. h2c is refused even
+	// when listed, and so is a request carrying HTTP2-Settings or the HTTP/2 connection preface.
+	AllowUpgrade []string
+	// StrictMCPHeaders refuses with 400, before the Decider runs: a JSON POST or MCP request
+	// without Mcp-Method; a request whose MCP-Protocol-Version is malformed or older than
+	// MinTrustedMCPVersion (its server does not check the headers against the body, so a policy on
+	// them can be lied to); and a request repeating an Mcp-* header.
+	StrictMCPHeaders bool
+	// ExpectedHost, when set, is the server name the connection was opened for (a terminated
+	// flow's SNI, or its destination address without one). A request whose Host (or absolute-form
+	// target) names another host is refused with 421 Misdirected Request; an HTTP/1.1 request
+	// without Host gets 400.
+	ExpectedHost string
 }
 
 func (o Options) withDefaults() Options {
@@ -104,9 +127,10 @@ type entry struct {
 	method string
 	// local, when set, is a refusal written in this entry's turn instead of reading the upstream.
 	local []byte
-	// upgrade is set for Upgrade and CONNECT requests: the response side reports whether the
-	// connection switched to an opaque stream.
+	// upgrade is set for allowed Upgrade and CONNECT requests: the response side reports whether
+	// the connection switched to an opaque stream. protos is what the request asked for.
 	upgrade         chan bool
+	protos          []string
 	signaled        bool   // upgrade answered; response side only
 	reqErr, respErr string // written by their own side only
 	halves          atomic.Int32
@@ -190,6 +214,8 @@ func Proxy(ctx context.Context, client, upstream net.Conn, d Decider, rec Record
 	close(p.reqLoopDone)
 	wg.Wait()
 	p.stop(false, false)
+	p.cr.discard()
+	p.ur.discard()
 	// Requests forwarded but never answered still get their record.
 	for {
 		select {
@@ -300,7 +326,7 @@ func (p *proxy) awaitRequest() error {
 		if wait > 0 {
 			p.client.SetReadDeadline(time.Now().Add(wait))
 		}
-		_, err := p.cr.br.Peek(1)
+		err := p.cr.await(true)
 		if err == nil {
 			return nil
 		}
@@ -388,16 +414,19 @@ func (p *proxy) badRequest(start time.Time, err error) {
 // handle forwards or refuses one request; false ends the request side.
 func (p *proxy) handle(start time.Time, h *Head) bool {
 	info := classify(h, &p.session)
-	v := p.decide(info)
+	protos, upgrade := upgradeRequest(h)
+	v := p.check(h, info, protos, upgrade)
 	e := &entry{method: h.Method, ex: Exchange{Info: info, Verdict: v, Start: start}}
 	if v.Action != ActionAllow {
 		return p.refuseRequest(e, h)
 	}
-	if h.Upgrade || h.Method == "CONNECT" {
-		e.upgrade = make(chan bool, 1)
+	if upgrade {
+		e.upgrade, e.protos = make(chan bool, 1), protos
 	}
 	p.cur = e // queued by queueCurrent just before its head goes out
+	p.armBodyTimeout(h)
 	n, err := p.cr.forward(p.upstream, h)
+	p.disarmBodyTimeout(h)
 	queued := p.cur == nil
 	p.cur = nil
 	e.ex.BytesUp = n
@@ -412,7 +441,7 @@ func (p *proxy) handle(start time.Time, h *Head) bool {
 		select {
 		case switched := <-e.upgrade:
 			if switched {
-				p.pipeOpaque(p.upstream, p.client, p.cr.br)
+				p.pipeOpaque(p.upstream, p.client, p.cr)
 				return false
 			}
 		case <-p.done:
@@ -443,13 +472,21 @@ var errStopped = errors.New("connection closed")
 // bad chunk framing in the bytes already read is still this proxy's to answer with a 400.
 func (p *proxy) failedBeforeForwarding(e *entry, h *Head, err error) bool {
 	var me *MalformedError
-	if !p.stopping.Load() && (errors.As(err, &me) || errors.Is(err, ErrHeaderTooLarge)) {
+	status := http.StatusBadRequest
+	timeout := errors.Is(err, os.ErrDeadlineExceeded)
+	if timeout {
+		status = http.StatusRequestTimeout
+	}
+	if !p.stopping.Load() && (timeout || errors.As(err, &me) || errors.Is(err, ErrHeaderTooLarge)) {
 		reason := err.Error()
-		e.ex.Verdict = Verdict{Action: ActionDeny, Status: http.StatusBadRequest, Reason: reason}
+		if timeout {
+			reason = errBodyTimeout.Error()
+		}
+		e.ex.Verdict = Verdict{Action: ActionDeny, Status: status, Reason: reason}
 		e.reqErr = reason
 		e.ex.BytesUp = int64(len(h.Raw))
 		p.half(e)
-		p.refuse(e, h.Method, http.StatusBadRequest, reason, 0, true)
+		p.refuse(e, h.Method, status, reason, 0, true)
 		p.endAfterRefusal()
 		return false
 	}
@@ -457,6 +494,43 @@ func (p *proxy) failedBeforeForwarding(e *entry, h *Head, err error) bool {
 	p.half(e)
 	return p.requestBodyFailed(e, err)
 }
+
+// check runs the checks that do not depend on policy, then the Decider: a protocol switch the
+// route does not allow, a Host that is not the connection's, an unreadable MCP header, and the
+// strict-header rules.
+func (p *proxy) check(h *Head, info *RequestInfo, protos []string, upgrade bool) Verdict {
+	if upgrade {
+		if v, ok := upgradeVerdict(protos, p.o.AllowUpgrade); !ok {
+			return v
+		}
+	}
+	if p.o.ExpectedHost != "" {
+		if v, ok := hostVerdict(h, p.o.ExpectedHost); !ok {
+			return v
+		}
+	}
+	if info.Err == nil && p.o.StrictMCPHeaders {
+		if v, ok := strictVerdict(h, info); !ok {
+			return v
+		}
+	}
+	return p.decide(info)
+}
+
+// armBodyTimeout bounds the time the request body of h may take (Options.BodyTimeout).
+func (p *proxy) armBodyTimeout(h *Head) {
+	if p.o.BodyTimeout > 0 && !h.NoBody {
+		p.client.SetReadDeadline(time.Now().Add(p.o.BodyTimeout))
+	}
+}
+
+func (p *proxy) disarmBodyTimeout(h *Head) {
+	if p.o.BodyTimeout > 0 && !h.NoBody {
+		p.client.SetReadDeadline(time.Time{})
+	}
+}
+
+var errBodyTimeout = errors.New("request body timeout")
 
 func (p *proxy) decide(info *RequestInfo) Verdict {
 	if info.Err != nil {
@@ -504,7 +578,9 @@ func (p *proxy) refuseRequest(e *entry, h *Head) bool {
 		return false
 	}
 	d := discardUpTo{left: p.o.MaxDeniedBody}
+	p.armBodyTimeout(h)
 	n, err := p.cr.CopyBody(&d, h)
+	p.disarmBodyTimeout(h)
 	e.ex.BytesUp = int64(len(h.Raw)) + n
 	if err != nil {
 		var we *WriteError
@@ -601,6 +677,12 @@ func (p *proxy) requestBodyFailed(e *entry, err error) bool {
 	case errors.As(err, &we):
 		e.reqErr = "upstream write failed"
 		defer p.upstreamWriteFailed(we.Err)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// Only the body timeout sets a deadline while a body is read. Part of the body may be
+		// upstream: the message can be neither finished nor refused, so the connection ends.
+		e.reqErr = errBodyTimeout.Error()
+		p.fail(errBodyTimeout)
+		defer p.stop(false, false)
 	case err == io.ErrUnexpectedEOF:
 		e.reqErr = "client closed mid-request"
 		defer p.clientFIN()
@@ -665,7 +747,7 @@ func (p *proxy) next() *entry {
 		}
 		// Nothing is owed: watch the upstream anyway, so that its idle close reaches the client
 		// now, as it would without the proxy, rather than failing the client's next request.
-		_, err := p.ur.br.Peek(1)
+		err := p.ur.await(true)
 		if p.stopping.Load() {
 			return nil
 		}
@@ -749,16 +831,24 @@ func (p *proxy) respond(e *entry) (more bool) {
 		if h.Upgrade {
 			e.ex.BytesDown = down
 			e.ex.Duration = time.Since(e.ex.Start)
-			p.half(e)
-			if e.upgrade == nil {
-				// The server switched protocols nobody asked for; the request side would go on
-				// parsing the new protocol as HTTP.
-				p.log.LogAttrs(p.ctx, slog.LevelWarn, "upstream switched protocols unasked")
+			proto, asked := "", false
+			if e.upgrade != nil {
+				proto, asked = switchedTo(h, e.protos)
+			}
+			if !asked {
+				// The server switched protocols nobody asked for (or to one other than asked
+				// for); the request side would go on parsing the new protocol as HTTP, or an
+				// unjudged protocol would pass.
+				p.log.LogAttrs(p.ctx, slog.LevelWarn, "upstream switched protocols unasked", slog.String("protocol", proto))
+				e.respErr = "upstream switched protocols unasked"
+				p.half(e)
 				p.stop(false, false)
 				return false
 			}
+			e.ex.Upgraded = proto
+			p.half(e)
 			e.switched(true)
-			p.pipeOpaque(p.client, p.upstream, p.ur.br)
+			p.pipeOpaque(p.client, p.upstream, p.ur)
 			return false
 		}
 		if !h.NoBody {
@@ -866,17 +956,22 @@ func (p *proxy) lingerClose() {
 		return
 	}
 	p.client.SetReadDeadline(time.Now().Add(lingerTime))
-	io.CopyN(io.Discard, p.cr.br, lingerBytes)
+	io.CopyN(io.Discard, p.cr.b(), lingerBytes)
 }
 
 // pipeOpaque copies one direction after a protocol switch: first what the HTTP reader had
 // already buffered, then the connection itself. The proxy stops once both directions are done.
-func (p *proxy) pipeOpaque(dst, src net.Conn, br *bufio.Reader) {
+func (p *proxy) pipeOpaque(dst, src net.Conn, r *Reader) {
 	var err error
-	if n := br.Buffered(); n > 0 {
-		b, _ := br.Peek(n)
+	if n := r.Buffered(); n > 0 {
+		b, _ := r.br.Peek(n)
 		_, err = dst.Write(b)
-		br.Discard(n)
+		r.br.Discard(n)
+	}
+	r.release()
+	if r.src.n > 0 { // cannot happen after a Peek, which hands the byte on; kept for safety
+		_, err = dst.Write(r.src.one[:1])
+		r.src.n = 0
 	}
 	if err == nil {
 		_, err = io.Copy(dst, src)

@@ -890,7 +890,7 @@ func TestProxy100Continue(t *testing.T) {
 }
 
 func TestProxyUpgrade(t *testing.T) {
-	e := newEnv(t, nil, Options{})
+	e := newEnv(t, nil, Options{AllowUpgrade: []string{"websocket"}})
 	req := "GET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
 	write(t, e.client, req)
 	readN(t, e.server, len(req))
@@ -916,10 +916,13 @@ func TestProxyUpgrade(t *testing.T) {
 		t.Fatalf("got %q, %v", got, err)
 	}
 	e.wait(t)
+	if recs := e.rec.all(); len(recs) != 1 || recs[0].Upgraded != "websocket" || recs[0].Status != 101 {
+		t.Errorf("records %+v", recs)
+	}
 }
 
 func TestProxyUpgradeDeclined(t *testing.T) {
-	e := newEnv(t, nil, Options{})
+	e := newEnv(t, nil, Options{AllowUpgrade: []string{"websocket"}})
 	req := "GET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
 	write(t, e.client, req)
 	readN(t, e.server, len(req))

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -320,6 +321,9 @@ func reload(cur *config.Config, eng *engine.Engine, prev engine.CompiledRuleSets
 		log.Warn("reload: terminate routes were added; the CA is loaded at start-up, restart to serve them")
 	}
 	eng.SetRouting(routing)
+	if m := eng.Metrics(); m != nil {
+		m.Requests.SetKeep(telemetry.KeepPrefixes(configuredDestinations(next)))
+	}
 	log.Info("reloaded routes and rules", "routes", len(routing.Routes), "rule_sets", len(sets))
 	return sets
 }
@@ -342,6 +346,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 	defer closeListeners()
 
 	metrics := telemetry.NewMetrics()
+	metrics.Requests.SetKeep(telemetry.KeepPrefixes(configuredDestinations(cfg)))
 	var admin *telemetry.Admin
 	if cfg.Admin.Listen != "off" {
 		admin, err = telemetry.NewAdmin(cfg.Admin.Listen, metrics, func() any { return declaration(cfg) }, log.With("component", "admin"))
@@ -403,6 +408,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 			MaxFlowsPerClient: cfg.Limits.MaxFlowsPerClient,
 			IdleTimeout:       cfg.Limits.IdleTimeout.Duration,
 			ConnectTimeout:    cfg.Limits.ConnectTimeout.Duration,
+			BodyTimeout:       cfg.Limits.BodyTimeout.Duration,
 		},
 		Flows:   flows,
 		Metrics: metrics,
@@ -475,4 +481,15 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Wr
 		log.Warn("drain deadline reached; closed open flows", "closed", forced)
 	}
 	return nil
+}
+
+// configuredDestinations are the prefixes the operator named (steered destinations and route
+// matches): their request series are reserved a share of the metric bound that a flood of
+// first-come values cannot take.
+func configuredDestinations(cfg *config.Config) []netip.Prefix {
+	out := append([]netip.Prefix(nil), cfg.Intercept.Destinations...)
+	for _, r := range cfg.Routes {
+		out = append(out, r.Match.Destinations...)
+	}
+	return out
 }

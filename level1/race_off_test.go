@@ -1,0 +1,5 @@
+//go:build !race
+
+package level1
+
+const raceEnabled = false

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package level1
+
+import "syscall"
+
+// waiter is Linux-only; elsewhere a reader keeps its buffer while a body is in progress.
+type waiter struct{}
+
+func newWaiter(syscall.RawConn) *waiter { return nil }
+
+func (w *waiter) wait() error { panic("unreachable") }
