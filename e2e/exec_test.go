@@ -315,3 +315,41 @@ func TestHostModeEBPF(t *testing.T) {
 		t.Fatalf("no ebpf flow record naming the mcpclient process:\n%s\n%s", p.stdout, p.stderr)
 	}
 }
+
+// TestExecRunsAsInvokingUser: `sudo mcpintercept exec -- CMD` runs CMD as the user who ran sudo
+// (SUDO_UID/SUDO_GID), not as root; root only when asked with --user root (issue 8 case 9).
+func TestExecRunsAsInvokingUser(t *testing.T) {
+	needLab(t)
+	for _, c := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"sudo by uid 65534", []string{"SUDO_UID=65534", "SUDO_GID=65534", "SUDO_USER=nobody"}, nil, "65534 65534"},
+		{"sudo, --user root", []string{"SUDO_UID=65534", "SUDO_GID=65534"}, []string{"--user", "root"}, "0 0"},
+		{"no sudo: root", nil, nil, "0 0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"netns", "exec", nsClient, bin("mcpintercept"), "exec", "--config", labConfig()}, c.args...)
+			args = append(args, "--", "sh", "-c", `echo "$(id -u) $(id -g)"`)
+			cmd := exec.Command("ip", args...)
+			// CI may itself run under sudo: the case decides the SUDO_* variables alone.
+			var env []string
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "SUDO_") {
+					env = append(env, kv)
+				}
+			}
+			cmd.Env = append(env, c.env...)
+			cmd.Dir = "/"
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("exec: %v\n%s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != c.want {
+				t.Errorf("uid gid = %q, want %q", got, c.want)
+			}
+		})
+	}
+}

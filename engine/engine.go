@@ -86,7 +86,6 @@ type Engine struct {
 	refuseLog rateLimitedLog
 	routing   atomic.Pointer[Routing]
 
-
 	// flowCtx is what flows run under. It is not the accept loop's context: stopping accepting
 	// must leave open flows to drain, and only Drain's deadline cancels them.
 	flowCtx    context.Context
