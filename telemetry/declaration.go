@@ -1,18 +1,27 @@
 package telemetry
 
+import "strings"
+
 // Declaration is the conformance declaration the draft requires of an intermediary: "An
 // intermediary MUST declare the highest tier it satisfies", for Transparent mode "an awareness
 // level", "An intermediary MUST declare which disposition it implements", and, for
 // integration-provided selection, "MUST document which mechanism it expects and how the original
 // destination reaches it". `mcpintercept declare` prints it and /declaration serves it.
 type Declaration struct {
-	Implementation  string         `json:"implementation"`
-	Version         string         `json:"version"`
-	ModeSet         []string       `json:"mode_set"`
-	Tier            string         `json:"tier"`
-	TierLayers      string         `json:"tier_layers"`
-	AwarenessLevels []int          `json:"awareness_levels"`
-	AwarenessNote   string         `json:"awareness_note"`
+	Implementation  string   `json:"implementation"`
+	Version         string   `json:"version"`
+	ModeSet         []string `json:"mode_set"`
+	Tier            string   `json:"tier"`
+	TierLayers      string   `json:"tier_layers"`
+	AwarenessLevels []int    `json:"awareness_levels"`
+	AwarenessNote   string   `json:"awareness_note"`
+	// Level1HeaderTrust says what the MCP fields Level 1 judges (Mcp-Method, Mcp-Name,
+	// MCP-Protocol-Version) are worth: the client's assertion, checked against the body by the
+	// server only from MCP 2026-07-28 on.
+	Level1HeaderTrust string `json:"level1_header_trust"`
+	// UpgradePolicy says how protocol switches (Upgrade, CONNECT, h2c) are treated, since after
+	// one nothing more can be judged.
+	UpgradePolicy   string         `json:"upgrade_policy"`
 	TLSDispositions []string       `json:"tls_dispositions"`
 	TLSNote         string         `json:"tls_note"`
 	Interception    []Interception `json:"interception"`
@@ -34,6 +43,17 @@ var Version = "0.1.0-dev"
 type Capabilities struct {
 	Levels       []int    // awareness levels in effect (0 = opaque only, not a draft level)
 	Dispositions []string // TLS dispositions in effect
+	// Routes are the routes of the configuration (default_route's settings included), for the
+	// per-route settings the declaration names; nil when declaring the build without one.
+	Routes []RouteCapability
+}
+
+// RouteCapability is what one route sets that the declaration states.
+type RouteCapability struct {
+	Name             string
+	Level            int
+	StrictMCPHeaders bool
+	AllowUpgrade     []string // protocols allow_upgrade lists ("connect" for CONNECT)
 }
 
 // BuildCapabilities is everything this build implements.
@@ -48,7 +68,7 @@ func Declare(mechs []Interception, c Capabilities) Declaration {
 			levels = append(levels, l)
 		}
 	}
-	note := "Level 1: HTTP metadata (method, path, Mcp-Method, Mcp-Name, MCP-Protocol-Version, Mcp-Session-Id, Authorization presence) read for policy and telemetry; every message forwarded unmodified; refusals are HTTP 403/429/400, never JSON-RPC; no circuit breaker"
+	note := "Level 1: HTTP metadata (method, path, Mcp-Method, Mcp-Name, MCP-Protocol-Version, Mcp-Session-Id, Authorization presence) read for policy and telemetry; every message forwarded unmodified; refusals are HTTP 403/429/400/421, never JSON-RPC; no circuit breaker"
 	if len(levels) == 0 {
 		note = "opaque forwarding only (flow log level 0): no HTTP header or body is read or changed"
 	}
@@ -56,18 +76,64 @@ func Declare(mechs []Interception, c Capabilities) Declaration {
 	if disp == nil {
 		disp = []string{}
 	}
+	trust, upgrade := level1Statements(len(levels) > 0, c.Routes)
 	return Declaration{
-		Implementation:  "mcpintercept",
-		Version:         Version,
-		ModeSet:         []string{"Transparent"},
-		Tier:            "Tier 1",
-		TierLayers:      "Layer 1 (Transport), with Layer 5 (Policy) header-based filtering at awareness Level 1",
-		AwarenessLevels: levels,
-		AwarenessNote:   note,
-		TLSDispositions: disp,
-		TLSNote:         "passthrough: encrypted stream forwarded untouched, connection-level policy only (SNI, destination, client); terminate: upstream TLS verified first (system roots plus configured CAs, TLS >= 1.2), then the client's handshake completed with a leaf minted by the appliance CA for the SNI or destination IP — an invalid upstream certificate refuses the client handshake; plaintext: no TLS either side, warned once per route outside development routes; no TLS downgrade unless a route sets plaintext_upstream_trusted_network",
-		Interception:    mechs,
-		Authentication:  "never initiates an authentication flow with a client; reads only whether an Authorization header is present and its scheme, never its value, and never logs credentials",
-		FailureMode:     "nftables-tproxy and iptables-redirect: while the daemon is down with steering installed (after SIGKILL), steered flows fail closed until `mcpintercept cleanup` removes the steering; an orderly stop removes it itself. ebpf: programs are attached with bpf_link and never pinned, so when the appliance dies the kernel detaches them and clients connect directly (fail-open); `cleanup` removes a cgroup a killed `exec` left",
+		Implementation:    "mcpintercept",
+		Version:           Version,
+		ModeSet:           []string{"Transparent"},
+		Tier:              "Tier 1",
+		TierLayers:        "Layer 1 (Transport), with Layer 5 (Policy) header-based filtering at awareness Level 1",
+		AwarenessLevels:   levels,
+		AwarenessNote:     note,
+		Level1HeaderTrust: trust,
+		UpgradePolicy:     upgrade,
+		TLSDispositions:   disp,
+		TLSNote:           "passthrough: encrypted stream forwarded untouched, connection-level policy only (SNI, destination, client); terminate: upstream TLS verified first (system roots plus configured CAs, TLS >= 1.2), then the client's handshake completed with a leaf minted by the appliance CA for the SNI or destination IP — an invalid upstream certificate refuses the client handshake; plaintext: no TLS either side, warned once per route outside development routes; no TLS downgrade unless a route sets plaintext_upstream_trusted_network",
+		Interception:      mechs,
+		Authentication:    "never initiates an authentication flow with a client; reads only whether an Authorization header is present and its scheme, never its value, and never logs credentials",
+		FailureMode:       "nftables-tproxy and iptables-redirect: while the daemon is down with steering installed (after SIGKILL), steered flows fail closed until `mcpintercept cleanup` removes the steering; an orderly stop removes it itself. ebpf: programs are attached with bpf_link and never pinned, so when the appliance dies the kernel detaches them and clients connect directly (fail-open); `cleanup` removes a cgroup a killed `exec` left",
 	}
+}
+
+// HeaderTrustStatement and UpgradeStatement are the fixed parts of Level1HeaderTrust and
+// UpgradePolicy; with a configuration, the routes that set strict_mcp_headers or allow_upgrade
+// are named after them.
+const (
+	HeaderTrustStatement = "client assertion: Level 1 reads Mcp-Method, Mcp-Name and MCP-Protocol-Version from the headers, not from the JSON-RPC body, and a client can make them disagree with the body; verified by the server only at MCP 2026-07-28 and later; strict routes (strict_mcp_headers) refuse with HTTP 400 a JSON POST without Mcp-Method and an MCP-Protocol-Version older than 2026-07-28, so header policy holds against a lying client only on a strict route in front of a 2026-07-28+ server; the body is not read (Level 2 is not implemented)"
+	UpgradeStatement     = "refused (HTTP 403, logged with the reason) at awareness level >= 1 unless the route allows the protocol (allow_upgrade; connect for CONNECT); h2c never (Upgrade: h2c or an HTTP2-Settings header: 403; the HTTP/2 connection preface: 400); after an allowed switch the connection is forwarded opaque and logged with its protocol; level 0 routes forward everything opaque"
+)
+
+// level1Statements builds Level1HeaderTrust and UpgradePolicy.
+func level1Statements(level1 bool, routes []RouteCapability) (trust, upgrade string) {
+	if !level1 {
+		return "not applicable: no route reads HTTP headers (opaque forwarding only)",
+			"not applicable: no route reads HTTP (opaque forwarding only; a protocol switch is forwarded like any other bytes)"
+	}
+	trust, upgrade = HeaderTrustStatement, UpgradeStatement
+	if routes == nil {
+		return trust, upgrade
+	}
+	var strict, allowed []string
+	for _, r := range routes {
+		if r.Level < 1 {
+			continue
+		}
+		if r.StrictMCPHeaders {
+			strict = append(strict, r.Name)
+		}
+		if len(r.AllowUpgrade) > 0 {
+			allowed = append(allowed, r.Name+" ("+strings.Join(r.AllowUpgrade, ", ")+")")
+		}
+	}
+	if len(strict) == 0 {
+		trust += "; in effect: no route sets strict_mcp_headers"
+	} else {
+		trust += "; in effect: strict_mcp_headers on " + strings.Join(strict, ", ")
+	}
+	if len(allowed) == 0 {
+		upgrade += "; in effect: no route allows a protocol switch"
+	} else {
+		upgrade += "; in effect: allow_upgrade on " + strings.Join(allowed, "; ")
+	}
+	return trust, upgrade
 }

@@ -151,6 +151,56 @@ func TestDeclaration(t *testing.T) {
 	}
 }
 
+// TestDeclarationLevel1Trust: the declaration says that Level 1's MCP fields are the client's
+// assertion (verified by the server only from 2026-07-28, strict routes refusing older versions)
+// and how protocol switches are treated (refused at level >= 1 unless allowed per route, h2c
+// never), naming the routes of a configuration that change either.
+func TestDeclarationLevel1Trust(t *testing.T) {
+	d := Declare(nil, BuildCapabilities)
+	for _, want := range []string{"client assertion", "verified by the server only at MCP 2026-07-28 and later",
+		"strict_mcp_headers", "older than 2026-07-28", "Level 2 is not implemented"} {
+		if !strings.Contains(d.Level1HeaderTrust, want) {
+			t.Errorf("level1_header_trust lacks %q: %s", want, d.Level1HeaderTrust)
+		}
+	}
+	for _, want := range []string{"refused", "level >= 1", "unless the route allows the protocol (allow_upgrade", "h2c never", "HTTP2-Settings"} {
+		if !strings.Contains(d.UpgradePolicy, want) {
+			t.Errorf("upgrade_policy lacks %q: %s", want, d.UpgradePolicy)
+		}
+	}
+	if strings.Contains(d.Level1HeaderTrust, "in effect") || strings.Contains(d.UpgradePolicy, "in effect") {
+		t.Errorf("without a configuration nothing is in effect: %q, %q", d.Level1HeaderTrust, d.UpgradePolicy)
+	}
+	b, _ := json.Marshal(d)
+	for _, key := range []string{`"level1_header_trust":"client assertion`, `"upgrade_policy":"refused`} {
+		if !bytes.Contains(b, []byte(key)) {
+			t.Errorf("JSON lacks %s: %s", key, b)
+		}
+	}
+
+	d = Declare(nil, Capabilities{Levels: []int{0, 1}, Dispositions: []string{"terminate", "passthrough"}, Routes: []RouteCapability{
+		{Name: "strict-tls", Level: 1, StrictMCPHeaders: true},
+		{Name: "ws", Level: 1, AllowUpgrade: []string{"websocket", "connect"}},
+		{Name: "opaque", Level: 0, AllowUpgrade: []string{"websocket"}}, // config refuses it; never declared
+	}})
+	if !strings.HasPrefix(d.Level1HeaderTrust, HeaderTrustStatement) || !strings.HasSuffix(d.Level1HeaderTrust, "; in effect: strict_mcp_headers on strict-tls") {
+		t.Errorf("level1_header_trust with a configuration: %s", d.Level1HeaderTrust)
+	}
+	if !strings.HasPrefix(d.UpgradePolicy, UpgradeStatement) || !strings.HasSuffix(d.UpgradePolicy, "; in effect: allow_upgrade on ws (websocket, connect)") {
+		t.Errorf("upgrade_policy with a configuration: %s", d.UpgradePolicy)
+	}
+	d = Declare(nil, Capabilities{Levels: []int{1}, Routes: []RouteCapability{{Name: "r", Level: 1}}})
+	if !strings.HasSuffix(d.Level1HeaderTrust, "; in effect: no route sets strict_mcp_headers") ||
+		!strings.HasSuffix(d.UpgradePolicy, "; in effect: no route allows a protocol switch") {
+		t.Errorf("a configuration without strict or upgrade routes: %q, %q", d.Level1HeaderTrust, d.UpgradePolicy)
+	}
+
+	d = Declare(nil, Capabilities{Levels: []int{0}, Routes: []RouteCapability{}})
+	if !strings.HasPrefix(d.Level1HeaderTrust, "not applicable") || !strings.HasPrefix(d.UpgradePolicy, "not applicable") {
+		t.Errorf("an opaque-only configuration reads no header: %q, %q", d.Level1HeaderTrust, d.UpgradePolicy)
+	}
+}
+
 func TestAdminReadiness(t *testing.T) {
 	m := NewMetrics()
 	a, err := NewAdmin("127.0.0.1:0", m, func() any { return Declare(nil, BuildCapabilities) }, slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -213,6 +213,32 @@ func declaration(cfg *config.Config) telemetry.Declaration {
 	caps := telemetry.BuildCapabilities
 	if cfg != nil && cfg.Path != "" {
 		caps = capabilitiesOf(cfg)
+		routes := cfg.Routes
+		if d := cfg.DefaultRoute; !d.Opaque() {
+			// capabilitiesOf counts passthrough for the flows no route matches; under
+			// default_route close, or with settings, those are closed or treated by the default
+			// route instead, which is then one more route.
+			if d.Route != nil {
+				routes = append(routes[:len(routes):len(routes)], *d.Route)
+			}
+			caps = telemetry.Capabilities{}
+			seenL, seenD := map[int]bool{}, map[string]bool{}
+			for _, r := range routes {
+				if l := r.LevelOrDefault(); !seenL[l] {
+					seenL[l] = true
+					caps.Levels = append(caps.Levels, l)
+				}
+				if !seenD[r.TLS] {
+					seenD[r.TLS] = true
+					caps.Dispositions = append(caps.Dispositions, r.TLS)
+				}
+			}
+		}
+		caps.Routes = []telemetry.RouteCapability{}
+		for _, r := range routes {
+			caps.Routes = append(caps.Routes, telemetry.RouteCapability{Name: r.Name, Level: r.LevelOrDefault(),
+				StrictMCPHeaders: r.StrictMCPHeaders, AllowUpgrade: r.AllowUpgrade})
+		}
 	}
 	return telemetry.Declare(ms, caps)
 }
