@@ -120,6 +120,16 @@ const (
 	TLSPlaintext   = "plaintext"
 )
 
+// Values of Route.OnOversizedResponse.
+const (
+	OnOversizedClose   = "close"
+	OnOversizedForward = "forward"
+)
+
+// DefaultMaxBody is a level 2 route's body bound (MCP messages are small; 4 MiB leaves room for
+// a large tool result).
+const DefaultMaxBody = 4 << 20
+
 // Values of Route.OnMismatch. Parse fills OnMismatchClose on routes of
 // level 1 and OnMismatchPassthrough on level 0 routes when the key is absent.
 const (
@@ -336,6 +346,13 @@ type Route struct {
 	// because after the switch Level 1 no longer sees requests. UpgradeH2C
 	// is never allowed. Needs level 1.
 	AllowUpgrade []string `yaml:"allow_upgrade"`
+	// MaxBody bounds, at level 2, a request body, a response body and one SSE event (bytes;
+	// default DefaultMaxBody). A request over it is refused with 413 and a JSON-RPC error.
+	MaxBody int64 `yaml:"max_body,omitempty"`
+	// OnOversizedResponse is what level 2 does with a response body (or event) over MaxBody:
+	// OnOversizedClose (the default) closes the connection, OnOversizedForward forwards it
+	// uninspected; the record says which.
+	OnOversizedResponse string `yaml:"on_oversized_response,omitempty"`
 	// RuleSet names an entry of Config.RuleSets; "" applies no rules (allow).
 	// A passthrough route can take one at level 0 (connection-level rules);
 	// other routes need level 1.
@@ -712,5 +729,13 @@ func routeDefaults(r *Route, key string, set func(key string) bool) {
 	}
 	if !set(key + ".on_rule_error") {
 		r.OnRuleError = OnRuleErrorClosed
+	}
+	if r.LevelOrDefault() >= 2 {
+		if !set(key + ".max_body") {
+			r.MaxBody = DefaultMaxBody
+		}
+		if !set(key + ".on_oversized_response") {
+			r.OnOversizedResponse = OnOversizedClose
+		}
 	}
 }

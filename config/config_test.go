@@ -726,7 +726,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "routes is not a list", src: minimal + "routes: {name: a}\n", want: []wantErr{{4, "routes", "expected a list of routes, got a mapping"}}},
 		{name: "route is not a mapping", src: withRoutes + "  - a\n", want: []wantErr{{5, "routes[0]", `expected a mapping, got string "a"`}}},
 		{name: "empty route", src: withRoutes + "  -\n  - {name: b, tls: terminate}\n", want: []wantErr{{5, "routes[0]", "expected a mapping, got an empty value"}}},
-		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, rule_set)`}}},
+		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, rule_set)`}}},
 		{name: "unknown match key", src: withRoutes + "  - name: a\n    tls: terminate\n    match: {port: [1]}\n", want: []wantErr{{7, "routes[0].match.port", `unknown key "port" (valid: destinations, ports, sni, clients)`}}},
 		{name: "match is not a mapping", src: withRoutes + "  - {name: a, tls: terminate, match: [1]}\n", want: []wantErr{{5, "routes[0].match", "expected a mapping, got a list"}}},
 		{name: "a broken route does not hide the next one's problems", src: withRoutes + "  - x\n  - {name: b, tls: nope}\n", want: []wantErr{
@@ -739,8 +739,10 @@ func TestParseErrors(t *testing.T) {
 		{name: "duplicate route names", src: withRoutes + "  - {name: a, tls: terminate}\n  - {name: b, tls: terminate}\n  - {name: a, tls: plaintext}\n", want: []wantErr{{7, "routes[2].name", `duplicate route name "a" (also routes[0])`}}},
 		{name: "tls required", src: withRoutes + "  - name: a\n    level: 1\n", want: []wantErr{{5, "routes[0].tls", "required: passthrough, terminate or plaintext"}}},
 		{name: "tls unknown", src: withRoutes + "  - {name: a, tls: mitm}\n", want: []wantErr{{5, "routes[0].tls", `unknown value "mitm" (valid: passthrough, terminate, plaintext)`}}},
-		{name: "level 2 is not available", src: withRoutes + "  - name: a\n    tls: terminate\n    level: 2\n", want: []wantErr{{7, "routes[0].level", "level 2 is not available in this build yet"}}},
-		{name: "level 3", src: withRoutes + "  - {name: a, tls: terminate, level: 3}\n", want: []wantErr{{5, "routes[0].level", "must be 0 (opaque) or 1 (HTTP headers), got 3"}}},
+		{name: "level 2 max_body out of range", src: withRoutes + "  - name: a\n    tls: terminate\n    level: 2\n    max_body: 10\n", want: []wantErr{{8, "routes[0].max_body", "must be between 1024 and 67108864, got 10"}}},
+		{name: "max_body below level 2", src: withRoutes + "  - name: a\n    tls: terminate\n    level: 1\n    max_body: 4096\n", want: []wantErr{{8, "routes[0].max_body", "only meaningful with level 2 (bodies are not read below it)"}}},
+		{name: "on_oversized_response unknown", src: withRoutes + "  - name: a\n    tls: terminate\n    level: 2\n    on_oversized_response: drop\n", want: []wantErr{{8, "routes[0].on_oversized_response", `unknown value "drop" (valid: close, forward)`}}},
+		{name: "level 3", src: withRoutes + "  - {name: a, tls: terminate, level: 3}\n", want: []wantErr{{5, "routes[0].level", "must be 0 (opaque), 1 (HTTP headers) or 2 (JSON-RPC bodies), got 3"}}},
 		{name: "negative level", src: withRoutes + "  - {name: a, tls: terminate, level: -1}\n", want: []wantErr{{5, "routes[0].level", "got -1"}}},
 		{name: "level as a string", src: withRoutes + "  - {name: a, tls: terminate, level: \"1\"}\n", want: []wantErr{{5, "routes[0].level", `expected an integer, got string "1"`}}},
 		{name: "passthrough at level 1", src: withRoutes + "  - name: a\n    tls: passthrough\n    level: 1\n", want: []wantErr{{7, "routes[0].level", "passthrough cannot read HTTP headers (the stream stays encrypted); use level 0, or tls: terminate"}}},
@@ -914,7 +916,7 @@ func TestParseErrors(t *testing.T) {
 // included, for the keys of issue 8 (allow_upgrade, on_rule_error,
 // default_route, limits.body_timeout, rate_limit.max_keys).
 func TestParseErrorPositions(t *testing.T) {
-	const drKeys = "tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, rule_set"
+	const drKeys = "tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, rule_set"
 	tests := []struct {
 		name string
 		src  string
@@ -1795,5 +1797,24 @@ func TestLevelOrDefault(t *testing.T) {
 				t.Errorf("LevelOrDefault() = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLevel2RouteDefaults: a level 2 route gets the body bound and the oversized-response choice
+// filled in; explicit values are kept.
+func TestLevel2RouteDefaults(t *testing.T) {
+	src := "mechanism: nftables-tproxy\nintercept:\n  destinations: [10.0.0.0/8]\n  ports: [80]\nroutes:\n" +
+		"  - {name: a, tls: plaintext, level: 2}\n" +
+		"  - {name: b, tls: terminate, level: 2, max_body: 65536, on_oversized_response: forward}\n"
+	c, err := Parse("test.yaml", []byte(src), Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := c.Routes[0], c.Routes[1]
+	if a.MaxBody != DefaultMaxBody || a.OnOversizedResponse != OnOversizedClose || a.OnMismatch != OnMismatchClose {
+		t.Errorf("defaults: %+v", a)
+	}
+	if b.MaxBody != 65536 || b.OnOversizedResponse != OnOversizedForward {
+		t.Errorf("explicit values: %+v", b)
 	}
 }

@@ -447,7 +447,7 @@ func (d *decoder) duration(dst *Duration) func(*yaml.Node, string) bool {
 
 // intField range-checks while decoding: check must reject anything that does
 // not fit T, so the conversion below cannot wrap.
-func intField[T uint16 | uint32 | int](d *decoder, dst *T, check func(int64) string) func(*yaml.Node, string) bool {
+func intField[T uint16 | uint32 | int | int64](d *decoder, dst *T, check func(int64) string) func(*yaml.Node, string) bool {
 	return func(v *yaml.Node, key string) bool {
 		i, msg := parseInt(v)
 		if msg == "" {
@@ -579,6 +579,8 @@ func (d *decoder) routeSchema(r *Route) []field {
 		{"plaintext_upstream_trusted_network", d.boolean(&r.PlaintextUpstreamTrustedNetwork)},
 		{"strict_mcp_headers", d.boolean(&r.StrictMCPHeaders)},
 		{"allow_upgrade", list(d, &r.AllowUpgrade, parseUpgrade)},
+		{"max_body", intField(d, &r.MaxBody, checkMaxBody)},
+		{"on_oversized_response", d.str(&r.OnOversizedResponse)},
 		{"rule_set", d.str(&r.RuleSet)},
 	}
 }

@@ -211,6 +211,17 @@ func (v *validator) route(c *Config, key string, r Route) {
 	}
 	v.check(key+".on_mismatch", checkOneOf(r.OnMismatch, OnMismatchPassthrough, OnMismatchClose))
 	v.check(key+".on_rule_error", checkOneOf(r.OnRuleError, OnRuleErrorClosed, OnRuleErrorOpen))
+	if r.LevelOrDefault() >= 2 {
+		v.check(key+".max_body", checkMaxBody(r.MaxBody))
+		v.check(key+".on_oversized_response", checkOneOf(r.OnOversizedResponse, OnOversizedClose, OnOversizedForward))
+	} else {
+		if r.MaxBody != 0 {
+			v.check(key+".max_body", "only meaningful with level 2 (bodies are not read below it)")
+		}
+		if r.OnOversizedResponse != "" {
+			v.check(key+".on_oversized_response", "only meaningful with level 2 (bodies are not read below it)")
+		}
+	}
 	level := r.LevelOrDefault()
 	upKey := key + ".allow_upgrade"
 	for i, p := range r.AllowUpgrade {
@@ -490,13 +501,13 @@ func checkTLS(s string) string {
 
 func checkLevel(v int64) string {
 	switch v {
-	case 0, 1:
+	case 0, 1, 2:
 		return ""
-	case 2:
-		return "level 2 is not available in this build yet"
 	}
-	return fmt.Sprintf("must be 0 (opaque) or 1 (HTTP headers), got %d", v)
+	return fmt.Sprintf("must be 0 (opaque), 1 (HTTP headers) or 2 (JSON-RPC bodies), got %d", v)
 }
+
+func checkMaxBody(v int64) string { return between(v, 1024, 64<<20) }
 
 // checkName keeps route and rule names safe to print in logs and metric
 // labels as they are.
