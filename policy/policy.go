@@ -22,11 +22,17 @@ const (
 	RuleRateLimit = "rate_limit"
 )
 
-// Decision actions, as written in the decision log.
+// Action is what was decided about a request, a flow or a message, as the decision log writes it
+// (its `decision` key). It is the one definition of the vocabulary: policy decides with it, the
+// Level 1 and Level 2 stages answer with it, the exchange pipeline carries it in a Verdict without
+// interpreting it, and the engine writes it into the flow record.
+type Action string
+
+// The decisions.
 const (
-	ActionAllow       = "allow"
-	ActionDeny        = "deny"
-	ActionRateLimited = "rate_limited"
+	ActionAllow       Action = "allow"
+	ActionDeny        Action = "deny"
+	ActionRateLimited Action = "rate_limited"
 )
 
 // ReasonNoMatch is the reason of the default allow, so the decision log never has an empty reason.
@@ -75,6 +81,12 @@ type Input struct {
 	// the rule and evaluation goes on. An allow rule that errors is skipped either way: an error
 	// never grants. Every such error is listed in Decision.Errors.
 	FailOpen bool
+
+	// ServerMessage marks a message from the server (a result, an error, a server→client request
+	// at Level 2). Only rules that read mcp.direction, mcp.result or mcp.error judge it: a rule
+	// written for requests (`mcp.method == "tools/call"`) must neither deny the results of the
+	// calls it allowed nor spend rate-limit tokens on them.
+	ServerMessage bool
 }
 
 // RuleError is one rule that failed to evaluate for one request.
@@ -90,7 +102,7 @@ func (e RuleError) String() string {
 
 // Decision is the outcome of evaluating a Set against one request.
 type Decision struct {
-	Action     string // ActionAllow, ActionDeny or ActionRateLimited
+	Action     Action // ActionAllow, ActionDeny or ActionRateLimited
 	Rule       string // the deciding rule; empty for the default allow
 	Reason     string
 	RetryAfter time.Duration // until one token is available, when rate limited
@@ -132,6 +144,9 @@ type rule struct {
 	// paths are the constant field paths (mcp.method, http.headers["x"]) the rule reads; they
 	// turn CEL's bare "no such key: method" into the "mcp.method" the decision log reports.
 	paths []fieldPath
+	// readsServer: the rule reads mcp.direction, mcp.result or mcp.error, so it was written with
+	// server→client messages in mind (see Input.ServerMessage).
+	readsServer bool
 }
 
 type rateRule struct {
@@ -293,6 +308,12 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 		}
 	}
 
+	for _, p := range r.paths {
+		if p.root == varMCP && len(p.segs) > 0 && (p.segs[0] == "direction" || p.segs[0] == "result" || p.segs[0] == "error") {
+			r.readsServer = true
+		}
+	}
+
 	if r.reason == "" {
 		switch r.action {
 		case RuleAllow:
@@ -447,6 +468,9 @@ func (s *Set) Evaluate(in *Input) Decision {
 	}
 	act := activation{in: in}
 	for _, r := range s.rules {
+		if in.ServerMessage && !r.readsServer {
+			continue
+		}
 		if r.when != nil {
 			out, _, err := r.when.Eval(act)
 			if err != nil {

@@ -1,0 +1,149 @@
+package level2
+
+import (
+	"container/list"
+	"sync"
+)
+
+// Sessions remembers, across the connections of one appliance, what Level 2 learnt about each MCP
+// session: the protocol version initialize negotiated and the client's clientInfo (later requests
+// of a session carry neither, and often come on another TCP connection), and for the 2024-11-05
+// HTTP+SSE transport the requests POSTed to the endpoint, whose responses arrive on the GET stream
+// (another connection). It is bounded: the least recently used session is forgotten first, and each
+// session keeps at most maxPending outstanding requests.
+type Sessions struct {
+	mu    sync.Mutex
+	max   int
+	order *list.List // of *session, most recent first
+	byKey map[string]*list.Element
+}
+
+// DefaultSessions bounds a Sessions built with 0.
+const DefaultSessions = 10000
+
+const maxPending = 256
+
+// Pending is a request whose response has not been seen yet.
+type Pending struct {
+	Method, Name string
+}
+
+type session struct {
+	key        string
+	version    string
+	clientInfo map[string]any
+	pending    map[string]Pending // by JSON-RPC id text
+	order      []string           // ids in arrival order, to bound pending
+}
+
+// NewSessions returns a registry of at most max sessions (0: DefaultSessions).
+func NewSessions(max int) *Sessions {
+	if max <= 0 {
+		max = DefaultSessions
+	}
+	return &Sessions{max: max, order: list.New(), byKey: map[string]*list.Element{}}
+}
+
+// get returns the session for key, creating it when create is set; nil otherwise. Call with mu.
+func (s *Sessions) get(key string, create bool) *session {
+	if e, ok := s.byKey[key]; ok {
+		s.order.MoveToFront(e)
+		return e.Value.(*session)
+	}
+	if !create {
+		return nil
+	}
+	if s.order.Len() >= s.max {
+		last := s.order.Back()
+		s.order.Remove(last)
+		delete(s.byKey, last.Value.(*session).key)
+	}
+	ss := &session{key: key}
+	s.byKey[key] = s.order.PushFront(ss)
+	return ss
+}
+
+// SetVersion records the version a session negotiated.
+func (s *Sessions) SetVersion(key, version string) {
+	if s == nil || key == "" || version == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(key, true).version = version
+}
+
+// SetClientInfo records the clientInfo a session's initialize carried.
+func (s *Sessions) SetClientInfo(key string, info map[string]any) {
+	if s == nil || key == "" || info == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(key, true).clientInfo = info
+}
+
+// Lookup returns what is known of a session.
+func (s *Sessions) Lookup(key string) (version string, clientInfo map[string]any) {
+	if s == nil || key == "" {
+		return "", nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss := s.get(key, false); ss != nil {
+		return ss.version, ss.clientInfo
+	}
+	return "", nil
+}
+
+// AddPending remembers a request of a session whose response will come elsewhere.
+func (s *Sessions) AddPending(key, id string, p Pending) {
+	if s == nil || key == "" || id == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.get(key, true)
+	if ss.pending == nil {
+		ss.pending = map[string]Pending{}
+	}
+	if _, dup := ss.pending[id]; !dup {
+		if len(ss.order) >= maxPending {
+			delete(ss.pending, ss.order[0])
+			ss.order = ss.order[1:]
+		}
+		ss.order = append(ss.order, id)
+	}
+	ss.pending[id] = p
+}
+
+// TakePending returns and forgets the request a response answers.
+func (s *Sessions) TakePending(key, id string) (Pending, bool) {
+	if s == nil || key == "" || id == "" {
+		return Pending{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.get(key, false)
+	if ss == nil || ss.pending == nil {
+		return Pending{}, false
+	}
+	p, ok := ss.pending[id]
+	if ok {
+		delete(ss.pending, id)
+		for i, v := range ss.order {
+			if v == id {
+				ss.order = append(ss.order[:i], ss.order[i+1:]...)
+				break
+			}
+		}
+	}
+	return p, ok
+}
+
+// Len is the number of sessions held.
+func (s *Sessions) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.order.Len()
+}

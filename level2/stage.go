@@ -1,0 +1,722 @@
+package level2
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"mcpintercept/exchange"
+	"mcpintercept/level1"
+	"mcpintercept/policy"
+)
+
+// Directions of a message, as policy (mcp.direction) and the flow log (direction) name them.
+const (
+	ClientToServer = "client_to_server"
+	ServerToClient = "server_to_client"
+)
+
+// Evaluator is a compiled rule set (policy.Set).
+type Evaluator interface {
+	Evaluate(in *policy.Input) policy.Decision
+}
+
+// Options are a route's Level 2 settings.
+type Options struct {
+	// MaxBody bounds a request body, a response body and one SSE event (0: DefaultMaxBody). A
+	// request over it gets 413; a response over it is closed, or forwarded uninspected when
+	// ForwardOversized is set; the record says which.
+	MaxBody          int64
+	ForwardOversized bool
+}
+
+// Flow is what the engine hands Level 2 for one connection.
+type Flow struct {
+	// Rules returns the rule set that judges this flow's messages now (nil: allow all).
+	Rules        func() Evaluator
+	Client, Conn map[string]any // policy's `client` and `conn` variables, built once per flow
+	FailOpen     bool           // the route's on_rule_error
+	Options
+	// Sessions is shared by every flow of the appliance (nil: no cross-connection memory).
+	Sessions *Sessions
+	// Record receives one Record per JSON-RPC message; it must not block.
+	Record func(*Record)
+}
+
+// Record is one JSON-RPC message as Level 2 saw it and judged it.
+type Record struct {
+	Time       time.Time
+	Direction  string // ClientToServer or ServerToClient
+	Kind       string // request, notification, response, error
+	ID         string // the id as sent (a JSON string keeps its quotes)
+	Method     string // for a response: the method of the request it answers, when known
+	Name       string // tool, prompt or resource (URI scrubbed of credentials)
+	Version    string
+	Decision   policy.Action // allow, deny, rate_limited
+	Rule       string
+	Reason     string
+	HTTPMethod string
+	Path       string
+	Status     int
+	Err        string
+	Duration   time.Duration
+}
+
+// stateKey is where the exchange keeps Level 2's per-exchange state.
+type stateKey struct{}
+
+// xstate is Level 2's view of one exchange, from request to response.
+type xstate struct {
+	start      time.Time
+	session    string // hashed session key ("" none)
+	legacy     bool   // 2024-11-05 HTTP+SSE POST (answered on the GET stream)
+	version    string
+	acceptSSE  bool // the client accepts text/event-stream
+	acceptJSON bool
+	clientInfo map[string]any
+	initialize bool
+	reqs       []*Record          // client→server messages of this exchange, in order
+	byID       map[string]*Record // requests by id
+	answered   bool               // answered locally
+	messages   int                // records emitted or owed for this exchange
+}
+
+// State returns Level 2's state of x, or nil when Level 2 did not see x.
+func stateOf(x *exchange.Exchange) *xstate {
+	s, _ := x.Get(stateKey{}).(*xstate)
+	return s
+}
+
+// Recorded reports whether Level 2 wrote (or will write) records for x's JSON-RPC messages, in
+// which case the per-HTTP-request record is redundant.
+func Recorded(x *exchange.Exchange) bool {
+	s := stateOf(x)
+	return s != nil && s.messages > 0
+}
+
+// Stage returns the Level 2 stage for f: it reads every JSON-RPC message in both directions,
+// decides on requests with f's rules, refuses header/body mismatches (SEP-2243), and records every
+// message. It never answers on the server's behalf with a result: a refusal is a JSON-RPC error
+// whose data names the appliance.
+func (f *Flow) Stage() exchange.Stage { return &stage{f: f} }
+
+type stage struct {
+	exchange.Base
+	f *Flow
+}
+
+func (s *stage) maxBody() int64 {
+	if s.f.MaxBody > 0 {
+		return s.f.MaxBody
+	}
+	return DefaultMaxBody
+}
+
+// ---- request side ----
+
+func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Result {
+	h := x.Req
+	st := &xstate{start: time.Now()}
+	x.Set(stateKey{}, st)
+	if v, ok := h.Get("Mcp-Session-Id"); ok && v != "" {
+		st.session = hashKey(v)
+	} else if sid := legacySession(h.Target); sid != "" {
+		st.session, st.legacy = hashKey(sid), h.Method == "POST"
+	}
+	if v, ok := h.Get("MCP-Protocol-Version"); ok {
+		st.version = v
+	} else if v, _ := s.f.Sessions.Lookup(st.session); v != "" {
+		st.version = v
+	}
+	st.acceptSSE, st.acceptJSON = accepts(h)
+	// Responses must be readable: ask the server for identity encoding (Level 2 may modify
+	// messages; this changes no MCP semantics). A server that compresses anyway is decoded.
+	if _, ok := h.Get("Accept-Encoding"); ok {
+		x.DelRequestHeader("Accept-Encoding")
+	}
+	if !h.NoBody {
+		x.WantRequestBody(s.maxBody())
+	}
+	return exchange.Continue
+}
+
+func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Result {
+	st := stateOf(x)
+	h := x.Req
+	body := x.RequestBody()
+	if ce, ok := h.Get("Content-Encoding"); ok && !isIdentity(ce) {
+		dec, err := DecodeBody(ce, body, s.maxBody())
+		switch {
+		case errors.Is(err, ErrUnsupportedEncoding):
+			return s.refuseUnreadable(x, st, 415, "content-encoding "+ce+" cannot be inspected")
+		case errors.Is(err, ErrBodyTooLarge):
+			return s.refuseUnreadable(x, st, 413, "decoded body over the route's max_body")
+		case err != nil:
+			return s.refuseUnreadable(x, st, 400, "body does not decode as "+ce+": "+err.Error())
+		}
+		body = dec
+	}
+	ctv, _ := h.Get("Content-Type")
+	ct := ParseContentType(ctv)
+	if !ct.JSON && !looksJSON(body) {
+		// Not JSON-RPC by its type or its bytes: plain HTTP, judged at Level 1 only. A lenient
+		// server could still parse it as JSON only if it looked like JSON, which it does not.
+		return exchange.Continue
+	}
+	allowBatch := batchAllowed(st.version, h)
+	msgs, batch, err := Decode(body, DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: allowBatch})
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return s.refuseUnreadable(x, st, 413, "JSON-RPC body over the route's max_body")
+		}
+		return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+err.Error())
+	}
+	for _, m := range msgs {
+		r := s.newRecord(x, st, m, ClientToServer)
+		st.reqs = append(st.reqs, r)
+		st.messages++
+		if m.Kind == KindRequest {
+			if st.byID == nil {
+				st.byID = make(map[string]*Record, len(msgs))
+			}
+			st.byID[r.ID] = r
+		}
+		if m.Method == "initialize" {
+			st.initialize = true
+			st.clientInfo = m.ClientInfo()
+		}
+		if pv := m.ProtocolVersion(); pv != "" && m.Method != "initialize" {
+			st.version = pv
+		}
+	}
+	for _, r := range st.reqs {
+		if r.Version == "" {
+			r.Version = st.version
+		}
+	}
+	// SEP-2243: the headers are the client's claim, the body is the truth.
+	if why := headerMismatch(h, msgs, batch); why != "" {
+		for _, r := range st.reqs {
+			r.Decision, r.Rule, r.Reason = policy.ActionDeny, "header-mismatch", why
+		}
+		var id json.RawMessage
+		if !batch && len(msgs) == 1 {
+			id = msgs[0].ID
+		}
+		body := errorBody(id, CodeHeaderMismatch, "header mismatch: "+why, "header-mismatch", why, 0)
+		st.answered = true
+		x.Answer(400, []exchange.Header{{Name: "Content-Type", Value: "application/json"}}, body,
+			exchange.Verdict{Decision: policy.ActionDeny, Status: 400, Rule: "header-mismatch", Reason: why})
+		return exchange.Stop
+	}
+	// Policy, message by message: the first refusal refuses the body (a batch is one HTTP
+	// message; forwarding part of it would change what the client sent).
+	var denied *Record
+	var dec policy.Decision
+	for i, m := range msgs {
+		r := st.reqs[i]
+		d := s.evaluate(x, st, m, r, ClientToServer, nil)
+		r.Decision, r.Rule, r.Reason = d.Action, d.Rule, d.Reason
+		if d.Action != policy.ActionAllow && denied == nil {
+			denied, dec = r, d
+		}
+	}
+	if denied != nil {
+		return s.refuse(x, st, msgs, batch, denied, dec)
+	}
+	if st.legacy {
+		// 2024-11-05: the answers come on the GET stream, another connection.
+		for _, r := range st.reqs {
+			if r.Kind == KindRequest.String() {
+				s.f.Sessions.AddPending(st.session, r.ID, Pending{Method: r.Method, Name: r.Name})
+			}
+		}
+	}
+	return exchange.Continue
+}
+
+// refuse answers a denied request with a JSON-RPC error (HTTP 200, or an SSE event when the client
+// accepts only a stream), naming the appliance, the rule and the reason. The server never sees it.
+func (s *stage) refuse(x *exchange.Exchange, st *xstate, msgs []*Message, batch bool, denied *Record, d policy.Decision) exchange.Result {
+	code, msg := CodeDenied, "denied by "+Intermediary+" policy"
+	if d.Action == policy.ActionRateLimited {
+		code, msg = CodeRateLimited, "rate limited by "+Intermediary+" policy"
+	}
+	for _, r := range st.reqs {
+		if r != denied && r.Decision == policy.ActionAllow {
+			r.Decision, r.Rule = denied.Decision, denied.Rule
+			r.Reason = "batch refused: " + denied.Method + " " + denied.Name + " denied"
+		}
+	}
+	var body []byte
+	switch {
+	case batch:
+		body = batchErrorBody(msgs, code, msg, d.Rule, d.Reason, d.RetryAfter)
+	case msgs[0].Kind == KindRequest:
+		body = errorBody(msgs[0].ID, code, msg, d.Rule, d.Reason, d.RetryAfter)
+	default:
+		// A notification or a response has no id to answer: refuse at the HTTP level, still
+		// with a JSON-RPC body so that no client reads it as an old server.
+		body = errorBody(nil, code, msg, d.Rule, d.Reason, d.RetryAfter)
+	}
+	status := 200
+	if st.legacy || (!batch && msgs[0].Kind != KindRequest) {
+		// A 2024-11-05 client reads answers on its GET stream and only the POST's status here:
+		// a 200 would leave it waiting for an answer that never comes on the stream.
+		status = 403
+	}
+	hdrs := []exchange.Header{{Name: "Content-Type", Value: "application/json"}}
+	if status == 200 && st.acceptSSE && !st.acceptJSON {
+		hdrs[0].Value = "text/event-stream"
+		body = sseEvent(body)
+	}
+	if d.RetryAfter > 0 {
+		hdrs = append(hdrs, exchange.Header{Name: "Retry-After", Value: retryAfterHeader(d.RetryAfter)})
+	}
+	st.answered = true
+	x.Answer(status, hdrs, body, exchange.Verdict{Decision: d.Action, Status: status, Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter})
+	return exchange.Stop
+}
+
+// refuseUnreadable answers a body Level 2 cannot inspect; it is never forwarded uninspected.
+func (s *stage) refuseUnreadable(x *exchange.Exchange, st *xstate, status int, why string) exchange.Result {
+	code := CodeUnreadable
+	if status == 413 {
+		code = CodeTooLarge
+	}
+	r := &Record{Time: st.start, Direction: ClientToServer, Decision: policy.ActionDeny, Rule: "level2", Reason: why,
+		HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Version: st.version}
+	st.reqs = append(st.reqs, r)
+	st.messages++
+	st.answered = true
+	x.Answer(status, []exchange.Header{{Name: "Content-Type", Value: "application/json"}},
+		errorBody(nil, code, "request refused by "+Intermediary, "level2", why, 0),
+		exchange.Verdict{Decision: policy.ActionDeny, Status: status, Rule: "level2", Reason: why})
+	return exchange.Stop
+}
+
+// ---- response side ----
+
+func (s *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.Result {
+	st := stateOf(x)
+	if st == nil || st.answered {
+		return exchange.Continue
+	}
+	h := x.Resp
+	if st.initialize {
+		if v, ok := h.Get("Mcp-Session-Id"); ok && v != "" {
+			st.session = hashKey(v)
+			s.f.Sessions.SetClientInfo(st.session, st.clientInfo)
+		}
+	}
+	ctv, _ := h.Get("Content-Type")
+	ct := ParseContentType(ctv)
+	switch {
+	case h.NoBody:
+	case ct.SSE:
+		if ce, ok := h.Get("Content-Encoding"); ok && !isIdentity(ce) {
+			x.Abort("level2: an encoded event stream (" + ce + ") cannot be inspected")
+			return exchange.Stop
+		}
+		x.WantEvents(int(s.maxBody()))
+	case ct.JSON:
+		o := exchange.OverflowClose
+		if s.f.ForwardOversized {
+			o = exchange.OverflowForward
+		}
+		x.WantResponseBody(s.maxBody(), o)
+	}
+	return exchange.Continue
+}
+
+func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.Result {
+	st := stateOf(x)
+	if st == nil {
+		return exchange.Continue
+	}
+	body := x.ResponseBody()
+	encoded := false
+	if ce, ok := x.Resp.Get("Content-Encoding"); ok && !isIdentity(ce) {
+		dec, err := DecodeBody(ce, body, s.maxBody())
+		if err != nil {
+			s.unreadableResponse(x, st, "response body does not decode as "+ce+": "+err.Error())
+			return exchange.Continue
+		}
+		body, encoded = dec, true
+	}
+	msgs, batch, err := Decode(body, DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	if err != nil {
+		s.unreadableResponse(x, st, "response is not JSON-RPC: "+err.Error())
+		return exchange.Continue
+	}
+	out, changed := s.responses(x, st, msgs)
+	if changed {
+		if batch {
+			x.SetResponseBody(joinBatch(out))
+		} else {
+			x.SetResponseBody(out[0])
+		}
+		if encoded {
+			x.DelResponseHeader("Content-Encoding")
+		}
+	}
+	return exchange.Continue
+}
+
+func (s *stage) Event(_ context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
+	st := stateOf(x)
+	if st == nil || !ev.HasData {
+		return exchange.Continue
+	}
+	if ev.Type == "endpoint" {
+		// 2024-11-05: the stream announces where to POST; its session id ties the POSTs
+		// (other connections) to this stream.
+		if sid := legacySession(ev.Data); sid != "" {
+			st.session, st.legacy = hashKey(sid), true
+		}
+		return exchange.Continue
+	}
+	data := []byte(ev.Data)
+	if !looksJSON(data) {
+		return exchange.Continue
+	}
+	msgs, batch, err := Decode(data, DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	if err != nil {
+		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionAllow,
+			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Err: "event is not JSON-RPC: " + err.Error()})
+		return exchange.Continue
+	}
+	out, changed := s.responses(x, st, msgs)
+	if changed {
+		d := out[0]
+		if batch {
+			d = joinBatch(out)
+		}
+		ev.Replace(encodeEvent(ev, d))
+	}
+	return exchange.Continue
+}
+
+// responses records and judges server→client messages; it returns the messages' bytes, changed
+// where policy replaced a response with an error.
+func (s *stage) responses(x *exchange.Exchange, st *xstate, msgs []*Message) ([][]byte, bool) {
+	out := make([][]byte, len(msgs))
+	changed := false
+	for i, m := range msgs {
+		out[i] = m.Raw
+		switch m.Kind {
+		case KindResponse, KindError:
+			req := st.byID[m.IDText()]
+			if req == nil {
+				// Not answering a request of this exchange: a 2024-11-05 stream (the request came
+				// on another connection) or a stray response. Recorded as its own message.
+				r := s.newRecord(x, st, m, ServerToClient)
+				if st.legacy {
+					if p, ok := s.f.Sessions.TakePending(st.session, m.IDText()); ok {
+						r.Method, r.Name = p.Method, p.Name
+					}
+				}
+				st.messages++
+				defer s.emit(r)
+				req = r
+			}
+			if m.Kind == KindError && m.Error != nil {
+				req.Err = fmt.Sprintf("server error %d: %s", m.Error.Code, oneLine(m.Error.Message))
+			}
+			if st.initialize && m.Kind == KindResponse {
+				if v := resultString(m.Result, "protocolVersion"); v != "" {
+					st.version = v
+					s.f.Sessions.SetVersion(st.session, v)
+				}
+			}
+			d := s.evaluate(x, st, m, req, ServerToClient, req)
+			if d.Action != policy.ActionAllow && m.Kind == KindResponse {
+				// Policy on a result: the client gets an error naming the appliance instead,
+				// never a made-up result.
+				out[i] = errorBody(m.ID, CodeDenied, "result withheld by "+Intermediary+" policy", d.Rule, d.Reason, 0)
+				changed = true
+				req.Decision, req.Rule, req.Reason = d.Action, d.Rule, "result withheld: "+d.Reason
+			}
+		default:
+			// A server→client request (sampling, elicitation, roots, ping) or notification:
+			// recorded; surface control judges them.
+			r := s.newRecord(x, st, m, ServerToClient)
+			r.Decision = policy.ActionAllow
+			st.messages++
+			s.emit(r)
+		}
+	}
+	return out, changed
+}
+
+func (s *stage) unreadableResponse(x *exchange.Exchange, st *xstate, why string) {
+	for _, r := range st.reqs {
+		if r.Err == "" {
+			r.Err = why
+		}
+	}
+}
+
+// Done writes the records of the exchange's client→server messages, with the outcome.
+func (s *stage) Done(x *exchange.Exchange) {
+	st := stateOf(x)
+	if st == nil {
+		return
+	}
+	for _, r := range st.reqs {
+		r.Status = x.Status
+		r.Duration = x.Duration
+		if r.Err == "" && x.Err != "" {
+			r.Err = x.Err
+		}
+		if r.Err == "" && x.Uninspected != "" {
+			r.Err = x.Uninspected
+		}
+		s.emit(r)
+	}
+	st.reqs = nil
+}
+
+func (s *stage) emit(r *Record) {
+	if s.f.Record != nil {
+		s.f.Record(r)
+	}
+}
+
+// ---- policy ----
+
+// evaluate judges one message. For a response, req is the request it answers (its method and
+// name are the response's as far as rules are concerned).
+func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record, dir string, req *Record) policy.Decision {
+	if s.f.Rules == nil {
+		return policy.Decision{Action: policy.ActionAllow}
+	}
+	rs := s.f.Rules()
+	if rs == nil {
+		return policy.Decision{Action: policy.ActionAllow}
+	}
+	mcp := map[string]any{"direction": dir, "kind": m.Kind.String()}
+	if r.Method != "" {
+		mcp["method"] = r.Method
+	}
+	if r.Name != "" {
+		mcp["name"] = r.Name
+	}
+	if r.ID != "" {
+		mcp["id"] = r.ID
+	}
+	if st.version != "" {
+		mcp["version"] = st.version
+	}
+	if st.session != "" {
+		mcp["session"] = st.session
+	}
+	switch m.Kind {
+	case KindRequest, KindNotification:
+		if args := m.Arguments(); args != nil {
+			mcp["arguments"] = args
+		}
+		if ci := m.ClientInfo(); ci != nil {
+			mcp["client_info"] = ci
+		} else if st.clientInfo != nil {
+			mcp["client_info"] = st.clientInfo
+		} else if _, ci := s.f.Sessions.Lookup(st.session); ci != nil {
+			mcp["client_info"] = ci
+		}
+	case KindResponse:
+		if v := decodeAny(m.Result); v != nil {
+			mcp["result"] = v
+		}
+	case KindError:
+		if m.Error != nil {
+			mcp["error"] = map[string]any{"code": m.Error.Code, "message": m.Error.Message}
+		}
+	}
+	in := &policy.Input{
+		Client: s.f.Client, Conn: s.f.Conn, MCP: mcp, FailOpen: s.f.FailOpen, ServerMessage: dir == ServerToClient,
+		HTTP: map[string]any{"method": x.Req.Method, "path": pathOf(x.Req.Target)},
+	}
+	if info := level1.InfoOf(x); info != nil {
+		in.HTTP["headers"] = info.Headers
+	}
+	d := rs.Evaluate(in)
+	if d.Action == "" {
+		d.Action = policy.ActionAllow
+	}
+	if d.Action == policy.ActionAllow && d.Reason == "" {
+		d.Reason = policy.ReasonNoMatch
+	}
+	return d
+}
+
+// newRecord starts the record of m.
+func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *Message, dir string) *Record {
+	r := &Record{
+		Time: time.Now(), Direction: dir, Kind: m.Kind.String(), ID: m.IDText(), Method: m.Method,
+		Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Decision: policy.ActionAllow,
+	}
+	if dir == ClientToServer {
+		r.Time = st.start
+	}
+	if n := m.Name(); n != "" {
+		r.Name = level1.RedactURI(n)
+	}
+	if m.Kind == KindResponse || m.Kind == KindError {
+		if req := st.byID[r.ID]; req != nil {
+			r.Method, r.Name = req.Method, req.Name
+		}
+	}
+	return r
+}
+
+// ---- SEP-2243 ----
+
+// headerMismatch compares the MCP headers a request carries with its body; "" when they agree.
+func headerMismatch(h *exchange.Head, msgs []*Message, batch bool) string {
+	hm, hasM := h.Get("Mcp-Method")
+	hn, hasN := h.Get("Mcp-Name")
+	hv, hasV := h.Get("MCP-Protocol-Version")
+	if !hasM && !hasN && !hasV {
+		return ""
+	}
+	if batch || len(msgs) != 1 {
+		if hasM || hasN {
+			return "Mcp-Method/Mcp-Name on a batch"
+		}
+		return ""
+	}
+	m := msgs[0]
+	if hasM && (m.Kind == KindRequest || m.Kind == KindNotification) && hm != m.Method {
+		return fmt.Sprintf("Mcp-Method header %q does not match body method %q", hm, m.Method)
+	}
+	if hasN {
+		name, err := level1.DecodeHeaderValue(hn)
+		if err != nil {
+			return "Mcp-Name header does not decode: " + err.Error()
+		}
+		if name != m.Name() {
+			return fmt.Sprintf("Mcp-Name header %q does not match body name %q", level1.RedactURI(name), level1.RedactURI(m.Name()))
+		}
+	}
+	if hasV && m.Method != "initialize" {
+		if pv := m.ProtocolVersion(); pv != "" && pv != hv {
+			return fmt.Sprintf("MCP-Protocol-Version header %q does not match _meta protocolVersion %q", hv, pv)
+		}
+	}
+	return ""
+}
+
+// batchAllowed: JSON-RPC batches exist only in MCP 2025-03-26. A request that carries
+// MCP-Protocol-Version is at least 2025-06-18 (the header came with it) unless it says 2025-03-26;
+// one without it and without a known session version comes from a 2025-03-26 (or older) client.
+func batchAllowed(version string, h *exchange.Head) bool {
+	if version != "" {
+		return version == "2025-03-26"
+	}
+	_, has := h.Get("MCP-Protocol-Version")
+	return !has
+}
+
+// ---- helpers ----
+
+func hashKey(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(sum[:6])
+}
+
+// legacySession returns the sessionId query parameter of a 2024-11-05 endpoint URL or POST target.
+func legacySession(target string) string {
+	i := strings.IndexByte(target, '?')
+	if i < 0 {
+		return ""
+	}
+	q, err := url.ParseQuery(target[i+1:])
+	if err != nil {
+		return ""
+	}
+	if v := q.Get("sessionId"); v != "" {
+		return v
+	}
+	return q.Get("session_id")
+}
+
+func pathOf(target string) string {
+	if i := strings.IndexAny(target, "?#"); i >= 0 {
+		return target[:i]
+	}
+	return target
+}
+
+func accepts(h *exchange.Head) (sse, json bool) {
+	for _, hd := range h.Headers {
+		if !strings.EqualFold(hd.Name, "Accept") {
+			continue
+		}
+		for _, part := range strings.Split(hd.Value, ",") {
+			mt, params := ParseMediaType(strings.TrimSpace(part))
+			if q, ok := params["q"]; ok && strings.Trim(q, "0.") == "" {
+				continue
+			}
+			switch mt {
+			case "text/event-stream", "text/*", "*/*":
+				sse = true
+			}
+			switch mt {
+			case "application/json", "application/*", "*/*":
+				json = true
+			}
+		}
+	}
+	return sse, json
+}
+
+func isIdentity(ce string) bool {
+	ce = strings.TrimSpace(ce)
+	return ce == "" || strings.EqualFold(ce, "identity")
+}
+
+func looksJSON(b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && (b[0] == '{' || b[0] == '[')
+}
+
+func joinBatch(parts [][]byte) []byte {
+	return append(append([]byte{'['}, bytes.Join(parts, []byte{','})...), ']')
+}
+
+// encodeEvent re-frames ev with data d, keeping its type and id.
+func encodeEvent(ev *exchange.Event, d []byte) []byte {
+	e := *ev
+	e.Data = string(d)
+	return exchange.EncodeEvent(e)
+}
+
+func resultString(result json.RawMessage, key string) string {
+	if v, ok := member(result, key); ok {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			return s
+		}
+	}
+	return ""
+}
+
+func oneLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 160 {
+		s = s[:160]
+	}
+	return s
+}
