@@ -1,20 +1,78 @@
 #!/usr/bin/env bash
-# make bench: requests/s, p50 and p99 of MCP tools/call (1 KiB JSON bodies, keep-alive, 16
-# connections, fixed duration) from mcpi-client to a stateless Go SDK server in mcpi-server,
-# directly and through each steering mechanism, disposition and level, in one run so the ratios
-# compare like with like. Plaintext rows compare with direct plaintext, TLS rows with direct TLS.
+# make bench, fast-origin set: what the appliance itself costs, measured from outside in the
+# three-namespace lab (scripts/lab.sh). loadgen in mcpi-client sends MCP tools/call POSTs (1 KiB
+# JSON bodies, MCP 2026-07-28 request headers: MCP-Protocol-Version, Mcp-Method, Mcp-Name) over 16
+# keep-alive connections to e2e/peers/fastorigin in mcpi-server, which answers a fixed 1 KiB
+# JSON-RPC result in microseconds, so the server does not saturate the cores first and hide the
+# path in front of it. Every row runs in the same invocation, three rounds interleaved (each round
+# runs every row once), and the table shows the median of the three per column:
+#
+#   direct, direct TLS                     no appliance in the path (the appliance namespace routes)
+#   HAProxy TCP                            Debian's haproxy, mode tcp, transparent bind, server
+#                                          0.0.0.0:0 (the original destination)
+#   Go relay splice / buffer               e2e/peers/gorelay: accept, dial the original destination
+#                                          with the bypass mark, io.Copy both ways — Go's floor
+#   mcpintercept opaque / passthrough      level 0 routes (plaintext / TLS passthrough)
+#   Level 1 plaintext, terminate + Level 1 level 1 routes, one deny rule, flow log on (/dev/null)
+#   Level 2 plaintext / terminate          only when `mcpintercept check` accepts `level: 2`
+#   open loop at RATE req/s                p50/p99 measured from each request's due time; the
+#                                          "added p99" is the row's p99 minus direct's
+#
+# HAProxy and the Go relay sit behind the TPROXY rules mcpintercept's nftables-tproxy mechanism
+# installs (bench_steer below: the same prerouting chain — local destinations and the bypass mark
+# return, the lab prefix jumps to a per-port "mark + tproxy to 127.0.0.1:15002" chain — and the
+# same "fwmark lookup TABLE" + "local default dev lo" policy routing), in a table of their own
+# (inet mcpibench, mark 0x4d42, table/priority 4916) that is removed after each row. They get no
+# output chain: their upstream dials leave through output and prerouting never sees them, so
+# HAProxy (whose 2.6 server lines cannot set SO_MARK) is not re-intercepted; the relay sets the
+# bypass mark anyway, as mcpintercept does. mcpintercept runs with its own nftables-tproxy steering.
+#
+# Ratios: plaintext rows against direct, TLS rows against direct TLS; "x relay" is a row's ratio
+# divided by the Go relay (splice) ratio of its family (plaintext relay for opaque and Level 1
+# plaintext, the relay over the TLS port for passthrough and terminate). cpu % is the proxy
+# process's utime+stime (/proc/PID/stat) over the loadgen run, warm-up included; 100 = one core.
+#
+# Environment: DURATION (8s) WARMUP (2s) ROUNDS (3) CONNS (16) RATE (1000) RATE_DURATION (5s)
+# FLOWS (/dev/null: the appliance's flow log; "off" disables it) BENCH_SDK=1 (then also run the Go
+# SDK server set, scripts/bench-sdk.sh) MCPINTERCEPT_BIN=path (use that binary instead of building
+# ./cmd/mcpintercept, e.g. one built from a clean checkout) MCPINTERCEPT_BASELINE=path (also run
+# the appliance rows with that binary in the same rounds, marked [baseline]: before and after side
+# by side under the same conditions) BENCH_OUT=file (also write the tables there, and every run's
+# JSON to file.jsonl) BENCH_LABEL=text (printed in the header). Needs root; installs haproxy with apt when it is missing (bench only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root" >&2; exit 1; }
-DURATION=${DURATION:-10s}
-CONNS=${CONNS:-16}
-WORK=$(mktemp -d /tmp/mcpi-bench.XXXXXX)
-APP_PID=
+# The lab is shared with the e2e suite: one user of it at a time.
+if [ -z "${MCPI_LAB_LOCK_HELD:-}" ]; then
+	export MCPI_LAB_LOCK_HELD=1
+	exec flock /tmp/mcpi-lab.lock "$0" "$@"
+fi
+export PATH=/usr/local/go/bin:$PATH
 
+DURATION=${DURATION:-8s}
+WARMUP=${WARMUP:-2s}
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-16}
+RATE=${RATE:-1000}
+RATE_DURATION=${RATE_DURATION:-5s}
+FLOWS=${FLOWS:-/dev/null}
+MCPI=${MCPINTERCEPT_BIN:-$ROOT/bin/mcpintercept}
+WORK=$(mktemp -d /tmp/mcpi-bench.XXXXXX)
+PROXY_PID=
+STEERED=
+
+stop_proxy() {
+	if [ -n "$PROXY_PID" ]; then
+		kill -TERM "$PROXY_PID" 2>/dev/null || true
+		wait "$PROXY_PID" 2>/dev/null || true
+		PROXY_PID=
+	fi
+}
 finish() {
-	[ -n "$APP_PID" ] && kill -TERM "$APP_PID" 2>/dev/null && wait "$APP_PID" 2>/dev/null || true
-	ip netns exec mcpi-appliance "$ROOT/bin/mcpintercept" cleanup >/dev/null 2>&1 || true
+	stop_proxy
+	[ -n "$STEERED" ] && bench_unsteer
+	ip netns exec mcpi-appliance "$MCPI" cleanup >/dev/null 2>&1 || true
 	for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	scripts/lab.sh down >/dev/null 2>&1 || true
@@ -22,136 +80,306 @@ finish() {
 }
 trap finish EXIT
 
-go build -o bin/mcpintercept ./cmd/mcpintercept
-go build -o bin/ ./e2e/peers/mcpserver ./e2e/peers/loadgen ./e2e/peers/tlsprobe
+if ! command -v haproxy >/dev/null 2>&1; then
+	echo "bench: installing haproxy (apt; the reference row only)" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq --no-install-recommends haproxy >/dev/null 2>&1 ||
+		{ apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends haproxy >/dev/null; }
+fi
+[ -n "${MCPINTERCEPT_BIN:-}" ] || go build -o bin/mcpintercept ./cmd/mcpintercept
+go build -o bin/ ./e2e/peers/fastorigin ./e2e/peers/gorelay ./e2e/peers/loadgen
 scripts/lab.sh up >/dev/null
 PKI=$ROOT/.lab/pki
+CLK_TCK=$(getconf CLK_TCK)
 
-ip netns exec mcpi-server bin/mcpserver -stateless -listen '10.200.2.2:8080' >"$WORK/server.out" 2>/dev/null &
-ip netns exec mcpi-server bin/mcpserver -stateless -listen '10.200.2.2:8443,10.200.2.2:9443,[fd00:200:2::2]:8443' \
-	-tls-cert "$PKI/server.pem" -tls-key "$PKI/server-key.pem" >"$WORK/tlsserver.out" 2>/dev/null &
-for i in $(seq 1 100); do grep -qs READY "$WORK/server.out" && grep -qs READY "$WORK/tlsserver.out" && break; sleep 0.1; done
+# The origin: plaintext on 8080 (direct, relays, opaque), 8081 (Level 1), 8082 (Level 2); TLS with
+# the lab server certificate on 8443 (direct TLS, relays, terminate + Level 1), 8444 (terminate +
+# Level 2), 9443 (passthrough).
+ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8080,10.200.2.2:8081,10.200.2.2:8082 >"$WORK/origin.out" 2>&1 &
+ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8443,10.200.2.2:8444,10.200.2.2:9443 \
+	-tls-cert "$PKI/server.pem" -tls-key "$PKI/server-key.pem" >"$WORK/tlsorigin.out" 2>&1 &
+for i in $(seq 1 100); do
+	[ "$(grep -cs READY "$WORK/origin.out")" = 3 ] && [ "$(grep -cs READY "$WORK/tlsorigin.out")" = 3 ] && break
+	sleep 0.1
+done
 
-base='mechanism: nftables-tproxy
-listen: {port: 15001}
-intercept:
-  destinations: [10.200.2.0/24, "fd00:200:2::/64"]
-  ports: [8080, 8443, 9443]
-admin: {listen: "off"}
-log: {flows: "off"}'
-printf '%s\n' "$base" >"$WORK/core.yaml"
-cat >"$WORK/routes.yaml" <<YAML
-$base
-ca: {dir: $WORK/ca}
-upstream_tls: {extra_cas: [$PKI/server-ca.pem]}
-routes:
-  - {name: l1-plain, match: {ports: [8080]}, tls: plaintext, level: 1, development: true, rule_set: bench}
-  - {name: terminate, match: {ports: [8443]}, tls: terminate, level: 1, rule_set: bench}
-  - {name: passthrough, match: {ports: [9443]}, tls: passthrough}
+# --- steering for the reference proxies (see the header) ---
+BENCH_MARK=0x4d42
+BENCH_TABLE=4916
+BENCH_PORT=15002
+bench_steer() {
+	cat >"$WORK/steer.nft" <<NFT
+table inet mcpibench {
+	chain prerouting {
+		type filter hook prerouting priority mangle; policy accept;
+		meta l4proto tcp fib daddr type local return
+		meta mark & 0x4d500000 == 0x4d500000 return
+		meta l4proto tcp ip daddr 10.200.2.0/24 jump tproxy4
+	}
+	chain tproxy4 {
+		tcp dport 8080 meta mark set $BENCH_MARK tproxy ip to 127.0.0.1:$BENCH_PORT accept
+		tcp dport 8443 meta mark set $BENCH_MARK tproxy ip to 127.0.0.1:$BENCH_PORT accept
+	}
+}
+NFT
+	ip netns exec mcpi-appliance nft -f "$WORK/steer.nft"
+	ip netns exec mcpi-appliance ip rule add fwmark $BENCH_MARK lookup $BENCH_TABLE priority $BENCH_TABLE
+	ip netns exec mcpi-appliance ip route replace local 0.0.0.0/0 dev lo table $BENCH_TABLE
+	STEERED=1
+}
+bench_unsteer() {
+	ip netns exec mcpi-appliance nft delete table inet mcpibench 2>/dev/null || true
+	ip netns exec mcpi-appliance ip rule del fwmark $BENCH_MARK lookup $BENCH_TABLE priority $BENCH_TABLE 2>/dev/null || true
+	ip netns exec mcpi-appliance ip route flush table $BENCH_TABLE 2>/dev/null || true
+	STEERED=
+}
+
+cat >"$WORK/haproxy.cfg" <<CFG
+global
+	maxconn 4096
+defaults
+	mode tcp
+	timeout connect 5s
+	timeout client 60s
+	timeout server 60s
+frontend tproxied
+	bind 127.0.0.1:$BENCH_PORT transparent
+	default_backend original_destination
+backend original_destination
+	# 0.0.0.0 and no port: connect to the address and port the client connected to.
+	server origdst 0.0.0.0
+CFG
+haproxy -c -q -f "$WORK/haproxy.cfg"
+
+# --- mcpintercept configurations: one per binary under test (ID "" or "_base") ---
+RULES=$(cat <<'YAML'
 rule_sets:
   bench:
     - name: deny-denied-tools
       when: 'mcp.method == "tools/call" && mcp.name.startsWith("denied_")'
       action: deny
 YAML
+)
+# mcpi_config BINARY ID: writes $WORK/routesID.yaml (Level 2 routes too when BINARY's check accepts
+# them; otherwise $WORK/l2noteID says why) and sets L2ID=0|1.
+mcpi_config() {
+	local bin=$1 id=$2 base
+	base="mechanism: nftables-tproxy
+listen: {port: 15001}
+intercept:
+  destinations: [10.200.2.0/24]
+  ports: [8080, 8081, 8082, 8443, 8444, 9443]
+admin: {listen: \"off\"}
+log: {flows: \"$FLOWS\"}
+ca: {dir: $WORK/ca$id}
+upstream_tls: {extra_cas: [$PKI/server-ca.pem]}
+routes:
+  - {name: opaque, match: {ports: [8080]}, tls: plaintext}
+  - {name: l1-plain, match: {ports: [8081]}, tls: plaintext, level: 1, development: true, rule_set: bench}
+  - {name: terminate, match: {ports: [8443]}, tls: terminate, level: 1, rule_set: bench}
+  - {name: passthrough, match: {ports: [9443]}, tls: passthrough}"
+	local l2='  - {name: l2-plain, match: {ports: [8082]}, tls: plaintext, level: 2, development: true, rule_set: bench}
+  - {name: terminate-l2, match: {ports: [8444]}, tls: terminate, level: 2, rule_set: bench}'
+	printf '%s\n' "$base" "$l2" "$RULES" >"$WORK/routes$id.yaml"
+	if "$bin" check --config "$WORK/routes$id.yaml" >"$WORK/l2check$id.out" 2>&1; then
+		printf -v "L2$id" 1
+		return
+	fi
+	printf -v "L2$id" 0
+	local note
+	note=$( (grep -m1 -i "level" "$WORK/l2check$id.out" || head -n1 "$WORK/l2check$id.out") | sed "s/^.*routes\[[0-9]*\]\.level: //")
+	echo "bench: $bin: Level 2 rows skipped: $note" >&2
+	printf '%s\n' "$note" >"$WORK/l2note$id"
+	printf '%s\n' "$base" "$RULES" >"$WORK/routes$id.yaml"
+	"$bin" check --config "$WORK/routes$id.yaml" >/dev/null
+}
+mcpi_config "$MCPI" ""
+L2_base=0
+[ -n "${MCPINTERCEPT_BASELINE:-}" ] && mcpi_config "$MCPINTERCEPT_BASELINE" _base
 
-load() { # label url [extra loadgen args]
-	local label=$1 url=$2
-	shift 2
-	echo "bench: $label ($DURATION, $CONNS connections)..." >&2
-	ip netns exec mcpi-client bin/loadgen -url "$url" -conns "$CONNS" -duration "$DURATION" \
-		-warmup 2s -body-size 1024 -label "$label" "$@" >>"$RESULTS"
+# --- one row ---
+RESULTS=$WORK/results.jsonl
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# row ROUND GROUP LABEL URL [loadgen args]: one loadgen run, its JSON line plus the proxy's CPU.
+row() {
+	local round=$1 group=$2 label=$3 url=$4
+	shift 4
+	local dur=$DURATION extra=()
+	case "$group" in rate*) dur=$RATE_DURATION extra=(-rate "$RATE" -warmup 1s) ;; *) extra=(-warmup "$WARMUP") ;; esac
+	case "$url" in https:*) extra+=(-ca "$CA") ;; esac
+	echo "bench: round $round: $label ($dur)" >&2
+	local t0 c0 t1 c1 out
+	t0=$(date +%s%N)
+	c0=0
+	[ -n "$PROXY_PID" ] && c0=$(cpu_ticks "$PROXY_PID")
+	out=$(ip netns exec mcpi-client bin/loadgen -url "$url" -conns "$CONNS" -duration "$dur" -body-size 1024 \
+		-label "$label" "${extra[@]}" "$@" 2>"$WORK/loadgen.err") || {
+		echo "bench: $label: loadgen failed: $(head -c 400 "$WORK/loadgen.err")" >&2
+	}
+	t1=$(date +%s%N)
+	c1=0
+	[ -n "$PROXY_PID" ] && c1=$(cpu_ticks "$PROXY_PID")
+	[ -n "$out" ] || out="{\"label\":\"$label\",\"requests\":0,\"errors\":-1,\"rps\":0,\"p50_us\":0,\"p99_us\":0}"
+	local cpu=null
+	[ -n "$PROXY_PID" ] && cpu=$(awk -v d="$((c1 - c0))" -v hz="$CLK_TCK" -v ns="$((t1 - t0))" 'BEGIN {printf "%.1f", d / hz / (ns / 1e9) * 100}')
+	printf '{"round": %s, "group": "%s", "cpu": %s, "r": %s}\n' "$round" "$group" "$cpu" "$out" >>"$RESULTS"
 }
 
-appliance() { # config mechanism
-	ip netns exec mcpi-appliance bin/mcpintercept run --config "$1" --mechanism "$2" >/dev/null 2>"$WORK/app.log" &
-	APP_PID=$!
-	for i in $(seq 1 100); do grep -q msg=ready "$WORK/app.log" && return 0; sleep 0.1; done
-	cat "$WORK/app.log" >&2
+start_proxy() { # log-file ready-pattern command...
+	local log=$1 pat=$2
+	shift 2
+	"$@" >"$log" 2>&1 &
+	PROXY_PID=$!
+	for i in $(seq 1 100); do
+		grep -qs -- "$pat" "$log" && return 0
+		kill -0 "$PROXY_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	cat "$log" >&2
 	return 1
 }
-stop_appliance() { kill -TERM "$APP_PID"; wait "$APP_PID" || true; APP_PID=; }
-
-PLAIN=http://10.200.2.2:8080/mcp
-run_pass() { # results-file
-	RESULTS=$1
-	load direct "$PLAIN"
-	for m in nftables-tproxy iptables-redirect; do
-		appliance "$WORK/core.yaml" "$m"
-		load "$m" "$PLAIN"
-		stop_appliance
+# HAProxy prints nothing when it is up: wait for its listener instead.
+start_haproxy() {
+	ip netns exec mcpi-appliance haproxy -db -f "$WORK/haproxy.cfg" >"$WORK/haproxy.log" 2>&1 &
+	PROXY_PID=$!
+	for i in $(seq 1 100); do
+		ip netns exec mcpi-appliance ss -Hltn "sport = :$BENCH_PORT" | grep -q . && return 0
+		sleep 0.1
 	done
-	appliance "$WORK/routes.yaml" nftables-tproxy
-	load "level1 (tproxy)" "$PLAIN"
-	stop_appliance
-
-	# eBPF: the appliance runs on the client's host (exec), the load generator is its child.
-	echo "bench: ebpf ($DURATION, $CONNS connections)..." >&2
-	ip netns exec mcpi-client bin/mcpintercept exec --config "$WORK/core.yaml" -- bin/loadgen -url "$PLAIN" \
-		-conns "$CONNS" -duration "$DURATION" -warmup 2s -body-size 1024 -label "ebpf (exec)" 2>/dev/null >>"$RESULTS"
-
-	echo "tls" >>"$RESULTS"
-	load "direct TLS" https://10.200.2.2:8443/mcp -ca "$PKI/server-ca.pem"
-	appliance "$WORK/routes.yaml" nftables-tproxy
-	ip netns exec mcpi-appliance bin/mcpintercept ca export --dir "$WORK/ca" >"$WORK/appliance-ca.pem"
-	load "passthrough" https://10.200.2.2:9443/mcp -ca "$PKI/server-ca.pem"
-	load "terminate+L1" https://10.200.2.2:8443/mcp -ca "$WORK/appliance-ca.pem"
-	stop_appliance
+	cat "$WORK/haproxy.log" >&2
+	return 1
 }
 
-# Throughput at 16 connections (the server saturates the 2 cores: p50 there is mostly queueing),
-# then latency with one connection (nothing queues: the added p50 is the appliance's own cost).
-PASSES=${PASSES:-throughput latency handshake}
-touch "$WORK/results.jsonl" "$WORK/latency.jsonl"
-case " $PASSES " in *" throughput "*) run_pass "$WORK/results.jsonl" ;; esac
-case " $PASSES " in *" latency "*) CONNS=1 DURATION=${LATENCY_DURATION:-5s} run_pass "$WORK/latency.jsonl" ;; esac
+# mcpi_rows ROUND BINARY ID SUFFIX: the appliance's rows, with BINARY and $WORK/routesID.yaml.
+mcpi_rows() {
+	local round=$1 bin=$2 id=$3 sfx=$4 l2var="L2$3"
+	local l2=${!l2var}
+	start_proxy "$WORK/app$id.log" msg=ready ip netns exec mcpi-appliance "$bin" run --config "$WORK/routes$id.yaml" --mechanism nftables-tproxy
+	[ -s "$WORK/appliance-ca$id.pem" ] || ip netns exec mcpi-appliance "$bin" ca export --dir "$WORK/ca$id" >"$WORK/appliance-ca$id.pem"
+	CA=$PKI/server-ca.pem
+	row "$round" plain "mcpintercept opaque$sfx" "$PLAIN:8080/mcp"
+	row "$round" plain "Level 1 plaintext$sfx" "$PLAIN:8081/mcp"
+	[ "$l2" = 1 ] && row "$round" plain "Level 2 plaintext$sfx" "$PLAIN:8082/mcp"
+	row "$round" tls "passthrough$sfx" "$TLSURL:9443/mcp"
+	CA=$WORK/appliance-ca$id.pem
+	row "$round" tls "terminate + Level 1$sfx" "$TLSURL:8443/mcp"
+	[ "$l2" = 1 ] && row "$round" tls "terminate + Level 2$sfx" "$TLSURL:8444/mcp"
+	row "$round" rate-plain "Level 1 plaintext$sfx" "$PLAIN:8081/mcp"
+	[ "$l2" = 1 ] && row "$round" rate-plain "Level 2 plaintext$sfx" "$PLAIN:8082/mcp"
+	row "$round" rate-tls "terminate + Level 1$sfx" "$TLSURL:8443/mcp"
+	[ "$l2" = 1 ] && row "$round" rate-tls "terminate + Level 2$sfx" "$TLSURL:8444/mcp"
+	stop_proxy
+}
 
-# TLS handshakes (TCP connect + handshake, microseconds): direct, then through terminate for a
-# name the appliance has not minted a leaf for yet (first) and again (cached leaf).
-hs() { ip netns exec mcpi-client bin/tlsprobe -addr 10.200.2.2:8443 -sni "$1" -ca "$2" -path /mcp | python3 -c 'import json,sys; print(json.load(sys.stdin)["handshake_us"])'; }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-if [[ " $PASSES " == *" handshake "* ]]; then
-	echo "bench: TLS handshakes..." >&2
-	hs_direct=$(for i in 1 2 3 4 5 6 7; do hs mcp.lab.test "$PKI/server-ca.pem"; done | median)
-	# Each round restarts the appliance (an empty leaf cache) and warms it up with one handshake to
-	# the IPv6 name, so that the first-time costs of the process itself are not counted; then the
-	# first handshakes to a name and to an IPv4 address it has not minted yet.
-	: >"$WORK/first_name"; : >"$WORK/first_ip"; : >"$WORK/cached"
-	for round in 1 2 3 4 5; do
-		appliance "$WORK/routes.yaml" nftables-tproxy
-		[ -s "$WORK/appliance-ca.pem" ] || ip netns exec mcpi-appliance bin/mcpintercept ca export --dir "$WORK/ca" >"$WORK/appliance-ca.pem"
-		ip netns exec mcpi-client bin/tlsprobe -addr '[fd00:200:2::2]:8443' -ca "$WORK/appliance-ca.pem" -path /mcp >/dev/null
-		hs mcp.lab.test "$WORK/appliance-ca.pem" >>"$WORK/first_name"
-		hs 10.200.2.2 "$WORK/appliance-ca.pem" >>"$WORK/first_ip"
-		hs mcp.lab.test "$WORK/appliance-ca.pem" >>"$WORK/cached"
-		stop_appliance
+PLAIN=http://10.200.2.2
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+TLSURL=https://10.200.2.2
+for round in $(seq 1 "$ROUNDS"); do
+	CA=$PKI/server-ca.pem
+	row "$round" plain "direct" "$PLAIN:8080/mcp"
+	row "$round" tls "direct TLS" "$TLSURL:8443/mcp"
+	row "$round" rate-plain "direct" "$PLAIN:8080/mcp"
+	row "$round" rate-tls "direct TLS" "$TLSURL:8443/mcp"
+
+	bench_steer
+	start_haproxy
+	row "$round" plain "HAProxy TCP" "$PLAIN:8080/mcp"
+	stop_proxy
+	for mode in splice buffer; do
+		start_proxy "$WORK/relay.log" READY ip netns exec mcpi-appliance bin/gorelay -mode "$mode" -listen "127.0.0.1:$BENCH_PORT"
+		row "$round" plain "Go relay $mode" "$PLAIN:8080/mcp"
+		[ "$mode" = splice ] && row "$round" tls "Go relay splice (TLS)" "$TLSURL:8443/mcp"
+		stop_proxy
 	done
-	hs_first_name=$(median <"$WORK/first_name")
-	hs_first_ip=$(median <"$WORK/first_ip")
-	hs_cached=$(median <"$WORK/cached")
-	printf '{"direct": %s, "first_name": %s, "first_ip": %s, "cached": %s}\n' "$hs_direct" "$hs_first_name" "$hs_first_ip" "$hs_cached" >"$WORK/handshake.json"
+	bench_unsteer
+
+	mcpi_rows "$round" "$MCPI" "" ""
+	if [ -n "${MCPINTERCEPT_BASELINE:-}" ]; then mcpi_rows "$round" "$MCPINTERCEPT_BASELINE" _base " [baseline]"; fi
+done
+
+{
+	echo "mcpintercept: $MCPI${BENCH_LABEL:+ ($BENCH_LABEL)}"
+	[ -n "${MCPINTERCEPT_BASELINE:-}" ] && echo "baseline: $MCPINTERCEPT_BASELINE (rows marked [baseline], same rounds)"
+	echo "haproxy: $(haproxy -v 2>/dev/null | head -n1)"
+	echo "host: $(nproc) CPUs, $(uname -r); rounds $ROUNDS, $DURATION + $WARMUP warm-up per row, $CONNS connections; flow log: $FLOWS"
+	echo "load average (1/5/15 min) before: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg) (the lab itself adds ~4-6)"
+	python3 - "$RESULTS" "$WORK/l2note" "$ROUNDS" "$RATE" <<'PY'
+import json, os, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+l2note = open(sys.argv[2]).read().strip() if os.path.exists(sys.argv[2]) else ""
+rate = sys.argv[4]
+order, by = [], {}
+for x in rows:
+    k = (x["group"], x["r"]["label"])
+    if k not in by:
+        order.append(k)
+        by[k] = []
+    by[k].append(x)
+# A baseline row right after its counterpart.
+first = {}
+for i, k in enumerate(order):
+    first.setdefault((k[0], k[1].removesuffix(" [baseline]")), i)
+order.sort(key=lambda k: (first[(k[0], k[1].removesuffix(" [baseline]"))], k[1].endswith(" [baseline]")))
+
+def med(k, f):
+    v = [f(x) for x in by.get(k, []) if x["r"].get("requests", 0) > 0]
+    return statistics.median(v) if v else 0.0
+
+def agg(k):
+    xs = by[k]
+    cpu = [x["cpu"] for x in xs if x["cpu"] is not None]
+    return {"rps": med(k, lambda x: x["r"]["rps"]), "p50": med(k, lambda x: x["r"]["p50_us"]),
+            "p99": med(k, lambda x: x["r"]["p99_us"]), "errors": sum(max(x["r"]["errors"], 0) for x in xs),
+            "failed": sum(1 for x in xs if x["r"]["errors"] < 0 or x["r"].get("requests", 0) == 0),
+            "cpu": statistics.median(cpu) if cpu else None, "n": len(xs),
+            "late": sum(x["r"].get("late", 0) for x in xs)}
+
+print(f"\n== fast origin, closed loop: median of {sys.argv[3]} rounds")
+print(f"{'path':<32}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'x direct':>10}{'x relay':>9}{'cpu %':>8}")
+relay = {"plain": ("plain", "Go relay splice"), "tls": ("tls", "Go relay splice (TLS)")}
+vs_relay = {"mcpintercept opaque", "passthrough", "Level 1 plaintext", "terminate + Level 1",
+            "Level 2 plaintext", "terminate + Level 2"}
+for fam, base_label in (("plain", "direct"), ("tls", "direct TLS")):
+    base = agg((fam, base_label)) if (fam, base_label) in by else None
+    rk = relay[fam]
+    rratio = agg(rk)["rps"] / base["rps"] if base and base["rps"] and rk in by else None
+    for k in order:
+        if k[0] != fam:
+            continue
+        a = agg(k)
+        ratio = a["rps"] / base["rps"] if base and base["rps"] else 0
+        xr = f"{ratio / rratio:>9.2f}" if k[1].removesuffix(" [baseline]") in vs_relay and rratio else f"{'':>9}"
+        cpu = f"{a['cpu']:>8.0f}" if a["cpu"] is not None else f"{'-':>8}"
+        err = f"{a['errors']}" + (f" ({a['failed']} runs failed)" if a["failed"] else "")
+        print(f"{k[1]:<32}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{err:>8}{ratio:>10.2f}{xr}{cpu}")
+    if fam == "plain" and l2note:
+        print(f"{'Level 2 plaintext':<32}skipped: {l2note}")
+    if fam == "tls" and l2note:
+        print(f"{'terminate + Level 2':<32}skipped: {l2note}")
+    print()
+print(f"== open loop at {rate} req/s ({sys.argv[3]} rounds, medians): latency from each request's due time")
+print(f"{'path':<32}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'late':>7}{'added p50':>11}{'added p99':>11}{'cpu %':>8}")
+for fam, base_label in (("rate-plain", "direct"), ("rate-tls", "direct TLS")):
+    base = agg((fam, base_label)) if (fam, base_label) in by else None
+    for k in order:
+        if k[0] != fam:
+            continue
+        a = agg(k)
+        cpu = f"{a['cpu']:>8.0f}" if a["cpu"] is not None else f"{'-':>8}"
+        ap50 = f"{a['p50'] - base['p50']:>11.0f}" if base and k[1] != base_label else f"{'':>11}"
+        ap99 = f"{a['p99'] - base['p99']:>11.0f}" if base and k[1] != base_label else f"{'':>11}"
+        print(f"{k[1]:<32}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{a['late']:>7}{ap50}{ap99}{cpu}")
+if l2note:
+    print(f"{'Level 2':<32}skipped: {l2note}")
+PY
+} | tee "$WORK/table.txt"
+if [ -n "${BENCH_OUT:-}" ]; then
+	cp "$WORK/table.txt" "$BENCH_OUT"
+	cp "$RESULTS" "$BENCH_OUT.jsonl" # every run of every row, for a second look
 fi
 
-case " $PASSES " in *" handshake "*) ;; *) echo '{"direct": 0, "first_name": 0, "first_ip": 0, "cached": 0}' >"$WORK/handshake.json" ;; esac
-python3 - "$WORK/results.jsonl" "$WORK/latency.jsonl" "$WORK/handshake.json" <<'PY'
-import json, sys
-for path, title in ((sys.argv[1], "throughput: 16 connections"), (sys.argv[2], "latency: 1 connection")):
-  base = None
-  print(f"\n== {title}")
-  print(f"{'path':<22}{'req/s':>10}{'p50 us':>10}{'p99 us':>10}{'errors':>8}{'x direct':>10}{'+p50 us':>10}")
-  for line in open(path):
-    if line.strip() == "tls":
-        base = None
-        print()
-        continue
-    r = json.loads(line)
-    if base is None:
-        base = r
-    print(f"{r['label']:<22}{r['rps']:>10.0f}{r['p50_us']:>10.0f}{r['p99_us']:>10.0f}{r['errors']:>8}"
-          f"{r['rps']/base['rps']:>10.2f}{r['p50_us']-base['p50_us']:>10.0f}")
-h = json.load(open(sys.argv[3]))
-print("\n== TLS handshake (TCP connect + handshake), microseconds, medians")
-print(f"direct {h['direct']}; through terminate: first handshake to a new name {h['first_name']} "
-      f"(+{h['first_name']-h['direct']}), to a new IP {h['first_ip']} (+{h['first_ip']-h['direct']}), "
-      f"cached leaf {h['cached']} (+{h['cached']-h['direct']})")
-PY
+if [ "${BENCH_SDK:-0}" = 1 ]; then
+	stop_proxy
+	scripts/lab.sh down >/dev/null
+	MCPINTERCEPT_BIN=$MCPI scripts/bench-sdk.sh
+fi

@@ -4,9 +4,12 @@
 // Each of -conns workers holds one keep-alive HTTP/1.1 connection (a raw
 // client: one write per request, Content-Length and chunked responses parsed)
 // and sends MCP tools/call POSTs for the echo tool with a JSON body of about
-// -body-size bytes, as the 2025-06-18 protocol frames them. The target is the
-// e2e mcpserver with -stateless, which answers a tools/call without an
-// initialize. Every response must be HTTP 200 carrying a JSON-RPC result;
+// -body-size bytes, with the request headers of the MCP version given by
+// -mcp-version (2026-07-28 by default: MCP-Protocol-Version, Mcp-Method and
+// Mcp-Name). The target is the e2e mcpserver with -stateless, which answers a
+// tools/call without an initialize, or the fastorigin peer, which answers
+// every request with a fixed result. Every response must be HTTP 200 carrying
+// a JSON-RPC result;
 // anything else counts as an error, and any error makes the exit code 1
 // after the report.
 //
@@ -17,7 +20,18 @@
 //
 // "errors" counts failures over the whole run, warm-up included.
 //
+// By default each worker sends its next request as soon as the previous
+// response is read (closed loop: the report's rps is the throughput). With
+// -rate R the run is open loop instead: request i is due at start + i/R, the
+// workers take the due requests in order (a worker sleeps until the next one is
+// due), and a request's latency is measured from when it was due, not from
+// when it was sent, whenever it is sent late (all workers busy), so a slow
+// path cannot hide its queueing (no coordinated omission); a request sent on
+// time is measured from its send, so the timer's wake-up delay is not counted.
+// "late" in the report counts requests sent more than 1 ms after they were due.
+//
 //	loadgen -url http://10.200.2.2:8080/mcp [-conns 16] [-duration 10s] [-body-size 1024] [-warmup 1s] [-label NAME]
+//	        [-rate 1000] [-mcp-version 2026-07-28]
 package main
 
 import (
@@ -37,6 +51,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,6 +64,8 @@ type options struct {
 	label    string
 	ca       string
 	timeout  time.Duration
+	rate     float64
+	version  string
 }
 
 func main() {
@@ -61,6 +78,8 @@ func main() {
 	flag.StringVar(&o.label, "label", "", "label copied into the report")
 	flag.StringVar(&o.ca, "ca", "", "PEM file with extra root CAs for https:// targets")
 	flag.DurationVar(&o.timeout, "request-timeout", 10*time.Second, "deadline for one request and its response")
+	flag.Float64Var(&o.rate, "rate", 0, "open loop: requests per second in total (0: closed loop, as fast as answered)")
+	flag.StringVar(&o.version, "mcp-version", "2026-07-28", "MCP-Protocol-Version request header")
 	flag.Parse()
 
 	code, err := run(o)
@@ -80,6 +99,8 @@ type report struct {
 	MeanUs   float64 `json:"mean_us"`
 	Conns    int     `json:"conns"`
 	BodySize int     `json:"body_size"`
+	Rate     float64 `json:"rate,omitempty"`
+	Late     int     `json:"late,omitempty"`
 }
 
 func run(o options) (int, error) {
@@ -94,20 +115,29 @@ func run(o options) (int, error) {
 
 	workers := make([]*worker, o.conns)
 	var wg sync.WaitGroup
+	var sched *schedule
+	if o.rate > 0 {
+		sched = &schedule{start: start, interval: time.Duration(float64(time.Second) / o.rate)}
+	}
 	for i := range workers {
 		w := &worker{t: t, lat: make([]time.Duration, 0, 1<<14)}
 		workers[i] = w
-		wg.Go(func() { w.loop(measureFrom, end) })
+		if sched != nil {
+			wg.Go(func() { w.openLoop(sched, measureFrom, end) })
+		} else {
+			wg.Go(func() { w.loop(measureFrom, end) })
+		}
 	}
 	wg.Wait()
 	elapsed := time.Since(measureFrom)
 
 	var all []time.Duration
-	errs := 0
+	errs, late := 0, 0
 	var firstErrs []string
 	for _, w := range workers {
 		all = append(all, w.lat...)
 		errs += w.errs
+		late += w.late
 		for _, e := range w.errSamples {
 			if len(firstErrs) < 5 {
 				firstErrs = append(firstErrs, e)
@@ -116,7 +146,7 @@ func run(o options) (int, error) {
 	}
 	slices.Sort(all)
 
-	rep := report{Label: o.label, Requests: len(all), Errors: errs, Conns: o.conns, BodySize: len(t.body)}
+	rep := report{Label: o.label, Requests: len(all), Errors: errs, Conns: o.conns, BodySize: len(t.body), Rate: o.rate, Late: late}
 	if elapsed > 0 {
 		rep.RPS = round2(float64(len(all)) / elapsed.Seconds())
 	}
@@ -214,7 +244,7 @@ func newTarget(o options) (*target, error) {
 	fmt.Fprintf(&b, "Host: %s\r\n", u.Host)
 	b.WriteString("Content-Type: application/json\r\n")
 	b.WriteString("Accept: application/json, text/event-stream\r\n")
-	b.WriteString("MCP-Protocol-Version: 2025-06-18\r\n")
+	fmt.Fprintf(&b, "MCP-Protocol-Version: %s\r\n", o.version)
 	b.WriteString("Mcp-Method: tools/call\r\n")
 	b.WriteString("Mcp-Name: echo\r\n")
 	fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n", len(t.body))
@@ -239,7 +269,50 @@ type worker struct {
 	body       []byte
 	lat        []time.Duration
 	errs       int
+	late       int
 	errSamples []string
+}
+
+// schedule hands out the due times of an open-loop run in order.
+type schedule struct {
+	start    time.Time
+	interval time.Duration
+	next     atomic.Int64
+}
+
+func (s *schedule) take() time.Time {
+	return s.start.Add(time.Duration(s.next.Add(1)-1) * s.interval)
+}
+
+// openLoop sends the requests the schedule makes due.
+func (w *worker) openLoop(s *schedule, measureFrom, end time.Time) {
+	defer w.closeConn()
+	for {
+		due := s.take()
+		if !due.Before(end) {
+			return
+		}
+		// On schedule, latency counts from the send (the sleep's own overshoot is the
+		// load generator's, not the path's); behind schedule, from the due time.
+		from := due
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+			from = time.Now()
+		} else if d < -time.Millisecond && !due.Before(measureFrom) {
+			w.late++
+		}
+		if err := w.roundTrip(time.Now()); err != nil {
+			w.errs++
+			if len(w.errSamples) < 5 {
+				w.errSamples = append(w.errSamples, err.Error())
+			}
+			w.closeConn()
+			continue
+		}
+		if !due.Before(measureFrom) {
+			w.lat = append(w.lat, time.Since(from))
+		}
+	}
 }
 
 func (w *worker) loop(measureFrom, end time.Time) {
