@@ -45,7 +45,7 @@ demo: deps build
 # the added p99 at a fixed 1000 req/s. BENCH_SDK=1 adds the Go SDK server set (each mechanism, the
 # latency pass, TLS handshakes; scripts/bench-sdk.sh). The lab part holds /tmp/mcpi-lab.lock.
 bench: deps build
-	$(GO) test -run '^$$' -bench . -benchmem ./engine/ ./level1/ ./policy/ ./pki/ ./tlsmitm/ ./telemetry/
+	$(GO) test -run '^$$' -bench . -benchmem ./engine/ ./exchange/ ./level1/ ./policy/ ./pki/ ./tlsmitm/ ./telemetry/
 	$(GO) test -run '^$$' -bench ConnectRedirect -benchtime 2000x ./intercept/
 	scripts/bench.sh
 
@@ -53,7 +53,8 @@ bench: deps build
 FUZZTIME ?= 30s
 fuzz:
 	@set -e; for t in config:FuzzParse tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
-		level1:FuzzReadRequestHead level1:FuzzReadResponseHead level1:FuzzDecodeHeaderValue level1:FuzzProxy policy:FuzzCompile; do \
+		exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
+		level1:FuzzDecodeHeaderValue level1:FuzzGuards policy:FuzzCompile; do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$$pkg/; done
 

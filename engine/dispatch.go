@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"mcpintercept/intercept"
-	"mcpintercept/level1"
 	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 	"mcpintercept/tlsmitm"
@@ -57,23 +55,14 @@ type TLSOptions struct {
 	HandshakeTimeout time.Duration
 }
 
-// Identity is what an identity-aware steering mechanism (eBPF) knows about the process that
-// opened the connection.
-type Identity = intercept.Identity
-
-// IdentityLookup is implemented by mechanisms that know more than the original destination.
-type IdentityLookup interface {
-	Lookup(c *net.TCPConn) (netip.AddrPort, Identity, error)
-}
-
 // flow is one accepted connection on its way through the pipeline.
 type flow struct {
 	e      *Engine
 	id     string
 	start  time.Time
 	client netip.AddrPort
-	orig   netip.AddrPort
-	ident  *Identity
+	orig   netip.AddrPort // origin.Dst
+	origin Origin
 	c      *net.TCPConn
 	fc     *flowConns
 
@@ -151,25 +140,30 @@ func (f *flow) silent() bool {
 func (f *flow) record() telemetry.FlowRecord {
 	r := telemetry.FlowRecord{
 		Time: telemetry.Time{Time: f.start}, Flow: f.id, Client: f.client.String(),
-		OrigDst: f.orig.String(), Mechanism: f.e.opt.Mechanism,
+		OrigDst: f.orig.String(), Mechanism: f.origin.Mechanism,
 	}
 	r.SNI = f.sniName
-	if f.ident != nil {
-		r.Process = &telemetry.Process{PID: f.ident.PID, UID: f.ident.UID, GID: f.ident.GID,
-			Comm: f.ident.Comm, Exe: f.ident.Exe, Cgroup: f.ident.CgroupID}
+	if r.SNI == "" {
+		// The record has no host field: a flow without SNI shows the name the client resolved
+		// (DNS interception) there; with SNI the two are equal, as the DNS mechanism requires.
+		r.SNI = f.origin.Host
+	}
+	if id := f.origin.Identity; id != nil {
+		r.Process = &telemetry.Process{PID: id.PID, UID: id.UID, GID: id.GID,
+			Comm: id.Comm, Exe: id.Exe, Cgroup: id.CgroupID}
 	}
 	return r
 }
 
 func (f *flow) clientVars() map[string]any {
 	m := map[string]any{"address": f.client.Addr().String(), "port": int64(f.client.Port())}
-	if f.ident != nil {
-		m["pid"] = int64(f.ident.PID)
-		m["uid"] = int64(f.ident.UID)
-		m["gid"] = int64(f.ident.GID)
-		m["comm"] = f.ident.Comm
-		m["exe"] = f.ident.Exe
-		m["cgroup"] = int64(f.ident.CgroupID)
+	if id := f.origin.Identity; id != nil {
+		m["pid"] = int64(id.PID)
+		m["uid"] = int64(id.UID)
+		m["gid"] = int64(id.GID)
+		m["comm"] = id.Comm
+		m["exe"] = id.Exe
+		m["cgroup"] = int64(id.CgroupID)
 	}
 	return m
 }
@@ -188,6 +182,8 @@ func (f *flow) connVars(tlsMode string) map[string]any {
 // dispatch runs the route's disposition and level. It returns when the flow is over.
 func (e *Engine) dispatch(ctx context.Context, f *flow) {
 	rt := e.routing.Load()
+	// DNS interception plugs in here: a route matching by name will match f.origin.Host (the
+	// name behind the VIP) as well as the SNI.
 	route := selectRoute(rt.Routes, f.client, f.orig, f.sni)
 
 	if route == DefaultRoute {
@@ -398,7 +394,7 @@ func (e *Engine) connPolicy(f *flow, route *Route, tlsMode string) bool {
 		return true
 	}
 	rec := f.record()
-	rec.TLS, rec.Decision, rec.Rule, rec.Reason = tlsMode, d.Action, d.Rule, d.Reason
+	rec.TLS, rec.Decision, rec.Rule, rec.Reason = tlsMode, string(d.Action), d.Rule, d.Reason
 	e.opt.Metrics.FlowsRefused.WithLabelValues("policy").Inc()
 	e.refuseLog.warn("policy:"+d.Rule, "flow refused by policy", "flow", f.id, "client", f.client.String(), "orig_dst", f.orig.String(), "rule", d.Rule, "decision", d.Action)
 	resetClose(f.c)
@@ -613,149 +609,5 @@ func copyBoth(a, b net.Conn) (up, down int64, reset bool) {
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
-	}
-}
-
-// level1 serves the flow with HTTP awareness: one record per request.
-func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode string, client, upstream net.Conn) {
-	r := &l1Flow{e: e, f: f, route: route, tls: tlsMode,
-		reqs: e.opt.Metrics.Requests.ForFlow(f.orig.String(), f.client.Addr().String())}
-	opt := e.opt.HTTP
-	if opt.IdleTimeout == 0 {
-		opt.IdleTimeout = e.opt.Limits.IdleTimeout
-	}
-	if e.opt.Limits.BodyTimeout != 0 {
-		opt.BodyTimeout = e.opt.Limits.BodyTimeout
-	}
-	// Per route: which protocol switches are allowed, and strict MCP headers (level1 refuses
-	// before the Decider runs).
-	opt.AllowUpgrade = route.AllowUpgrade
-	opt.StrictMCPHeaders = route.StrictMCPHeaders
-	if tlsMode == "terminate" {
-		// The route was chosen by the SNI (or, without one, by the destination): a request must
-		// not name another host inside that TLS session (421 otherwise).
-		opt.ExpectedHost = f.sniName
-		if opt.ExpectedHost == "" {
-			opt.ExpectedHost = f.orig.Addr().Unmap().String()
-		}
-	}
-	// Level 1's own idle timeout only runs between requests; this one also ends a flow whose
-	// upstream never answers, or an upgraded stream that went quiet.
-	client, upstream, _, stop := watchConns(e.opt.Limits.IdleTimeout, client, upstream)
-	defer stop()
-	err := level1.Proxy(ctx, client, upstream, r, r, opt, e.opt.Log.With("flow", f.id))
-	if r.requests.Load() == 0 {
-		// A connection that carried no complete request still gets its line.
-		rec := f.record()
-		rec.TLS, rec.Level, rec.Decision, rec.Rule = tlsMode, 1, "allow", route.Name
-		rec.Reason = "no request"
-		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
-			rec.Reason = err.Error()
-		}
-		e.finish(&rec, f.start)
-	}
-}
-
-// l1Flow adapts the engine's flow to level1's Decider and Recorder.
-type l1Flow struct {
-	e        *Engine
-	f        *flow
-	route    *Route
-	tls      string
-	requests atomicInt
-	reqs     *telemetry.FlowRequests // Record may run on two goroutines; FlowRequests is safe for that
-
-	clientVars, connVars map[string]any // Decide runs on the flow's request goroutine only
-}
-
-func (l *l1Flow) Decide(ctx context.Context, info *level1.RequestInfo) level1.Verdict {
-	rs := l.f.rules.current(l.e)
-	if rs == nil {
-		return level1.Verdict{Action: level1.ActionAllow}
-	}
-	mcp := map[string]any{}
-	if info.ProtocolVersion != "" {
-		mcp["version"] = info.ProtocolVersion
-	}
-	if info.MCPMethod != "" {
-		mcp["method"] = info.MCPMethod
-	}
-	if info.MCPName != "" {
-		mcp["name"] = info.MCPName
-	}
-	if info.SessionHash != "" {
-		mcp["session"] = info.SessionHash
-	}
-	if l.clientVars == nil { // per connection, not per request
-		l.clientVars, l.connVars = l.f.clientVars(), l.f.connVars(l.tls)
-	}
-	d := rs.Evaluate(&policy.Input{
-		Client:   l.clientVars,
-		Conn:     l.connVars,
-		HTTP:     map[string]any{"method": info.Method, "path": info.Path, "headers": info.Headers},
-		MCP:      mcp,
-		FailOpen: l.f.rules.failOpen,
-	})
-	l.e.noteRuleErrors(l.f, &d)
-	v := level1.Verdict{Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter}
-	switch d.Action {
-	case "deny":
-		v.Action = level1.ActionDeny
-	case "rate_limited":
-		v.Action = level1.ActionRateLimited
-	default:
-		v.Action = level1.ActionAllow
-		if len(d.Absent) > 0 {
-			v.Reason = "fields absent: " + strings.Join(d.Absent, ", ")
-		}
-	}
-	return v
-}
-
-func (l *l1Flow) Record(ex *level1.Exchange) {
-	l.requests.Add(1)
-	f := l.f
-	rec := f.record()
-	rec.Time = telemetry.Time{Time: ex.Start}
-	rec.TLS, rec.Level = l.tls, 1
-	if ex.Info != nil {
-		rec.HTTPMethod, rec.Path = ex.Info.Method, ex.Info.Path
-		rec.MCPVersion, rec.MCPMethod, rec.MCPName = ex.Info.ProtocolVersion, ex.Info.MCPMethod, ex.Info.MCPName
-	}
-	rec.Status = ex.Status
-	rec.Decision = ex.Verdict.Action
-	if rec.Decision == "" {
-		rec.Decision = "allow"
-	}
-	rec.Rule, rec.Reason = ex.Verdict.Rule, ex.Verdict.Reason
-	if rec.Rule == "" && rec.Decision != "allow" {
-		// Level 1's own guards (upgrade, strict headers, Host) refuse in the route's name.
-		rec.Rule = l.route.Name
-	}
-	if ex.Upgraded != "" {
-		// After the switch the bytes are opaque: the record says what they became.
-		if rec.Reason != "" {
-			rec.Reason += "; "
-		}
-		rec.Reason += "protocol switched to " + ex.Upgraded + " (allow_upgrade); later bytes not inspected"
-	}
-	if ex.Err != "" {
-		if rec.Reason != "" {
-			rec.Reason += "; "
-		}
-		rec.Reason += ex.Err
-	}
-	rec.BytesUp, rec.BytesDown = ex.BytesUp, ex.BytesDown
-	rec.DurationMS = ex.Duration.Milliseconds()
-	m := l.e.opt.Metrics
-	m.Bytes.WithLabelValues("up").Add(float64(ex.BytesUp))
-	m.Bytes.WithLabelValues("down").Add(float64(ex.BytesDown))
-	// The series are bounded jointly by telemetry (the per-flow handle resolves the destination
-	// and client once); no per-label first-come cap here, or a flood of made-up destinations
-	// would fold configured ones into "other" before the reserve could keep them.
-	l.reqs.Inc(rec.MCPMethod, rec.MCPName, rec.Decision)
-	m.RequestDuration.Observe(rec.MCPMethod, rec.Status, ex.Duration.Seconds())
-	if l.e.opt.Flows != nil {
-		l.e.opt.Flows.Write(rec)
 	}
 }

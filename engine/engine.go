@@ -1,5 +1,6 @@
-// Package engine runs the per-flow pipeline: admit the flow against the limits, recover its
-// original destination, dial that destination with the bypass mark, forward in both directions and
+// Package engine runs the per-flow pipeline: admit the flow against the limits, take its Origin
+// (original destination, and host name or process when the mechanism knows them) from the steering
+// mechanism, dial that destination with the bypass mark, forward in both directions and
 // write the flow record. Classification, TLS disposition and the Level 1/2 dispatch of later
 // issues plug in between the dial and the relay; the engine knows no policy internals.
 package engine
@@ -18,17 +19,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mcpintercept/intercept"
 	"mcpintercept/level1"
+	"mcpintercept/origin"
 	"mcpintercept/telemetry"
 )
 
 type atomicInt = atomic.Int64
-
-// OriginalDster is what the engine needs from a steering mechanism.
-type OriginalDster interface {
-	OriginalDst(c *net.TCPConn) (netip.AddrPort, error)
-}
 
 // Dialer opens the upstream connection (with the bypass mark, in production).
 type Dialer interface {
@@ -53,13 +49,14 @@ type Limits struct {
 
 // Options wires an Engine.
 type Options struct {
-	Mechanism string // contract name, for logs and records
-	Steering  OriginalDster
-	Dialer    Dialer
-	Limits    Limits
-	Flows     FlowSink
-	Metrics   *telemetry.Metrics
-	Log       *slog.Logger
+	Mechanism string // contract name, for logs and records (an Origin that names none takes it)
+	// Steering gives the Origin of every accepted connection (the intercept mechanism).
+	Steering OriginSource
+	Dialer   Dialer
+	Limits   Limits
+	Flows    FlowSink
+	Metrics  *telemetry.Metrics
+	Log      *slog.Logger
 
 	// Routing is the initial routing table; nil means every flow takes DefaultRoute (opaque).
 	Routing *Routing
@@ -100,6 +97,9 @@ func (e *Engine) SetRouting(r *Routing) {
 	e.routing.Store(r)
 }
 
+// Routing is the routing table new flows take.
+func (e *Engine) Routing() *Routing { return e.routing.Load() }
+
 // New returns an Engine; nothing runs until Serve.
 func New(opt Options) *Engine {
 	var b [4]byte
@@ -120,7 +120,7 @@ func New(opt Options) *Engine {
 // Serve accepts on ln until ln is closed or ctx is done. Each flow runs in a goroutine the Engine
 // owns; Drain waits for them.
 func (e *Engine) Serve(ctx context.Context, ln *net.TCPListener) error {
-	if ap, err := intercept.AddrPortOf(ln.Addr()); err == nil {
+	if ap, err := origin.AddrPortOf(ln.Addr()); err == nil {
 		e.listenMu.Lock()
 		e.listenAddrs[ap] = true
 		e.listenMu.Unlock()
@@ -260,7 +260,7 @@ func (e *Engine) handle(ctx context.Context, c *net.TCPConn) {
 	start := time.Now()
 	id, flowID := e.newFlowID()
 	rec := telemetry.FlowRecord{Time: telemetry.Time{Time: start}, Flow: flowID, Mechanism: e.opt.Mechanism, Level: 0}
-	client, err := intercept.AddrPortOf(c.RemoteAddr())
+	client, err := origin.AddrPortOf(c.RemoteAddr())
 	if err != nil {
 		c.Close()
 		return
@@ -286,28 +286,22 @@ func (e *Engine) handle(ctx context.Context, c *net.TCPConn) {
 	e.opt.Metrics.FlowsActive.Inc()
 	defer e.opt.Metrics.FlowsActive.Dec()
 
-	f := &flow{e: e, id: flowID, start: start, client: client, c: c, fc: fc}
-	var orig netip.AddrPort
-	if il, ok := e.opt.Steering.(IdentityLookup); ok {
-		var id Identity
-		orig, id, err = il.Lookup(c)
-		if err == nil {
-			f.ident = &id
-		}
-	} else {
-		orig, err = e.opt.Steering.OriginalDst(c)
-	}
+	o, err := e.opt.Steering.Origin(c)
 	if err != nil {
 		e.refuse(c, &rec, "no_original_destination", err)
 		return
 	}
-	f.orig = orig
-	rec.OrigDst = orig.String()
-	if e.isLoop(orig) {
+	if o.Mechanism == "" {
+		o.Mechanism = e.opt.Mechanism
+	}
+	// f.orig is o.Dst, kept as a field of its own because every stage of the flow reads it.
+	f := &flow{e: e, id: flowID, start: start, client: client, c: c, fc: fc, origin: o, orig: o.Dst}
+	rec.OrigDst, rec.Mechanism = o.Dst.String(), o.Mechanism
+	if e.isLoop(o.Dst) {
 		e.refuse(c, &rec, "loop", errors.New("original destination is the appliance's own listener"))
 		return
 	}
-	e.opt.Metrics.FlowsTotal.WithLabelValues(e.opt.Mechanism).Inc()
+	e.opt.Metrics.FlowsTotal.WithLabelValues(o.Mechanism).Inc()
 	e.dispatch(ctx, f)
 	e.opt.Metrics.FlowDuration.Observe(time.Since(start).Seconds())
 }

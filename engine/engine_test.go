@@ -27,7 +27,7 @@ import (
 // fixedDst plays the steering mechanism: every accepted flow "was going to" dst.
 type fixedDst struct{ dst netip.AddrPort }
 
-func (f fixedDst) OriginalDst(*net.TCPConn) (netip.AddrPort, error) { return f.dst, nil }
+func (f fixedDst) Origin(*net.TCPConn) (Origin, error) { return Origin{Dst: f.dst}, nil }
 
 type recordSink struct {
 	mu   sync.Mutex

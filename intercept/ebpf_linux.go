@@ -22,6 +22,7 @@ import (
 
 	"mcpintercept/bpf"
 	"mcpintercept/config"
+	"mcpintercept/origin"
 )
 
 // DefaultBPFPinDir is the bpffs directory that would hold pinned objects of ours. The eBPF
@@ -311,10 +312,13 @@ func (e *EBPF) Remove(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// OriginalDst implements Mechanism.
-func (e *EBPF) OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
-	dst, _, err := e.Lookup(c)
-	return dst, err
+// Origin implements Mechanism: the destination and the process that made the connect.
+func (e *EBPF) Origin(c *net.TCPConn) (origin.Origin, error) {
+	dst, id, err := e.Lookup(c)
+	if err != nil {
+		return origin.Origin{}, err
+	}
+	return origin.Origin{Dst: dst, Identity: &id, Mechanism: string(config.EBPF)}, nil
 }
 
 // Lookup returns where the accepted connection c was going and who made the connect.

@@ -393,7 +393,15 @@ func (lab *ebpfLab) serve(l *net.TCPListener) {
 		if err != nil {
 			return
 		}
-		dst, id, err := lab.mech.Lookup(c)
+		// Through Origin, as the engine asks: the destination and the process, named ebpf.
+		o, err := lab.mech.Origin(c)
+		dst, id := o.Dst, Identity{}
+		if o.Identity != nil {
+			id = *o.Identity
+		}
+		if err == nil && (o.Mechanism != "ebpf" || o.Identity == nil) {
+			err = fmt.Errorf("origin %+v: want mechanism ebpf and an identity", o)
+		}
 		client, _ := AddrPortOf(c.RemoteAddr())
 		select {
 		case lab.accepted <- acceptRec{dst: dst, id: id, err: err, client: client}:

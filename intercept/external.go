@@ -3,9 +3,9 @@ package intercept
 import (
 	"context"
 	"net"
-	"net/netip"
 
 	"mcpintercept/config"
+	"mcpintercept/origin"
 )
 
 // external installs nothing: the operator's infrastructure (a router's policy routing, a load
@@ -16,9 +16,13 @@ func (e *external) Name() config.Mechanism            { return config.External }
 func (e *external) Install(ctx context.Context) error { return nil }
 func (e *external) Remove(ctx context.Context) error  { return nil }
 
-func (e *external) OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
+// Origin implements Mechanism: SO_ORIGINAL_DST for NAT-style delivery, the local address for
+// TPROXY-style delivery.
+func (e *external) Origin(c *net.TCPConn) (origin.Origin, error) {
 	if e.cfg.External.OriginalDst == "so-original-dst" {
-		return soOriginalDst(c)
+		dst, err := soOriginalDst(c)
+		return originOf(config.External, dst, err)
 	}
-	return localAddress(c)
+	dst, err := localAddress(c)
+	return originOf(config.External, dst, err)
 }

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 
 	"mcpintercept/config"
+	"mcpintercept/origin"
 )
 
 // Mechanism is one way of steering flows into the appliance. The eBPF cgroup-connect and DNS
@@ -23,19 +24,21 @@ type Mechanism interface {
 	Install(ctx context.Context) error
 	// Remove takes the steering away again; it is idempotent.
 	Remove(ctx context.Context) error
-	// OriginalDst is where the accepted connection was going before it was steered.
-	OriginalDst(c *net.TCPConn) (netip.AddrPort, error)
+	// Origin is what the mechanism knows about an accepted connection: where it was going
+	// before it was steered (always), the process that made it (eBPF), the name the client
+	// resolved (DNS). It implements engine.OriginSource.
+	Origin(c *net.TCPConn) (origin.Origin, error)
 }
 
-// Identity is who made a steered connect, as the BPF program saw it in connect(). PID, UID and
-// GID are as seen from the initial namespaces (an appliance in a container's PID namespace would
-// see other numbers in /proc).
-type Identity struct {
-	PID, UID, GID uint32
-	Comm          string
-	CgroupID      uint64
-	// Exe is /proc/PID/exe at lookup time, "" when the process is gone.
-	Exe string
+// Identity is who made a steered connect (origin.Identity).
+type Identity = origin.Identity
+
+// originOf is the Origin of a mechanism that knows only the destination.
+func originOf(m config.Mechanism, dst netip.AddrPort, err error) (origin.Origin, error) {
+	if err != nil {
+		return origin.Origin{}, err
+	}
+	return origin.Origin{Dst: dst, Mechanism: string(m)}, nil
 }
 
 // Table, chain and marker names shared by install and cleanup: cleanup must find everything a
@@ -102,14 +105,7 @@ func Recovery(cfg *config.Config) string {
 
 // AddrPortOf converts a net.Addr of a TCP connection, unmapping IPv4-mapped IPv6 addresses so that
 // logs and loop checks compare like with like.
-func AddrPortOf(a net.Addr) (netip.AddrPort, error) {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok || ta == nil {
-		return netip.AddrPort{}, fmt.Errorf("not a TCP address: %v", a)
-	}
-	ap := ta.AddrPort()
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
-}
+func AddrPortOf(a net.Addr) (netip.AddrPort, error) { return origin.AddrPortOf(a) }
 
 // localAddress is the TPROXY-style recovery shared by nftables-tproxy and external.
 func localAddress(c *net.TCPConn) (netip.AddrPort, error) {

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"strconv"
 
 	"github.com/coreos/go-iptables/iptables"
 
 	"mcpintercept/config"
+	"mcpintercept/origin"
 )
 
 // iptablesRedirect steers with NAT REDIRECT in a chain of ours (MCPINTERCEPT in the nat table of
@@ -24,8 +24,10 @@ func newIptables(cfg *config.Config) *iptablesRedirect { return &iptablesRedirec
 
 func (r *iptablesRedirect) Name() config.Mechanism { return config.IptablesRedirect }
 
-func (r *iptablesRedirect) OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
-	return soOriginalDst(c)
+// Origin implements Mechanism: REDIRECT rewrote the destination; conntrack keeps the original.
+func (r *iptablesRedirect) Origin(c *net.TCPConn) (origin.Origin, error) {
+	dst, err := soOriginalDst(c)
+	return originOf(config.IptablesRedirect, dst, err)
 }
 
 // jumpSpec is the one rule we add to built-in chains; the comment lets an operator see whose it is.

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"mcpintercept/config"
+	"mcpintercept/origin"
 )
 
 // nftablesTProxy steers with one inet table of ours:
@@ -36,7 +37,12 @@ func newNftables(cfg *config.Config) *nftablesTProxy {
 
 func (n *nftablesTProxy) Name() config.Mechanism { return config.NftablesTProxy }
 
-func (n *nftablesTProxy) OriginalDst(c *net.TCPConn) (netip.AddrPort, error) { return localAddress(c) }
+// Origin implements Mechanism: TPROXY delivers the unmodified packet, so the accepted socket's
+// local address is the original destination.
+func (n *nftablesTProxy) Origin(c *net.TCPConn) (origin.Origin, error) {
+	dst, err := localAddress(c)
+	return originOf(config.NftablesTProxy, dst, err)
+}
 
 func (n *nftablesTProxy) Install(ctx context.Context) error {
 	v4, v6 := listenTargets(n.cfg)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"mcpintercept/config"
+	"mcpintercept/origin"
 )
 
 var errNotLinux = errors.New("transparent interception needs Linux (netfilter, policy routing, IP_TRANSPARENT)")
@@ -26,8 +27,8 @@ type unsupported struct{ name config.Mechanism }
 func (u unsupported) Name() config.Mechanism        { return u.name }
 func (u unsupported) Install(context.Context) error { return errNotLinux }
 func (u unsupported) Remove(context.Context) error  { return nil }
-func (u unsupported) OriginalDst(*net.TCPConn) (netip.AddrPort, error) {
-	return netip.AddrPort{}, errNotLinux
+func (u unsupported) Origin(*net.TCPConn) (origin.Origin, error) {
+	return origin.Origin{}, errNotLinux
 }
 
 func soOriginalDst(*net.TCPConn) (netip.AddrPort, error) { return netip.AddrPort{}, errNotLinux }

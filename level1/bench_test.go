@@ -1,13 +1,15 @@
 package level1
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"testing"
+
+	"mcpintercept/exchange"
+	"mcpintercept/policy"
 )
 
 // mcpRequest is a Streamable HTTP tools/call as an SDK sends it: ten headers and a small body.
@@ -24,37 +26,6 @@ var mcpRequest = "POST /mcp HTTP/1.1\r\n" +
 	"Mcp-Session-Id: 5f1c2a9e-4b7d-4e3f-a1c2-0c9d8e7f6a5b\r\n" +
 	"Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.payload.signature\r\n" +
 	"Content-Length: " + strconv.Itoa(len(mcpBody)) + "\r\n\r\n" + mcpBody
-
-// repeatReader serves the same bytes forever.
-type repeatReader struct {
-	b   []byte
-	off int
-}
-
-func (r *repeatReader) Read(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		c := copy(p[n:], r.b[r.off:])
-		n += c
-		r.off = (r.off + c) % len(r.b)
-	}
-	return n, nil
-}
-
-func BenchmarkReadRequestHead(b *testing.B) {
-	r := NewReader(&repeatReader{b: []byte(mcpRequest)}, Limits{})
-	b.ReportAllocs()
-	b.SetBytes(int64(len(mcpRequest)))
-	for b.Loop() {
-		h, err := r.ReadRequestHead()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := r.CopyBody(io.Discard, h); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
 
 func BenchmarkClassify(b *testing.B) {
 	h := mustHead(b, mcpRequest)
@@ -84,84 +55,63 @@ func serveFixed(c net.Conn) {
 	}
 }
 
-// roundTrips runs b.N keep-alive request/response round trips on c.
-func roundTrips(b *testing.B, c net.Conn) {
-	req := []byte(mcpRequest)
-	resp := make([]byte, len(mcpResponse))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, resp); err != nil {
-			b.Fatal(err)
-		}
+type ruleSetFunc func(*policy.Input) policy.Decision
+
+func (f ruleSetFunc) Evaluate(in *policy.Input) policy.Decision { return f(in) }
+
+// BenchmarkLevel1Request is one keep-alive round trip through exchange.Serve with Level 1's
+// stages (classification and guards, header policy with a rule set that reads mcp.name, and a
+// stage that counts records, as the engine's does); compare it with exchange's
+// BenchmarkDirectRequest and BenchmarkL4RelayRequest. wrapped hides the sockets behind plain
+// net.Conns, as the engine's activity wrapper does.
+func BenchmarkLevel1Request(b *testing.B) {
+	for _, wrapped := range []bool{false, true} {
+		b.Run("wrapped="+strconv.FormatBool(wrapped), func(b *testing.B) {
+			c, pc := tcpPair(b)
+			pu, s := tcpPair(b)
+			go serveFixed(s)
+			rules := ruleSetFunc(func(in *policy.Input) policy.Decision {
+				if in.MCP["name"] == "rm" {
+					return policy.Decision{Action: policy.ActionDeny}
+				}
+				return policy.Decision{Action: policy.ActionAllow}
+			})
+			flow := &Flow{Rules: func() RuleSet { return rules }, Client: map[string]any{}, Conn: map[string]any{}}
+			var n atomic.Int64
+			stages := append(Stages(Guards{}, flow), doneCounter{n: &n})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				var cl, ul net.Conn = pc, pu
+				if wrapped {
+					cl, ul = plainConn{pc}, plainConn{pu}
+				}
+				exchange.Serve(context.Background(), cl, ul, stages, exchange.Options{IdleTimeout: 60e9}, nil)
+			}()
+			req := []byte(mcpRequest)
+			resp := make([]byte, len(mcpResponse))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, resp); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c.Close()
+			<-done
+			s.Close()
+		})
 	}
-	if !bytes.Equal(resp, []byte(mcpResponse)) {
-		b.Fatalf("response %q", resp)
-	}
 }
 
-// BenchmarkProxyRequest is one keep-alive round trip through Proxy on loopback; compare it with
-// BenchmarkDirectRequest (no proxy) and BenchmarkL4RelayRequest (a plain byte relay).
-func BenchmarkProxyRequest(b *testing.B) {
-	c, pc := tcpPair(b)
-	pu, s := tcpPair(b)
-	go serveFixed(s)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Proxy(context.Background(), pc, pu, nil, nil, Options{}, nil)
-	}()
-	roundTrips(b, c)
-	c.Close()
-	<-done
-	s.Close()
+type doneCounter struct {
+	exchange.Base
+	n *atomic.Int64
 }
 
-// BenchmarkProxyRequestWithPolicy adds a Decider and a Recorder, as in production.
-func BenchmarkProxyRequestWithPolicy(b *testing.B) {
-	c, pc := tcpPair(b)
-	pu, s := tcpPair(b)
-	go serveFixed(s)
-	d := deciderFunc(func(_ context.Context, info *RequestInfo) Verdict {
-		if info.MCPName == "rm" {
-			return Verdict{Action: ActionDeny}
-		}
-		return Verdict{Action: ActionAllow}
-	})
-	var n int
-	var mu sync.Mutex
-	rec := recorderFunc(func(*Exchange) { mu.Lock(); n++; mu.Unlock() })
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Proxy(context.Background(), pc, pu, d, rec, Options{IdleTimeout: 60e9}, nil)
-	}()
-	roundTrips(b, c)
-	c.Close()
-	<-done
-	s.Close()
-}
+func (d doneCounter) Done(*exchange.Exchange) { d.n.Add(1) }
 
-type recorderFunc func(*Exchange)
-
-func (f recorderFunc) Record(ex *Exchange) { f(ex) }
-
-func BenchmarkDirectRequest(b *testing.B) {
-	c, s := tcpPair(b)
-	go serveFixed(s)
-	roundTrips(b, c)
-	c.Close()
-}
-
-func BenchmarkL4RelayRequest(b *testing.B) {
-	c, pc := tcpPair(b)
-	pu, s := tcpPair(b)
-	go serveFixed(s)
-	go func() { io.Copy(pu, pc); pu.CloseWrite() }()
-	go func() { io.Copy(pc, pu); pc.Close() }()
-	roundTrips(b, c)
-	c.Close()
-	s.Close()
-}
+// plainConn is a net.Conn and nothing more (no SyscallConn, no CloseWrite).
+type plainConn struct{ net.Conn }

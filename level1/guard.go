@@ -6,6 +6,9 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"mcpintercept/exchange"
+	"mcpintercept/policy"
 )
 
 // MinTrustedMCPVersion is the first MCP protocol version whose servers check the Mcp-* headers
@@ -13,46 +16,12 @@ import (
 // tool in Mcp-Name and call another in its body, and the server runs the body.
 const MinTrustedMCPVersion = "2026-07-28"
 
-// upgradeRequest lists what a request asks to switch to: each protocol named by its Upgrade
-// headers (lower-cased, without "/version"), "h2c" when it carries HTTP2-Settings (an h2c upgrade
-// whatever its Upgrade header says), and "connect" for CONNECT. asked reports an Upgrade header,
-// HTTP2-Settings or CONNECT even when no protocol could be named.
-func upgradeRequest(h *Head) (protos []string, asked bool) {
-	add := func(p string) {
-		if !slices.Contains(protos, p) {
-			protos = append(protos, p)
-		}
-	}
-	if h.Method == "CONNECT" {
-		asked = true
-		add("connect")
-	}
-	for _, hd := range h.Headers {
-		switch {
-		case equalFold(hd.Name, "upgrade"):
-			asked = true
-			forEachToken(hd.Value, func(t string) {
-				if i := strings.IndexByte(t, '/'); i >= 0 {
-					t = t[:i]
-				}
-				if t = strings.ToLower(strings.TrimSpace(t)); t != "" {
-					add(t)
-				}
-			})
-		case equalFold(hd.Name, "http2-settings"):
-			asked = true
-			add("h2c")
-		}
-	}
-	return protos, asked
-}
-
 // upgradeVerdict refuses a protocol switch the route does not allow. After a 101 (or a 2xx to
 // CONNECT) both directions are opaque and nothing more can be judged, so every protocol asked for
 // must be allowed, and h2c never is: its streams would carry MCP past Level 1 unseen.
-func upgradeVerdict(protos []string, allow []string) (Verdict, bool) {
-	deny := func(reason string) (Verdict, bool) {
-		return Verdict{Action: ActionDeny, Status: http.StatusForbidden, Reason: reason}, false
+func upgradeVerdict(protos []string, allow []string) (exchange.Verdict, bool) {
+	deny := func(reason string) (exchange.Verdict, bool) {
+		return exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusForbidden, Reason: reason}, false
 	}
 	if len(protos) == 0 {
 		return deny("protocol upgrade without a protocol is not allowed")
@@ -68,56 +37,25 @@ func upgradeVerdict(protos []string, allow []string) (Verdict, bool) {
 			return deny("protocol upgrade to " + p + " is not allowed on this route (allow_upgrade)")
 		}
 	}
-	return Verdict{}, true
-}
-
-// switchedTo names the protocol a switching response chose, if the request asked for it: the
-// first protocol of the 101's Upgrade header, or the only one asked for when it names none.
-func switchedTo(resp *Head, protos []string) (string, bool) {
-	if len(protos) == 1 && protos[0] == "connect" {
-		return "connect", true
-	}
-	var chosen []string
-	for _, hd := range resp.Headers {
-		if equalFold(hd.Name, "upgrade") {
-			forEachToken(hd.Value, func(t string) {
-				if i := strings.IndexByte(t, '/'); i >= 0 {
-					t = t[:i]
-				}
-				chosen = append(chosen, strings.ToLower(strings.TrimSpace(t)))
-			})
-		}
-	}
-	switch {
-	case len(chosen) == 0 && len(protos) == 1:
-		return protos[0], true
-	case len(chosen) == 0:
-		return "", false
-	}
-	for _, c := range chosen {
-		if !slices.Contains(protos, c) {
-			return c, false
-		}
-	}
-	return chosen[0], true
+	return exchange.Verdict{}, true
 }
 
 // hostVerdict ties the request to the server name the connection was opened for (the SNI of a
 // terminated TLS flow): a client must not choose a route by one name and address another (RFC
 // 9110 §15.5.20, 421 Misdirected Request). The Host header and an absolute-form target's
 // authority must both name it.
-func hostVerdict(h *Head, expected string) (Verdict, bool) {
+func hostVerdict(h *exchange.Head, expected string) (exchange.Verdict, bool) {
 	host, ok := h.Get("Host")
 	if !ok {
 		if h.Proto == "HTTP/1.0" && !strings.Contains(h.Target, "://") {
-			return Verdict{}, true
+			return exchange.Verdict{}, true
 		}
 		if h.Proto != "HTTP/1.0" {
-			return Verdict{Action: ActionDeny, Status: http.StatusBadRequest, Reason: "missing Host header"}, false
+			return exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusBadRequest, Reason: "missing Host header"}, false
 		}
 	}
-	misdirected := func(name string) (Verdict, bool) {
-		return Verdict{Action: ActionDeny, Status: http.StatusMisdirectedRequest,
+	misdirected := func(name string) (exchange.Verdict, bool) {
+		return exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusMisdirectedRequest,
 			Reason: "misdirected request: host " + name + " is not the server name this connection was opened for"}, false
 	}
 	if ok && !SameHost(host, expected) {
@@ -135,7 +73,7 @@ func hostVerdict(h *Head, expected string) (Verdict, bool) {
 			return misdirected(auth)
 		}
 	}
-	return Verdict{}, true
+	return exchange.Verdict{}, true
 }
 
 // SameHost reports whether the host part of authority (a Host header value: port and IPv6
@@ -167,9 +105,9 @@ func hostPart(s string) string {
 // strictVerdict enforces StrictMCPHeaders: on such a route the Mcp-* headers are what policy
 // judges, so a request must carry them, once each, at a version whose servers hold the body to
 // them.
-func strictVerdict(h *Head, info *RequestInfo) (Verdict, bool) {
-	refuse := func(reason string) (Verdict, bool) {
-		return Verdict{Action: ActionDeny, Status: http.StatusBadRequest, Reason: reason}, false
+func strictVerdict(h *exchange.Head, info *RequestInfo) (exchange.Verdict, bool) {
+	refuse := func(reason string) (exchange.Verdict, bool) {
+		return exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusBadRequest, Reason: reason}, false
 	}
 	if info.dupMCP != "" {
 		return refuse("duplicate " + info.dupMCP + " header (strict_mcp_headers)")
@@ -186,10 +124,10 @@ func strictVerdict(h *Head, info *RequestInfo) (Verdict, bool) {
 	if info.MCPMethod == "" && (info.Kind == KindMCP || (h.Method == "POST" && isJSON(info.ContentType))) {
 		return refuse("this route requires the Mcp-Method header (strict_mcp_headers; clients before protocol " + MinTrustedMCPVersion + " do not send it)")
 	}
-	return Verdict{}, true
+	return exchange.Verdict{}, true
 }
 
-func hasHeader(h *Head, name string) bool {
+func hasHeader(h *exchange.Head, name string) bool {
 	_, ok := h.Get(name)
 	return ok
 }

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"mcpintercept/exchange"
 )
 
 // Kinds and transports a request is classified as.
@@ -63,7 +65,7 @@ func DecodeHeaderValue(v string) (string, error) {
 	// encoding/base64 skips CR and LF; a decoder policy relies on must not be that forgiving.
 	for i := 0; i < len(enc); i++ {
 		if c := enc[i]; !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '=') {
-			return "", &MalformedError{Msg: "invalid base64 header value"}
+			return "", &exchange.MalformedError{Msg: "invalid base64 header value"}
 		}
 	}
 	codec := base64.StdEncoding
@@ -72,10 +74,10 @@ func DecodeHeaderValue(v string) (string, error) {
 	}
 	dec, err := codec.Strict().DecodeString(enc)
 	if err != nil {
-		return "", &MalformedError{Msg: "invalid base64 header value"}
+		return "", &exchange.MalformedError{Msg: "invalid base64 header value"}
 	}
 	if !utf8.Valid(dec) {
-		return "", &MalformedError{Msg: "base64 header value is not utf-8"}
+		return "", &exchange.MalformedError{Msg: "base64 header value is not utf-8"}
 	}
 	return string(dec), nil
 }
@@ -86,7 +88,7 @@ func DecodeHeaderValue(v string) (string, error) {
 // Mcp-Session-Id); when it is a POST of JSON that accepts text/event-stream (Streamable HTTP before
 // those headers existed); when it is a GET of …/sse accepting text/event-stream (HTTP+SSE); or when
 // it is a POST of JSON to …/message(s) with a session id in the query (HTTP+SSE).
-func Classify(h *Head) *RequestInfo { return classify(h, nil) }
+func Classify(h *exchange.Head) *RequestInfo { return classify(h, nil) }
 
 // sessionMemo remembers the hash of the last session id seen on a connection: every request of a
 // session carries the same id, and hashing it each time costs two allocations.
@@ -104,7 +106,7 @@ func (m *sessionMemo) hashOf(id string) string {
 	return hash
 }
 
-func classify(h *Head, memo *sessionMemo) *RequestInfo {
+func classify(h *exchange.Head, memo *sessionMemo) *RequestInfo {
 	info := &RequestInfo{
 		Method: h.Method,
 		Path:   pathOf(h.Target),

@@ -37,26 +37,3 @@ func BenchmarkDecodePolicyView(b *testing.B) {
 		}
 	}
 }
-
-func BenchmarkSSE(b *testing.B) {
-	ev := "event: message\nid: 17\ndata: " + `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p-42","progress":3,"total":10}}` + "\n\n"
-	stream := []byte(strings.Repeat(ev, 64))
-	b.SetBytes(int64(len(stream)))
-	b.ReportAllocs()
-	for b.Loop() {
-		p := NewSSEParser(0)
-		// Reads of 1 KiB, as a socket would deliver a busy stream.
-		n := 0
-		for i := 0; i < len(stream); i += 1024 {
-			evs, err := p.Feed(stream[i:min(i+1024, len(stream))])
-			if err != nil {
-				b.Fatal(err)
-			}
-			n += len(evs)
-		}
-		if n != 64 {
-			b.Fatalf("%d events", n)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/event")
-}

@@ -7,8 +7,9 @@
 //   - Decode / DecodeMessage: a strict JSON-RPC 2.0 decoder. Level 2 must read a body exactly as
 //     the strictest peer would, because a peer that reads it differently (case-insensitive or
 //     duplicate keys, go-sdk #805) is a smuggling hole; EncodeError writes the error answer.
-//   - SSEParser / Encode: an incremental text/event-stream parser that keeps each event's exact
-//     bytes, so an unchanged event is forwarded byte for byte the moment it is complete.
+//   - (The incremental text/event-stream parser is HTTP framing and lives in package exchange:
+//     exchange.SSEParser, exchange.Event, exchange.EncodeEvent; a stage gets parsed events from
+//     its Event hook after x.WantEvents.)
 //   - ParseContentType / DecodeBody / EncodeBody: media types and bounded Content-Encoding
 //     decoding (gzip, deflate, br), so that a compressed body is no bypass.
 package level2

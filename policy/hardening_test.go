@@ -94,10 +94,13 @@ func TestMaxKeys(t *testing.T) {
 	// With an exact (small) store, the least recently used key is the one forgotten.
 	s := mustCompile(t, []RuleSpec{{Name: "rl", Action: RuleRateLimit,
 		RateLimit: &RateLimit{Key: "client.address", Rate: 1e-9, Burst: 1, MaxKeys: 2}}}, WithClock(newFakeClock().now))
-	req := func(addr string) string {
+	req := func(addr string) Action {
 		return s.Evaluate(&Input{Client: map[string]any{"address": addr}}).Action
 	}
-	steps := []struct{ addr, want string }{
+	steps := []struct {
+		addr string
+		want Action
+	}{
 		{"a", ActionAllow}, {"b", ActionAllow}, {"a", ActionRateLimited}, // a is now the most recent
 		{"c", ActionAllow},       // evicts b
 		{"a", ActionRateLimited}, // a kept
@@ -290,7 +293,10 @@ func TestPrefix(t *testing.T) {
 	// As a rate limit key: two addresses of one /64 share a bucket.
 	s := mustCompile(t, []RuleSpec{{Name: "per-64", Action: RuleRateLimit,
 		RateLimit: &RateLimit{Key: "prefix(client.address, 32, 64)", Rate: 1e-9, Burst: 1}}}, WithClock(newFakeClock().now))
-	for i, st := range []struct{ addr, want string }{
+	for i, st := range []struct {
+		addr string
+		want Action
+	}{
 		{"2001:db8:1:2::1", ActionAllow},
 		{"2001:db8:1:2:ffff::9", ActionRateLimited},
 		{"2001:db8:1:3::1", ActionAllow},
@@ -324,7 +330,7 @@ func TestRuleErrors(t *testing.T) {
 		rules      []RuleSpec
 		in         *Input
 		failOpen   bool
-		wantAction string
+		wantAction Action
 		wantRule   string
 		wantReason string
 		wantErrs   []string // rule names
@@ -524,5 +530,36 @@ func TestRuleErrorUsesNoBucket(t *testing.T) {
 	}
 	if n := s.rules[0].rl.store.len(); n != 0 {
 		t.Errorf("%d buckets after key errors", n)
+	}
+}
+
+// TestServerMessageRules: a message from the server is judged only by rules written for it (they
+// read mcp.direction, mcp.result or mcp.error); a request rule neither denies the results of the
+// calls it let through nor spends rate-limit tokens on them.
+func TestServerMessageRules(t *testing.T) {
+	set, err := Compile([]RuleSpec{
+		{Name: "limit-calls", When: `mcp.method == "tools/call"`, Action: RuleRateLimit, RateLimit: &RateLimit{Rate: 0.0001, Burst: 1}},
+		{Name: "no-secret-results", When: `mcp.direction == "server_to_client" && string(mcp.result).contains("SECRET")`, Action: RuleDeny},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &Input{MCP: map[string]any{"method": "tools/call", "direction": "client_to_server"}}
+	if d := set.Evaluate(req); d.Action != ActionAllow {
+		t.Fatalf("first call: %+v", d)
+	}
+	resp := &Input{ServerMessage: true, MCP: map[string]any{"method": "tools/call", "direction": "server_to_client", "result": "ok"}}
+	for i := 0; i < 3; i++ {
+		if d := set.Evaluate(resp); d.Action != ActionAllow {
+			t.Fatalf("response %d judged by a request rule: %+v", i, d)
+		}
+	}
+	secret := &Input{ServerMessage: true, MCP: map[string]any{"method": "tools/call", "direction": "server_to_client", "result": "a SECRET"}}
+	if d := set.Evaluate(secret); d.Action != ActionDeny || d.Rule != "no-secret-results" {
+		t.Fatalf("response rule did not judge the response: %+v", d)
+	}
+	// The request bucket was not spent by the responses: the second call is limited by it.
+	if d := set.Evaluate(req); d.Action != ActionRateLimited {
+		t.Fatalf("second call: %+v, want rate_limited", d)
 	}
 }

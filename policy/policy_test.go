@@ -75,7 +75,7 @@ func TestEvaluateFirstMatch(t *testing.T) {
 	tests := []struct {
 		name       string
 		in         *Input
-		wantAction string
+		wantAction Action
 		wantRule   string
 		wantReason string
 	}{
@@ -117,7 +117,7 @@ func TestRateLimit(t *testing.T) {
 	type step struct {
 		advance   time.Duration
 		client    string
-		want      string // decision action
+		want      Action // decision action
 		wantRetry time.Duration
 	}
 	tests := []struct {
@@ -231,7 +231,7 @@ func TestAbsentFields(t *testing.T) {
 		name       string
 		rules      []RuleSpec
 		in         *Input
-		wantAction string
+		wantAction Action
 		wantRule   string
 		wantAbsent []string
 	}{
@@ -514,7 +514,7 @@ func TestReloadCarriesBuckets(t *testing.T) {
 	tests := []struct {
 		name string
 		rule RuleSpec
-		want string
+		want Action
 	}{
 		{name: "same name and key: budget carried", rule: spec("per-client", "client.address", `mcp.method != ""`, 2), want: ActionRateLimited},
 		{name: "burst raised: carried tokens stay spent", rule: spec("per-client", " client.address ", "", 3), want: ActionRateLimited},

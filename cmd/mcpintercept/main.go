@@ -1,11 +1,15 @@
 // Command mcpintercept is the transparent MCP interception appliance: it steers flows into itself,
-// recovers their original destination and forwards them there.
+// recovers their original destination and forwards them there. This package parses flags and
+// prints; package appliance wires and runs the appliance, package devhost runs `exec`.
 //
 //	mcpintercept run --config FILE [--mechanism NAME]
 //	mcpintercept check --config FILE [--mechanism NAME]
 //	mcpintercept cleanup
 //	mcpintercept declare [--config FILE] [--mechanism NAME]
 //	mcpintercept ca init|export [--config FILE | --dir DIR]
+//	mcpintercept exec [--config FILE] [--level 1] [--user NAME|UID] -- CMD [ARGS...]
+//
+// run, exec and cleanup need Linux; check, declare and ca work everywhere.
 package main
 
 import (
@@ -15,23 +19,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"strings"
 	"syscall"
-	"time"
 
+	"mcpintercept/appliance"
 	"mcpintercept/config"
-	"mcpintercept/engine"
 	"mcpintercept/intercept"
-	"mcpintercept/level1"
 	"mcpintercept/policy"
-	"mcpintercept/telemetry"
-	"mcpintercept/tlsmitm"
 )
 
 // Exit codes: 2 means the invocation or configuration is wrong (nothing was installed); 1 means a
@@ -163,7 +160,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	if _, _, err := engine.RoutingFromConfig(cfg, nil); err != nil {
+	if err := appliance.Check(cfg); err != nil {
 		reportRuleErrors(stderr, err)
 		return exitUsage
 	}
@@ -176,11 +173,23 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// needsLinux prints why cmd cannot run on this system; false when it can.
+func needsLinux(cmd string, stderr io.Writer) bool {
+	if err := appliance.Supported(cmd); err != nil {
+		fmt.Fprintf(stderr, "mcpintercept: %v\n", err)
+		return true
+	}
+	return false
+}
+
 func cmdCleanup(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitUsage
+	}
+	if needsLinux("cleanup", stderr) {
+		return exitRuntime
 	}
 	removed, err := intercept.Cleanup(context.Background())
 	for _, r := range removed {
@@ -196,75 +205,6 @@ func cmdCleanup(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func declaration(cfg *config.Config) telemetry.Declaration {
-	var ms []telemetry.Interception
-	if cfg != nil && cfg.Path != "" {
-		ms = append(ms, telemetry.Interception{Mechanism: string(cfg.Mechanism), OriginalDestination: intercept.Recovery(cfg), InEffect: true})
-	} else {
-		for _, m := range []config.Mechanism{config.NftablesTProxy, config.IptablesRedirect, config.EBPF, config.External} {
-			c := config.Default(m)
-			ms = append(ms, telemetry.Interception{Mechanism: string(m), OriginalDestination: intercept.Recovery(c)})
-			if m == config.External {
-				c.External.OriginalDst = "so-original-dst"
-				ms = append(ms, telemetry.Interception{Mechanism: string(m), OriginalDestination: intercept.Recovery(c)})
-			}
-		}
-	}
-	caps := telemetry.BuildCapabilities
-	if cfg != nil && cfg.Path != "" {
-		caps = capabilitiesOf(cfg)
-		routes := cfg.Routes
-		if d := cfg.DefaultRoute; !d.Opaque() {
-			// capabilitiesOf counts passthrough for the flows no route matches; under
-			// default_route close, or with settings, those are closed or treated by the default
-			// route instead, which is then one more route.
-			if d.Route != nil {
-				routes = append(routes[:len(routes):len(routes)], *d.Route)
-			}
-			caps = telemetry.Capabilities{}
-			seenL, seenD := map[int]bool{}, map[string]bool{}
-			for _, r := range routes {
-				if l := r.LevelOrDefault(); !seenL[l] {
-					seenL[l] = true
-					caps.Levels = append(caps.Levels, l)
-				}
-				if !seenD[r.TLS] {
-					seenD[r.TLS] = true
-					caps.Dispositions = append(caps.Dispositions, r.TLS)
-				}
-			}
-		}
-		caps.Routes = []telemetry.RouteCapability{}
-		for _, r := range routes {
-			caps.Routes = append(caps.Routes, telemetry.RouteCapability{Name: r.Name, Level: r.LevelOrDefault(),
-				StrictMCPHeaders: r.StrictMCPHeaders, AllowUpgrade: r.AllowUpgrade})
-		}
-	}
-	return telemetry.Declare(ms, caps)
-}
-
-// capabilitiesOf is what a configuration puts in effect: the levels and dispositions of its
-// routes, plus the default route (opaque, level 0) for flows no route matches.
-func capabilitiesOf(cfg *config.Config) telemetry.Capabilities {
-	var c telemetry.Capabilities
-	seenL, seenD := map[int]bool{}, map[string]bool{}
-	for _, r := range cfg.Routes {
-		if l := r.LevelOrDefault(); !seenL[l] {
-			seenL[l] = true
-			c.Levels = append(c.Levels, l)
-		}
-		if !seenD[r.TLS] {
-			seenD[r.TLS] = true
-			c.Dispositions = append(c.Dispositions, r.TLS)
-		}
-	}
-	if !seenD[config.TLSPassthrough] {
-		// Flows no route matches are forwarded untouched: passthrough in the draft's terms.
-		c.Dispositions = append(c.Dispositions, config.TLSPassthrough)
-	}
-	return c
-}
-
 func cmdDeclare(args []string, stdout, stderr io.Writer) int {
 	cf, ok := parseFlags("declare", args, stderr, false)
 	if !ok {
@@ -278,16 +218,8 @@ func cmdDeclare(args []string, stdout, stderr io.Writer) int {
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	enc.Encode(declaration(cfg))
+	enc.Encode(appliance.Declaration(cfg))
 	return exitOK
-}
-
-func newLogger(level string, w io.Writer) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -295,22 +227,21 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
+	if needsLinux("run", stderr) {
+		return exitRuntime
+	}
 	cfg, ok := loadConfig(cf, stderr)
 	if !ok {
-		return exitUsage
-	}
-	if _, _, err := engine.RoutingFromConfig(cfg, nil); err != nil {
-		reportRuleErrors(stderr, err)
 		return exitUsage
 	}
 	// A flow log piped into a reader that quits (`| head`) must not kill the daemon with SIGPIPE
 	// and leave its steering installed: the write fails and is reported instead.
 	signal.Ignore(syscall.SIGPIPE)
-	log := newLogger(cfg.Log.Level, stderr)
+	log := appliance.NewLogger(cfg.Log.Level, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	// SIGHUP would otherwise kill the daemon with its steering left in place; reload arrives with
-	// the policy issue, until then it is acknowledged and ignored.
+	// SIGHUP reloads routes and rules (a bad file keeps the running ones); unhandled, it would
+	// kill the daemon with its steering left in place.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -322,200 +253,31 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			defer func() { pprof.StopCPUProfile(); out.Close() }()
 		}
 	}
-	if err := run(ctx, cfg, log, stdout, hup); err != nil {
+
+	app, err := appliance.New(ctx, cfg, appliance.Options{Stdout: stdout, Log: log})
+	if err != nil {
+		var ce *appliance.ConfigError
+		if errors.As(err, &ce) {
+			reportRuleErrors(stderr, err)
+			return exitUsage
+		}
 		log.Error("stopped", "err", err)
 		return exitRuntime
 	}
-	return exitOK
-}
-
-// reload re-reads the configuration on SIGHUP and swaps routes and rule sets without touching
-// open flows. Listeners, steering, limits and TLS material keep their start-up values: changing
-// those needs a restart, and the log says so. A bad file keeps the running configuration.
-func reload(cur *config.Config, eng *engine.Engine, prev engine.CompiledRuleSets, log *slog.Logger) engine.CompiledRuleSets {
-	next, err := config.Load(cur.Path, config.Overrides{Mechanism: cur.Mechanism})
-	if err != nil {
-		log.Error("reload refused: invalid configuration; keeping the running one", "err", err)
-		return prev
+	if err := app.Start(ctx); err != nil {
+		app.Stop(context.Background())
+		log.Error("stopped", "err", err)
+		return exitRuntime
 	}
-	routing, sets, err := engine.RoutingFromConfig(next, prev)
-	if err != nil {
-		log.Error("reload refused: invalid policy; keeping the running one", "err", err)
-		return prev
-	}
-	if usesTerminate(next) && !usesTerminate(cur) {
-		log.Warn("reload: terminate routes were added; the CA is loaded at start-up, restart to serve them")
-	}
-	eng.SetRouting(routing)
-	if m := eng.Metrics(); m != nil {
-		m.Requests.SetKeep(telemetry.KeepPrefixes(configuredDestinations(next)))
-	}
-	log.Info("reloaded routes and rules", "routes", len(routing.Routes), "rule_sets", len(sets))
-	return sets
-}
-
-func run(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.Writer, hup <-chan os.Signal) error {
-	mech, err := intercept.New(cfg)
-	if err != nil {
-		return err
-	}
-	// Bind everything before installing anything, so that a port in use leaves the host untouched.
-	lns, err := intercept.Listen(ctx, cfg.Listen.Addresses, cfg.Listen.Port, intercept.Transparent(cfg))
-	if err != nil {
-		return err
-	}
-	closeListeners := func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}
-	defer closeListeners()
-
-	metrics := telemetry.NewMetrics()
-	metrics.Requests.SetKeep(telemetry.KeepPrefixes(configuredDestinations(cfg)))
-	var admin *telemetry.Admin
-	if cfg.Admin.Listen != "off" {
-		admin, err = telemetry.NewAdmin(cfg.Admin.Listen, metrics, func() any { return declaration(cfg) }, log.With("component", "admin"))
-		if err != nil {
-			return err
-		}
-		admin.Start()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			admin.Shutdown(sctx)
-		}()
-	}
-
-	var flowOut io.Writer = stdout
-	switch cfg.Log.Flows {
-	case "off":
-		flowOut = io.Discard
-	case "stdout", "":
-	default:
-		f, err := os.OpenFile(cfg.Log.Flows, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
-		if err != nil {
-			return fmt.Errorf("flow log: %w", err)
-		}
-		defer f.Close()
-		flowOut = f
-	}
-	flows := telemetry.NewFlowLog(flowOut, 8192, log.With("component", "flowlog"), metrics.LogDropped.Inc)
-	defer flows.Close()
-
-	routing, sets, err := engine.RoutingFromConfig(cfg, nil)
-	if err != nil {
-		return err
-	}
-	tlsOpt := engine.TLSOptions{
-		PeekTimeout:      cfg.TLS.PeekTimeout.Duration,
-		MaxClientHello:   cfg.TLS.MaxClientHello,
-		HandshakeTimeout: cfg.Upstream.HandshakeTimeout.Duration,
-	}
-	if usesTerminate(cfg) {
-		minter, err := loadMinter(cfg, log)
-		if err != nil {
-			return err
-		}
-		roots, err := upstreamRoots(cfg)
-		if err != nil {
-			return err
-		}
-		tlsOpt.Leaves = minter
-		tlsOpt.Upstream = tlsmitm.OriginateConfig{Roots: roots, HandshakeTimeout: cfg.Upstream.HandshakeTimeout.Duration}
-	}
-
-	eng := engine.New(engine.Options{
-		Mechanism: string(cfg.Mechanism),
-		Steering:  mech,
-		Dialer:    intercept.BypassDialer(cfg.Steering.BypassMark, cfg.Limits.ConnectTimeout.Duration),
-		Limits: engine.Limits{
-			MaxFlows:          cfg.Limits.MaxFlows,
-			MaxFlowsPerClient: cfg.Limits.MaxFlowsPerClient,
-			IdleTimeout:       cfg.Limits.IdleTimeout.Duration,
-			ConnectTimeout:    cfg.Limits.ConnectTimeout.Duration,
-			BodyTimeout:       cfg.Limits.BodyTimeout.Duration,
-		},
-		Flows:   flows,
-		Metrics: metrics,
-		Log:     log.With("component", "engine"),
-		Routing: routing,
-		TLS:     tlsOpt,
-		HTTP: level1.Options{
-			Limits:        level1.Limits{MaxHeaderBytes: cfg.HTTP.MaxHeaderBytes},
-			HeaderTimeout: cfg.HTTP.HeaderTimeout.Duration,
-		},
-	})
-
-	if err := mech.Install(ctx); err != nil {
-		return fmt.Errorf("install %s steering: %w", cfg.Mechanism, err)
-	}
-	defer func() {
-		if err := mech.Remove(context.Background()); err != nil {
-			log.Error("remove steering; run `mcpintercept cleanup`", "err", err)
-			return
-		}
-		log.Info("steering removed", "mechanism", cfg.Mechanism)
-	}()
-
-	serveCtx, stopServe := context.WithCancel(context.Background())
-	defer stopServe()
-	served := make(chan struct{}, len(lns))
-	var addrs []string
-	for _, l := range lns {
-		addrs = append(addrs, l.Addr().String())
-		go func(l *net.TCPListener) {
-			if err := eng.Serve(serveCtx, l); err != nil {
-				log.Error("serve", "listener", l.Addr().String(), "err", err)
-			}
-			served <- struct{}{}
-		}(l)
-	}
-	if admin != nil {
-		admin.SetReady(true)
-	}
-	readyArgs := []any{"mechanism", cfg.Mechanism, "listen", strings.Join(addrs, ","),
-		"destinations", len(cfg.Intercept.Destinations), "port_ranges", len(cfg.Intercept.Ports)}
-	if admin != nil {
-		readyArgs = append(readyArgs, "admin", admin.Addr().String())
-	}
-	log.Info("ready", readyArgs...)
-
 	for waiting := true; waiting; {
 		select {
 		case <-ctx.Done():
 			waiting = false
 		case <-hup:
-			sets = reload(cfg, eng, sets, log)
+			app.Reload("") // logs what it did, or why it kept the running configuration
 		}
 	}
-
-	// Orderly stop: not ready, stop accepting, drain, then remove steering (the deferred Remove).
-	// Removing the TPROXY rules before the drain would strand the packets of open flows.
-	if admin != nil {
-		admin.SetReady(false)
-	}
-	log.Info("stopping: no new flows; draining", "open_flows", eng.Active(), "deadline", cfg.Limits.DrainTimeout.Duration)
-	stopServe()
-	closeListeners()
-	for range lns {
-		<-served
-	}
-	dctx, cancel := context.WithTimeout(context.Background(), cfg.Limits.DrainTimeout.Duration)
-	defer cancel()
-	if forced := eng.Drain(dctx); forced > 0 {
-		log.Warn("drain deadline reached; closed open flows", "closed", forced)
-	}
-	return nil
-}
-
-// configuredDestinations are the prefixes the operator named (steered destinations and route
-// matches): their request series are reserved a share of the metric bound that a flood of
-// first-come values cannot take.
-func configuredDestinations(cfg *config.Config) []netip.Prefix {
-	out := append([]netip.Prefix(nil), cfg.Intercept.Destinations...)
-	for _, r := range cfg.Routes {
-		out = append(out, r.Match.Destinations...)
-	}
-	return out
+	// Steering that could not be removed is logged with the way out (`mcpintercept cleanup`).
+	app.Stop(context.Background())
+	return exitOK
 }

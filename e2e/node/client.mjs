@@ -7,21 +7,42 @@
 //   node client.mjs URL --progress N
 //                                  call trigger-long-running-operation (server-everything) with N
 //                                  steps and print how many progress notifications arrived
+//   node client.mjs URL --call TOOL JSON
+//                                  call one tool and print {tool, is_error, text, error}
+//   --sse (anywhere)               use the legacy HTTP+SSE transport (protocol 2024-11-05 style:
+//                                  GET the stream, POST to the endpoint it announces)
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
 
-const url = process.argv[2];
+const legacy = process.argv.includes("--sse");
+const argv = process.argv.filter((a) => a !== "--sse");
+const url = argv[2];
 if (!url) {
-  console.error("usage: node client.mjs URL");
+  console.error("usage: node client.mjs URL [--sse] [--progress N | --call TOOL JSON]");
   process.exit(2);
 }
 
-const progressSteps = process.argv[3] === "--progress" ? Number(process.argv[4]) : 0;
+const progressSteps = argv[3] === "--progress" ? Number(argv[4]) : 0;
+const callTool = argv[3] === "--call" ? { name: argv[4], args: JSON.parse(argv[5] || "{}") } : null;
 
 const client = new Client({ name: "mcpintercept-lab-node-client", version: "1.0.0" });
-const transport = new StreamableHTTPClientTransport(new URL(url));
+const transport = legacy ? new SSEClientTransport(new URL(url)) : new StreamableHTTPClientTransport(new URL(url));
 try {
   await client.connect(transport);
+  if (callTool) {
+    let out;
+    try {
+      const r = await client.callTool({ name: callTool.name, arguments: callTool.args }, undefined, { timeout: 15000 });
+      out = { tool: callTool.name, is_error: !!r.isError, text: r.content?.map((c) => c.text).join("") };
+    } catch (err) {
+      // A JSON-RPC error from the server (or from an intermediary that names itself in data).
+      out = { tool: callTool.name, error: { code: err?.code, message: String(err?.message), data: err?.data } };
+    }
+    console.log(JSON.stringify(out));
+    await client.close();
+    process.exit(0);
+  }
   if (progressSteps > 0) {
     let seen = 0;
     const r = await client.callTool(

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command mcpclient is the MCP client peer of the end-to-end tests: a real
 // Go SDK client on Streamable HTTP.
 //

@@ -1,57 +1,15 @@
 package main
 
 import (
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 
 	"mcpintercept/config"
 	"mcpintercept/pki"
 )
-
-// usesTerminate reports whether any route terminates TLS (and so needs the CA).
-func usesTerminate(cfg *config.Config) bool {
-	for _, r := range cfg.Routes {
-		if r.TLS == config.TLSTerminate {
-			return true
-		}
-	}
-	return false
-}
-
-// upstreamRoots is the system pool plus the configured extra CAs.
-func upstreamRoots(cfg *config.Config) (*x509.CertPool, error) {
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	for _, f := range cfg.Upstream.ExtraCAs {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("upstream_tls.extra_cas: %w", err)
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("upstream_tls.extra_cas: no PEM certificate in %s", f)
-		}
-	}
-	return pool, nil
-}
-
-// loadMinter loads the CA (creating it on first start) and returns a leaf minter.
-func loadMinter(cfg *config.Config, log *slog.Logger) (*pki.Minter, error) {
-	ca, created, err := pki.LoadOrInit(cfg.CA.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("ca: %w", err)
-	}
-	if created {
-		log.Warn("created a new appliance CA; clients must trust it to accept terminated TLS (mcpintercept ca export)", "dir", cfg.CA.Dir)
-	}
-	return pki.NewMinter(ca, pki.MinterOptions{CacheSize: cfg.TLS.LeafCache, Validity: cfg.TLS.LeafValidity.Duration}), nil
-}
 
 // cmdCA is `ca init [--config FILE | --dir DIR] [--force]` and `ca export [--config FILE | --dir
 // DIR] [--format pem|der]`.

@@ -1,5 +1,5 @@
 //go:build !race
 
-package level1
+package exchange
 
 const raceEnabled = false

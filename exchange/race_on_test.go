@@ -1,6 +1,6 @@
 //go:build race
 
-package level1
+package exchange
 
 // raceEnabled: the race detector grows stacks and heap, so memory bounds do not apply.
 const raceEnabled = true

@@ -1,4 +1,4 @@
-package level1
+package exchange
 
 import (
 	"bufio"
@@ -128,14 +128,12 @@ type Reader struct {
 	partial []byte
 	fields  []fieldSpan
 	folds   []foldSpan
-	// prefix is a head waiting to go out with the first body bytes, in one writev; see forward.
+	// prefix is a head waiting to go out with the first body bytes, in one write; see forward.
 	prefix []byte
-	iov    [2][]byte // backing for nb, so a writev allocates nothing
-	nb     net.Buffers
-	// beforeHead, when set, runs just before forward writes a head; an error stops the write. The
-	// proxy queues the request there, so a request that fails before any byte left is still its
-	// to answer.
+	wv     writev // writeTwo's scratch
+	// beforeHead, when set, runs just before forward writes a head (forward's before).
 	beforeHead func() error
+	data       []byte // walkChunked's de-chunked data of one read; reused
 }
 
 // NewReader wraps r in a buffered reader of its own; use BufioReader to reach bytes read ahead.
@@ -681,7 +679,7 @@ func (r *Reader) copyN(dst io.Writer, n int64, toEOF bool) (int64, error) {
 	return written, nil
 }
 
-// write writes b, preceded by a pending head in the same writev.
+// write writes b, preceded by a pending head: both in one write (see writeTwo).
 func (r *Reader) write(dst io.Writer, b []byte) (int, error) {
 	if r.prefix == nil {
 		return dst.Write(b)
@@ -693,11 +691,57 @@ func (r *Reader) write(dst io.Writer, b []byte) (int, error) {
 			return 0, err
 		}
 	}
-	r.iov = [2][]byte{head, b}
-	r.nb = r.iov[:] // WriteTo consumes r.nb as it writes
-	n, err := r.nb.WriteTo(dst)
-	r.iov = [2][]byte{}
-	return max(int(n)-len(head), 0), err
+	n, err := writeTwo(dst, head, b, &r.wv)
+	return max(n-len(head), 0), err
+}
+
+// writev is the scratch space of writeTwo's writev, kept by its caller so that it allocates
+// nothing.
+type writev struct {
+	iov [2][]byte
+	nb  net.Buffers
+}
+
+// maxCoalesce is the largest head + body that writeTwo copies into one buffer to write them in
+// one call.
+const maxCoalesce = 64 << 10
+
+// coalescePool holds the buffers writeTwo joins a head and a body in.
+var coalescePool = sync.Pool{New: func() any { b := make([]byte, 0, maxCoalesce); return &b }}
+
+// writeTwo writes a and then b as one write when it can: a writev on a plain TCP socket (which
+// is one system call), else one Write of both joined in a pooled buffer when they are small.
+// Handing net.Buffers to any other net.Conn (a TLS connection, a wrapper that counts activity)
+// falls back to one Write per buffer, two system calls and two TLS records where one does. wv
+// is scratch space so the writev allocates nothing. It returns the bytes written of a and b.
+func writeTwo(dst io.Writer, a, b []byte, wv *writev) (int, error) {
+	switch {
+	case len(a) == 0:
+		return dst.Write(b)
+	case len(b) == 0:
+		return dst.Write(a)
+	}
+	if tc, ok := dst.(*net.TCPConn); ok {
+		wv.iov = [2][]byte{a, b}
+		wv.nb = wv.iov[:] // WriteTo consumes nb as it writes
+		n, err := wv.nb.WriteTo(tc)
+		wv.iov, wv.nb = [2][]byte{}, nil
+		return int(n), err
+	}
+	if len(a)+len(b) <= maxCoalesce {
+		bp := coalescePool.Get().(*[]byte)
+		buf := append(append((*bp)[:0], a...), b...)
+		n, err := dst.Write(buf)
+		*bp = buf[:0]
+		coalescePool.Put(bp)
+		return n, err
+	}
+	n, err := dst.Write(a)
+	if err != nil {
+		return n, err
+	}
+	m, err := dst.Write(b)
+	return n + m, err
 }
 
 // flushPrefix writes a pending head on its own before the reader blocks for more: a head is never
@@ -719,11 +763,15 @@ func (r *Reader) flushPrefix(dst io.Writer) error {
 	return nil
 }
 
-// forward writes h.Raw, then the body as CopyBody does. The head shares one writev with the body
-// bytes that arrived in the same read as it, which saves a syscall per message, and goes out alone
-// otherwise. It returns the bytes written, head included.
-func (r *Reader) forward(dst io.Writer, h *Head) (int64, error) {
-	r.prefix = h.Raw
+// forward writes head (h.Raw, or an edited copy of it), then the body of h as CopyBody does. The
+// head goes out in one write with the body bytes that arrived in the same read as it, which saves
+// a system call per message, and alone otherwise. before, when set, runs just before the first
+// byte goes out; an error stops the write (the proxy queues the request there, so a request that
+// fails before any byte left is still its to answer). It returns the bytes written, head
+// included.
+func (r *Reader) forward(dst io.Writer, h *Head, head []byte, before func() error) (int64, error) {
+	r.prefix, r.beforeHead = head, before
+	defer func() { r.beforeHead = nil }()
 	n, err := r.CopyBody(dst, h)
 	if err == nil {
 		err = r.flushPrefix(dst) // no body
@@ -732,7 +780,7 @@ func (r *Reader) forward(dst io.Writer, h *Head) (int64, error) {
 		r.prefix = nil
 		return n, err
 	}
-	return int64(len(h.Raw)) + n, err
+	return int64(len(head)) + n, err
 }
 
 const (
@@ -743,15 +791,94 @@ const (
 	stDone
 )
 
+// chunkScan is the state of a walk over chunked framing, kept across reads.
+type chunkScan struct {
+	st       int
+	remain   int64
+	trailers int
+}
+
+// scan advances over buf as far as it holds complete framing elements and returns where it
+// stopped; an incomplete chunk-size or trailer line is left for the next call, with the rest of
+// it. onData, when set, gets the range of every piece of chunk data passed. The framing is
+// validated before anything is passed, so a malformed chunk line never reaches the peer.
+func (c *chunkScan) scan(buf []byte, l *Limits, onData func(lo, hi int)) (int, error) {
+	pos := 0
+	for pos < len(buf) && c.st != stDone {
+		switch c.st {
+		case stSize, stTrailer:
+			i := bytes.IndexByte(buf[pos:], '\n')
+			if i < 0 {
+				if len(buf)-pos > l.MaxChunkLine {
+					return pos, malformed("chunk line too long")
+				}
+				return pos, nil
+			}
+			line := buf[pos : pos+i+1]
+			if len(line) > l.MaxChunkLine {
+				return pos, malformed("chunk line too long")
+			}
+			if c.st == stSize {
+				n, err := parseChunkLine(line)
+				if err != nil {
+					return pos, err
+				}
+				if n == 0 {
+					c.st = stTrailer
+				} else {
+					c.st, c.remain = stData, n
+				}
+			} else {
+				c.trailers += len(line)
+				if c.trailers > l.MaxHeaderBytes {
+					return pos, ErrHeaderTooLarge
+				}
+				empty, err := checkTrailerLine(line)
+				if err != nil {
+					return pos, err
+				}
+				if empty {
+					c.st = stDone
+				}
+			}
+			pos += len(line)
+		case stData:
+			k := int64(len(buf) - pos)
+			if k > c.remain {
+				k = c.remain
+			}
+			if onData != nil {
+				onData(pos, pos+int(k))
+			}
+			pos += int(k)
+			if c.remain -= k; c.remain == 0 {
+				c.st = stDataEnd
+			}
+		case stDataEnd:
+			switch {
+			case buf[pos] == '\n':
+				pos++
+			case buf[pos] != '\r':
+				return pos, malformed("chunk data not followed by CRLF")
+			case pos+1 == len(buf):
+				return pos, nil
+			case buf[pos+1] != '\n':
+				return pos, malformed("chunk data not followed by CRLF")
+			default:
+				pos += 2
+			}
+			c.st = stSize
+		}
+	}
+	return pos, nil
+}
+
 // copyChunked walks the chunked framing over whatever is buffered, writes the parsed span in one
-// Write, and only then reads again. The framing is validated before it is forwarded, so a
-// malformed chunk line never reaches the peer.
+// Write, and only then reads again.
 func (r *Reader) copyChunked(dst io.Writer) (int64, error) {
 	var (
-		total    int64
-		st       = stSize
-		remain   int64
-		trailers int
+		total int64
+		c     chunkScan
 	)
 	if r.Buffered() == 0 {
 		if err := r.flushPrefix(dst); err != nil {
@@ -763,70 +890,9 @@ func (r *Reader) copyChunked(dst io.Writer) (int64, error) {
 	}
 	for {
 		buf, _ := r.br.Peek(r.br.Buffered())
-		pos := 0
-	scan:
-		for pos < len(buf) && st != stDone {
-			switch st {
-			case stSize, stTrailer:
-				i := bytes.IndexByte(buf[pos:], '\n')
-				if i < 0 {
-					if len(buf)-pos > r.l.MaxChunkLine {
-						return total, malformed("chunk line too long")
-					}
-					break scan
-				}
-				line := buf[pos : pos+i+1]
-				if len(line) > r.l.MaxChunkLine {
-					return total, malformed("chunk line too long")
-				}
-				if st == stSize {
-					n, err := parseChunkLine(line)
-					if err != nil {
-						return total, err
-					}
-					if n == 0 {
-						st = stTrailer
-					} else {
-						st, remain = stData, n
-					}
-				} else {
-					trailers += len(line)
-					if trailers > r.l.MaxHeaderBytes {
-						return total, ErrHeaderTooLarge
-					}
-					empty, err := checkTrailerLine(line)
-					if err != nil {
-						return total, err
-					}
-					if empty {
-						st = stDone
-					}
-				}
-				pos += len(line)
-			case stData:
-				k := int64(len(buf) - pos)
-				if k > remain {
-					k = remain
-				}
-				pos += int(k)
-				if remain -= k; remain == 0 {
-					st = stDataEnd
-				}
-			case stDataEnd:
-				switch {
-				case buf[pos] == '\n':
-					pos++
-				case buf[pos] != '\r':
-					return total, malformed("chunk data not followed by CRLF")
-				case pos+1 == len(buf):
-					break scan
-				case buf[pos+1] != '\n':
-					return total, malformed("chunk data not followed by CRLF")
-				default:
-					pos += 2
-				}
-				st = stSize
-			}
+		pos, serr := c.scan(buf, &r.l, nil)
+		if serr != nil {
+			return total, serr
 		}
 		if pos > 0 {
 			w, err := r.write(dst, buf[:pos])
@@ -836,20 +902,105 @@ func (r *Reader) copyChunked(dst io.Writer) (int64, error) {
 				return total, &WriteError{Err: err}
 			}
 		}
-		if st == stDone {
+		if c.st == stDone {
 			return total, nil
 		}
 		// One more read; an incomplete line stays buffered and is scanned again with the rest.
 		if err := r.flushPrefix(dst); err != nil {
 			return total, err
 		}
-		var err error
-		if n := r.br.Buffered(); n == 0 {
-			err = r.await(false)
-		} else {
-			_, err = r.br.Peek(n + 1)
+		if err := r.more(); err != nil {
+			return total, noEOF(err)
 		}
-		if err != nil {
+	}
+}
+
+// more reads again: at least one byte more than is buffered.
+func (r *Reader) more() error {
+	if n := r.br.Buffered(); n > 0 {
+		_, err := r.br.Peek(n + 1)
+		return err
+	}
+	return r.await(false)
+}
+
+// errStopWalk is returned by a walk sink to end the walk early without an error of its own.
+var errStopWalk = errors.New("walk stopped")
+
+// walk reads the body of h as it arrives and calls sink once per read with the raw bytes it
+// consumed (framing included) and the body data inside them (de-chunked; the same bytes for other
+// framings). data is raw itself or a reused buffer; neither may be kept after sink returns. The
+// bytes are consumed once sink returns nil; an error from sink ends the walk with that error. It
+// returns the raw bytes consumed.
+func (r *Reader) walk(h *Head, sink func(raw, data []byte) error) (int64, error) {
+	switch {
+	case h.NoBody:
+		return 0, nil
+	case h.Chunked:
+		return r.walkChunked(sink)
+	case h.ContentLength >= 0:
+		return r.walkN(h.ContentLength, false, sink)
+	case h.CloseDelimited:
+		return r.walkN(math.MaxInt64, true, sink)
+	}
+	return 0, nil
+}
+
+func (r *Reader) walkN(n int64, toEOF bool, sink func(raw, data []byte) error) (int64, error) {
+	var done int64
+	for done < n {
+		if r.Buffered() == 0 {
+			if err := r.await(false); err != nil {
+				if toEOF && err == io.EOF {
+					return done, nil
+				}
+				return done, noEOF(err)
+			}
+		}
+		k := r.br.Buffered()
+		if rem := n - done; int64(k) > rem {
+			k = int(rem)
+		}
+		b, _ := r.br.Peek(k)
+		if err := sink(b, b); err != nil {
+			return done, err
+		}
+		r.br.Discard(k)
+		done += int64(k)
+	}
+	return done, nil
+}
+
+func (r *Reader) walkChunked(sink func(raw, data []byte) error) (int64, error) {
+	var (
+		total int64
+		c     chunkScan
+		buf   []byte
+	)
+	onData := func(lo, hi int) { r.data = append(r.data, buf[lo:hi]...) }
+	if r.Buffered() == 0 {
+		if err := r.await(false); err != nil {
+			return 0, noEOF(err)
+		}
+	}
+	for {
+		buf, _ = r.br.Peek(r.br.Buffered())
+		r.data = r.data[:0]
+		pos, serr := c.scan(buf, &r.l, onData)
+		if serr != nil {
+			return total, serr
+		}
+		if pos > 0 {
+			if err := sink(buf[:pos], r.data); err != nil {
+				return total, err
+			}
+			r.br.Discard(pos)
+			total += int64(pos)
+		}
+		if c.st == stDone {
+			return total, nil
+		}
+		if err := r.more(); err != nil {
 			return total, noEOF(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package level1
+package exchange
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func idleFlows(t testing.TB, n int, wrap bool) (heapPer, stackPer, goroutinesPer
 			if wrap {
 				pc, pu = plainConn{pc}, plainConn{pu}
 			}
-			Proxy(ctx, pc, pu, nil, nil, Options{IdleTimeout: time.Hour}, log)
+			Serve(ctx, pc, pu, nil, Options{IdleTimeout: time.Hour}, log)
 		}()
 		f.c.SetDeadline(time.Now().Add(testTimeout))
 		f.s.SetDeadline(time.Now().Add(testTimeout))
@@ -104,7 +104,7 @@ func BenchmarkIdleFlowMemory(b *testing.B) {
 // plainConn is a net.Conn and nothing more (no SyscallConn, no CloseWrite).
 type plainConn struct{ net.Conn }
 
-// TestIdleFlowMemory keeps level1's share of an idle flow well under the 32 KiB budget of a whole
+// TestIdleFlowMemory keeps the exchange loop's share of an idle flow well under the 32 KiB budget of a whole
 // plaintext Level 1 flow: read buffers are held only while a message is in progress.
 func TestIdleFlowMemory(t *testing.T) {
 	if testing.Short() {

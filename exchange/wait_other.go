@@ -1,6 +1,6 @@
 //go:build !linux
 
-package level1
+package exchange
 
 import "syscall"
 

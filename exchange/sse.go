@@ -1,4 +1,4 @@
-package level2
+package exchange
 
 import (
 	"bytes"
@@ -34,6 +34,11 @@ type Event struct {
 	HasRetry bool  // a retry field of ASCII digits was present
 	// Comments are the texts after ':' of the comment lines, as sent.
 	Comments []string
+
+	// What a stage made of it in the exchange pipeline (Replace, Drop).
+	out      []byte
+	replaced bool
+	dropped  bool
 }
 
 // CommentOnly reports a block that has comments and no field: a keepalive.
@@ -51,6 +56,7 @@ type SSEParser struct {
 	raw       []byte // the current block so far, including a partial line
 	lineStart int    // where the current line begins in raw
 	pendingLF bool   // the last byte fed was a CR line end: a leading LF belongs to it
+	splitLF   bool   // raw begins with such an LF
 	started   bool   // the first line has been read (the BOM check is done)
 	err       error
 
@@ -81,6 +87,7 @@ func (p *SSEParser) Feed(b []byte) ([]Event, error) {
 		if b[0] == '\n' {
 			p.raw = append(p.raw, '\n')
 			p.lineStart = len(p.raw)
+			p.splitLF = true
 			i = 1
 		}
 	}
@@ -130,6 +137,20 @@ func (p *SSEParser) Feed(b []byte) ([]Event, error) {
 // of a stream they are what a forwarder still owes the reader (a browser discards an
 // unterminated block, but the bytes are the server's, not ours to drop).
 func (p *SSEParser) Pending() []byte { return p.raw }
+
+// TakeSplitLF removes and reports the LF that completed a CRLF split across Feeds while the block
+// it starts is not complete yet: the block that CRLF ended was emitted at its CR, so a forwarder
+// writes the LF at once instead of holding it back with the next block.
+func (p *SSEParser) TakeSplitLF() bool {
+	if !p.splitLF {
+		return false
+	}
+	p.splitLF = false
+	n := copy(p.raw, p.raw[1:])
+	p.raw = p.raw[:n]
+	p.lineStart--
+	return true
+}
 
 func (p *SSEParser) checkSize() error {
 	if len(p.raw) > p.max {
@@ -196,6 +217,7 @@ func (p *SSEParser) dispatch() Event {
 		ev.Data = string(p.data[:len(p.data)-1])
 	}
 	p.ev = Event{}
+	p.splitLF = false
 	p.data = p.data[:0]
 	if cap(p.raw) > 64<<10 {
 		p.raw = nil
@@ -206,11 +228,11 @@ func (p *SSEParser) dispatch() Event {
 	return ev
 }
 
-// Encode frames an event anew, for one that was modified: comments, event, id, retry, then data
+// EncodeEvent frames an event anew, for one that was modified: comments, event, id, retry, then data
 // split into lines, LF line ends, and the terminating blank line. A line end inside Data or a
 // comment starts a new line of the same field; CR and LF are removed from Type and ID, where they
 // would otherwise inject fields.
-func Encode(e Event) []byte {
+func EncodeEvent(e Event) []byte {
 	var b bytes.Buffer
 	for _, c := range e.Comments {
 		for _, l := range splitLines(c) {

@@ -1,4 +1,4 @@
-package level2
+package exchange
 
 import (
 	"bytes"
@@ -248,7 +248,7 @@ func TestSSEEventTooLarge(t *testing.T) {
 	}
 }
 
-func TestEncode(t *testing.T) {
+func TestEncodeEvent(t *testing.T) {
 	tests := []struct {
 		name string
 		ev   Event
@@ -265,11 +265,11 @@ func TestEncode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Encode(tt.ev)
+			got := EncodeEvent(tt.ev)
 			if string(got) != tt.want {
 				t.Fatalf("got %q, want %q", got, tt.want)
 			}
-			// What Encode writes parses back to the same fields (line ends normalised).
+			// What EncodeEvent writes parses back to the same fields (line ends normalised).
 			evs := feedAll(t, NewSSEParser(0), string(got))
 			if len(evs) != 1 || !bytes.Equal(evs[0].Raw, got) {
 				t.Fatalf("reparse: %+v", evs)
@@ -286,5 +286,84 @@ func TestCommentOnly(t *testing.T) {
 	evs := feedAll(t, NewSSEParser(0), ":\n\n: x\ndata: y\n\n\n")
 	if !evs[0].CommentOnly() || evs[1].CommentOnly() || evs[2].CommentOnly() {
 		t.Fatalf("CommentOnly: %v %v %v", evs[0].CommentOnly(), evs[1].CommentOnly(), evs[2].CommentOnly())
+	}
+}
+
+// FuzzSSE: feeding a stream in any chunk sizes gives the same events as one Feed, and the Raw of
+// the events plus what is pending is exactly the input.
+func FuzzSSE(f *testing.F) {
+	f.Add([]byte("event: message\nid: 1\ndata: {\"a\":1}\n\n: ping\n\n"), []byte{1, 2, 3})
+	f.Add([]byte("data: a\r\ndata: b\r\n\r\ndata: c\r\r"), []byte{8})
+	f.Add([]byte("\uFEFFdata: x\rretry: 10\r\r"), []byte{1})
+	f.Add([]byte("data\n\n\n:\r\nid: a\x00\n\n"), []byte{0, 5})
+	f.Fuzz(func(t *testing.T, in []byte, cuts []byte) {
+		one := NewSSEParser(1 << 30)
+		whole, err := one.Feed(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkConcat(t, in, whole, one.Pending())
+
+		p := NewSSEParser(1 << 30)
+		var split []Event
+		rest := in
+		for i := 0; len(rest) > 0; i++ {
+			n := len(rest)
+			if len(cuts) > 0 {
+				n = int(cuts[i%len(cuts)])%17 + 1
+				n = min(n, len(rest))
+			}
+			evs, err := p.Feed(rest[:n])
+			if err != nil {
+				t.Fatal(err)
+			}
+			split = append(split, evs...)
+			rest = rest[n:]
+		}
+		checkConcat(t, in, split, p.Pending())
+		if !reflect.DeepEqual(fieldsOf(whole), fieldsOf(split)) {
+			t.Fatalf("chunked feed differs:\n one %+v\n split %+v", fieldsOf(whole), fieldsOf(split))
+		}
+		// Raw differs only by an LF that completes a CRLF split across Feeds.
+		for i := range whole {
+			w, s := whole[i].Raw, split[i].Raw
+			if i > 0 && bytes.HasSuffix(split[i-1].Raw, []byte("\r")) && bytes.HasSuffix(whole[i-1].Raw, []byte("\r\n")) {
+				if s[0] != '\n' {
+					t.Fatalf("event %d: the LF of a split CRLF is missing: %q", i, s)
+				}
+				s = s[1:]
+			}
+			if bytes.HasSuffix(s, []byte("\r")) && bytes.HasSuffix(w, []byte("\r\n")) {
+				w = w[:len(w)-1]
+			}
+			if !bytes.Equal(w, s) {
+				t.Fatalf("event %d Raw: one %q split %q", i, whole[i].Raw, split[i].Raw)
+			}
+		}
+		// Re-framing an event gives the same fields back.
+		for _, e := range whole {
+			got, err := NewSSEParser(1 << 30).Feed(EncodeEvent(e))
+			if err != nil || len(got) != 1 {
+				t.Fatalf("Encode(%+v) reparses to %d events, %v", e, len(got), err)
+			}
+			if !reflect.DeepEqual(fieldsOf(got), fieldsOf([]Event{e})) {
+				t.Fatalf("Encode round trip: %+v vs %+v", fieldsOf(got), fieldsOf([]Event{e}))
+			}
+		}
+	})
+}
+
+func checkConcat(t *testing.T, in []byte, evs []Event, pending []byte) {
+	t.Helper()
+	var all []byte
+	for _, e := range evs {
+		if len(e.Raw) == 0 {
+			t.Fatalf("event with empty Raw")
+		}
+		all = append(all, e.Raw...)
+	}
+	all = append(all, pending...)
+	if !bytes.Equal(all, in) {
+		t.Fatalf("Raw concatenation %q, input %q", all, in)
 	}
 }

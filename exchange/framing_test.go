@@ -1,4 +1,4 @@
-package level1
+package exchange
 
 import (
 	"bytes"
@@ -740,7 +740,7 @@ func TestForwardNeverHoldsTheHead(t *testing.T) {
 	w := &notifyWriter{writes: make(chan string, 10)}
 	done := make(chan error, 1)
 	go func() {
-		n, err := r.forward(w, h)
+		n, err := r.forward(w, h, h.Raw, nil)
 		if err == nil && n != int64(len(head)+len("3\r\nabc\r\n0\r\n\r\n")) {
 			err = errors.New("wrong count")
 		}

@@ -1,4 +1,4 @@
-package main
+package devhost
 
 import (
 	"errors"
@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// execIdentity is who the command of `exec` runs as.
-type execIdentity struct {
+// User is who the command of `exec` runs as.
+type User struct {
 	// Cred is nil when the command runs as exec itself (root not asked to change, or exec not
 	// root); otherwise it is the user, group and supplementary groups the child takes.
 	Cred *syscall.Credential
@@ -37,6 +37,12 @@ type userDB struct {
 
 var systemUsers = userDB{lookupID: user.LookupId, lookupName: user.Lookup, groupIDs: (*user.User).GroupIds}
 
+// ResolveUser decides who the command runs as (see resolveExecUser) from the --user flag
+// (flagSet: given, even empty), this process's environment and its effective uid.
+func ResolveUser(flagUser string, flagSet bool) (User, error) {
+	return resolveExecUser(flagUser, flagSet, os.Getenv, os.Geteuid(), systemUsers)
+}
+
 // resolveExecUser decides who the command of `exec` runs as, from the --user flag (flagSet says it
 // was given, even empty), the environment (SUDO_UID, SUDO_GID) and exec's effective uid:
 //
@@ -48,42 +54,42 @@ var systemUsers = userDB{lookupID: user.LookupId, lookupName: user.Lookup, group
 //   - else: as exec itself (root without sudo stays root; a non-root exec cannot change user).
 //
 // Errors are worded for the command line: "exec: --user nobodyX: unknown user".
-func resolveExecUser(flagUser string, flagSet bool, getenv func(string) string, euid int, db userDB) (execIdentity, error) {
+func resolveExecUser(flagUser string, flagSet bool, getenv func(string) string, euid int, db userDB) (User, error) {
 	if flagSet {
 		if flagUser == "" {
-			return execIdentity{}, errors.New("exec: --user: empty (give a user name or a numeric uid)")
+			return User{}, errors.New("exec: --user: empty (give a user name or a numeric uid)")
 		}
 		u, err := lookupUserArg(flagUser, db)
 		if err != nil {
-			return execIdentity{}, err
+			return User{}, err
 		}
 		uid, err1 := parseID(u.Uid)
 		gid, err2 := parseID(u.Gid)
 		if err1 != nil || err2 != nil {
-			return execIdentity{}, fmt.Errorf("exec: --user %s: user database entry has uid %q, gid %q", flagUser, u.Uid, u.Gid)
+			return User{}, fmt.Errorf("exec: --user %s: user database entry has uid %q, gid %q", flagUser, u.Uid, u.Gid)
 		}
 		if euid != 0 && int(uid) != euid {
-			return execIdentity{}, fmt.Errorf("exec: --user %s: only root can run the command as another user", flagUser)
+			return User{}, fmt.Errorf("exec: --user %s: only root can run the command as another user", flagUser)
 		}
-		id := execIdentity{Env: passwdEnv(u), Name: describeUser(u.Username, uid)}
+		id := User{Env: passwdEnv(u), Name: describeUser(u.Username, uid)}
 		if int(uid) != euid {
 			id.Cred = &syscall.Credential{Uid: uid, Gid: gid, Groups: userGroups(u, gid, db)}
 		}
 		return id, nil
 	}
 	if euid != 0 {
-		return execIdentity{}, nil // runs as whoever we are
+		return User{}, nil // runs as whoever we are
 	}
 	sudoUID := getenv("SUDO_UID")
 	if sudoUID == "" {
-		return execIdentity{}, nil // root, not through sudo: root stays root
+		return User{}, nil // root, not through sudo: root stays root
 	}
 	uid, err := parseID(sudoUID)
 	if err != nil {
-		return execIdentity{}, fmt.Errorf("exec: SUDO_UID=%q is not a numeric uid (choose with --user NAME|UID, or --user root)", sudoUID)
+		return User{}, fmt.Errorf("exec: SUDO_UID=%q is not a numeric uid (choose with --user NAME|UID, or --user root)", sudoUID)
 	}
 	if uid == 0 {
-		return execIdentity{}, nil // root ran sudo
+		return User{}, nil // root ran sudo
 	}
 	u, lerr := db.lookupID(sudoUID)
 	if lerr != nil {
@@ -92,16 +98,16 @@ func resolveExecUser(flagUser string, flagSet bool, getenv func(string) string, 
 	var gid uint32
 	if s := getenv("SUDO_GID"); s != "" {
 		if gid, err = parseID(s); err != nil {
-			return execIdentity{}, fmt.Errorf("exec: SUDO_GID=%q is not a numeric gid (choose with --user NAME|UID, or --user root)", s)
+			return User{}, fmt.Errorf("exec: SUDO_GID=%q is not a numeric gid (choose with --user NAME|UID, or --user root)", s)
 		}
 	} else if u != nil {
 		if gid, err = parseID(u.Gid); err != nil {
-			return execIdentity{}, fmt.Errorf("exec: SUDO_UID=%s: user database entry has gid %q", sudoUID, u.Gid)
+			return User{}, fmt.Errorf("exec: SUDO_UID=%s: user database entry has gid %q", sudoUID, u.Gid)
 		}
 	} else {
-		return execIdentity{}, fmt.Errorf("exec: SUDO_UID=%s: no SUDO_GID and no user database entry (choose with --user NAME|UID, or --user root)", sudoUID)
+		return User{}, fmt.Errorf("exec: SUDO_UID=%s: no SUDO_GID and no user database entry (choose with --user NAME|UID, or --user root)", sudoUID)
 	}
-	id := execIdentity{Cred: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{gid}}, Name: describeUser("", uid)}
+	id := User{Cred: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{gid}}, Name: describeUser("", uid)}
 	if u != nil {
 		id.Cred.Groups = userGroups(u, gid, db)
 		id.Env = passwdEnv(u)

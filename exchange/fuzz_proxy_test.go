@@ -1,6 +1,7 @@
-package level1
+package exchange
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -9,9 +10,10 @@ import (
 	"time"
 )
 
-// FuzzProxy drives whole connections through Proxy: arbitrary client bytes (requests, garbage,
-// truncations, pipelining) against arbitrary upstream bytes. Proxy must never panic and must
-// always return once both peers are done, whatever they sent.
+// FuzzProxy drives whole connections through Serve: arbitrary client bytes (requests, garbage,
+// truncations, pipelining) against arbitrary upstream bytes, with stages that copy, answer, read
+// and replace bodies and events. Serve must never panic and must always return once both peers
+// are done, whatever they sent.
 func FuzzProxy(f *testing.F) {
 	seeds := [][2]string{
 		{"POST /mcp HTTP/1.1\r\nHost: x\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\nContent-Length: 2\r\n\r\n{}",
@@ -37,32 +39,28 @@ func FuzzProxy(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s[0]), []byte(s[1]))
 	}
-	d := deciderFunc(func(ctx context.Context, info *RequestInfo) Verdict {
-		if strings.HasPrefix(info.MCPName, "deny") {
-			return Verdict{Action: ActionDeny, Reason: "fuzz"}
-		}
-		return Verdict{Action: ActionAllow}
-	})
 	f.Fuzz(func(t *testing.T, clientBytes, serverBytes []byte) {
 		c, pc := tcpPair(t)
 		pu, s := tcpPair(t)
 		defer c.Close()
 		defer s.Close()
-		// The input picks the route options too, so each of the checks before policy is reached.
 		o := Options{HeaderTimeout: 300 * time.Millisecond, IdleTimeout: time.Second, BodyTimeout: 500 * time.Millisecond}
-		if len(clientBytes)%2 == 1 {
-			o.StrictMCPHeaders = true
+		// The input picks the stages too: header-only (the copy path), or ones that read bodies
+		// and events, replace some and abort on others, so every path of the loop is reached.
+		stages := []Stage{denyName("deny")}
+		switch len(clientBytes) % 4 {
+		case 1:
+			stages = append(stages, &fuzzBodies{max: int64(len(serverBytes) % 97), overflow: Overflow(len(serverBytes) % 2)})
+		case 2:
+			stages = append(stages, &fuzzBodies{max: 1 << 20, events: true, replace: len(serverBytes)%2 == 0})
+		case 3:
+			stages = append(stages, &fuzzBodies{max: 16, events: true, overflow: OverflowForward, replace: true})
 		}
-		if len(clientBytes)%3 != 0 {
-			o.ExpectedHost = "x"
-		}
-		if len(serverBytes)%2 == 1 {
-			o.AllowUpgrade = []string{"websocket", "connect", "h2c"}
-		}
+		stages = append(stages, doneFunc(func(*Exchange) {}))
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			Proxy(context.Background(), pc, pu, d, &memRecorder{}, o, slog.New(slog.DiscardHandler))
+			Serve(context.Background(), pc, pu, stages, o, slog.New(slog.DiscardHandler))
 		}()
 		go func() {
 			s.SetDeadline(time.Now().Add(3 * time.Second))
@@ -79,45 +77,64 @@ func FuzzProxy(f *testing.F) {
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
-			t.Fatalf("Proxy did not return after both peers closed (client %q, server %q)", clientBytes, serverBytes)
+			t.Fatalf("Serve did not return after both peers closed (client %q, server %q)", clientBytes, serverBytes)
 		}
 	})
 }
 
-// FuzzRedactURI: whatever a name holds, what RedactURI leaves has no query, fragment or userinfo
-// in a URI, and non-URI names are untouched.
-func FuzzRedactURI(f *testing.F) {
-	for _, s := range []string{
-		"https://user:pass@host/x?X-Amz-Signature=abc&access_token=def#frag", "get_weather", "mailto:a@b",
-		"s3://bucket/key?x=1", "https://u:p/w@h/x", "a:", "file:///a b#c", "x://@", "HTTP://[::1]:80/?#@",
-	} {
-		f.Add(s)
+// fuzzBodies asks for bodies (and events), replaces some and aborts on a marker.
+type fuzzBodies struct {
+	Base
+	max      int64
+	overflow Overflow
+	events   bool
+	replace  bool
+}
+
+func (b *fuzzBodies) RequestHead(_ context.Context, x *Exchange) Result {
+	x.WantRequestBody(b.max)
+	x.SetRequestHeader("X-Fuzz", "1")
+	return Continue
+}
+
+func (b *fuzzBodies) RequestBody(_ context.Context, x *Exchange) Result {
+	if bytes.Contains(x.RequestBody(), []byte("abort")) {
+		x.Abort("fuzz")
+		return Stop
 	}
-	f.Fuzz(func(t *testing.T, s string) {
-		got := RedactURI(s)
-		if schemeEnd(s) < 0 {
-			if got != s {
-				t.Fatalf("non-URI %q changed to %q", s, got)
-			}
-			return
-		}
-		if strings.ContainsAny(got, "?#") {
-			t.Fatalf("RedactURI(%q) = %q keeps a query or fragment", s, got)
-		}
-		if !strings.HasPrefix(s, got[:schemeEnd(got)+1]) || len(got) > len(s) {
-			t.Fatalf("RedactURI(%q) = %q is not a cut of its input", s, got)
-		}
-		if rest := got[schemeEnd(got)+1:]; strings.HasPrefix(rest, "//") {
-			auth := rest[2:]
-			if i := strings.IndexByte(auth, '/'); i >= 0 {
-				auth = auth[:i]
-			}
-			if strings.Contains(auth, "@") {
-				t.Fatalf("RedactURI(%q) = %q keeps userinfo", s, got)
-			}
-		}
-		if again := RedactURI(got); again != got {
-			t.Fatalf("not idempotent: %q → %q → %q", s, got, again)
-		}
-	})
+	if b.replace {
+		x.SetRequestBody(bytes.ToUpper(x.RequestBody()))
+	}
+	return Continue
+}
+
+func (b *fuzzBodies) ResponseHead(_ context.Context, x *Exchange) Result {
+	if b.events {
+		x.WantEvents(int(b.max))
+	}
+	x.WantResponseBody(b.max, b.overflow)
+	x.DelResponseHeader("Server")
+	return Continue
+}
+
+func (b *fuzzBodies) ResponseBody(_ context.Context, x *Exchange) Result {
+	if b.replace {
+		x.SetResponseBody(append([]byte("x"), x.ResponseBody()...))
+	}
+	return Continue
+}
+
+func (b *fuzzBodies) Event(_ context.Context, x *Exchange, ev *Event) Result {
+	switch {
+	case ev.Type == "abort":
+		x.Abort("fuzz")
+		return Stop
+	case ev.Type == "drop":
+		ev.Drop()
+	case b.replace && ev.HasData:
+		e := *ev
+		e.Data = strings.ToUpper(e.Data)
+		ev.Replace(EncodeEvent(e))
+	}
+	return Continue
 }

@@ -1,0 +1,468 @@
+// Package appliance wires one running appliance from a configuration: steering mechanism,
+// listeners, metrics and admin endpoint, flow log, routing, TLS material and the engine, and runs
+// its life cycle (start, reload, drain, remove steering). `run`, `exec` and tests build it the
+// same way; the command line only parses flags and calls it.
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"mcpintercept/config"
+	"mcpintercept/engine"
+	"mcpintercept/intercept"
+	"mcpintercept/level1"
+	"mcpintercept/origin"
+	"mcpintercept/pki"
+	"mcpintercept/telemetry"
+	"mcpintercept/tlsmitm"
+)
+
+// ErrNeedsLinux is what New (and `run`, `exec`, `cleanup`) return on other systems.
+var ErrNeedsLinux = errors.New("needs Linux (netfilter, eBPF, network namespaces)")
+
+// Supported says whether cmd (a subcommand name, for the message) can run on this system:
+// "run needs Linux (netfilter, eBPF, network namespaces)" elsewhere.
+func Supported(cmd string) error {
+	if err := checkPlatform(); err != nil {
+		return fmt.Errorf("%s %w", cmd, err)
+	}
+	return nil
+}
+
+// ConfigError is a configuration New refused before opening anything (a rule set that does not
+// compile): the command line reports it as a configuration error (exit 2).
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Options are what the caller decides instead of the configuration. The zero value runs the
+// configuration as `run` does.
+type Options struct {
+	// Stdout receives the flow log when log.flows is "stdout" (or unset); nil discards it (exec:
+	// stdout belongs to the command).
+	Stdout io.Writer
+	// Log is the appliance's logger; each component gets a child. Nil discards.
+	Log *slog.Logger
+	// Mechanism replaces the steering the configuration selects (exec steers a cgroup of its
+	// own); nil: intercept.New(cfg).
+	Mechanism intercept.Mechanism
+	// Listeners, when set, are served instead of binding listen.addresses and listen.port (exec
+	// binds ephemeral loopback ports before it builds its mechanism). The appliance closes them.
+	Listeners []*net.TCPListener
+	// Routing replaces the configuration's routes and rule sets (exec's zero-config route); Reload
+	// is then refused.
+	Routing *engine.Routing
+	// Terminate loads the CA and the upstream roots even when no configured route terminates
+	// (a Routing whose auto routes terminate).
+	Terminate bool
+	// PeekTimeout replaces tls.peek_timeout when positive.
+	PeekTimeout time.Duration
+	// DrainTimeout replaces limits.drain_timeout when positive.
+	DrainTimeout time.Duration
+	// NoAdmin leaves the admin endpoint off whatever admin.listen says.
+	NoAdmin bool
+	// Observe, when set, also receives every flow record (exec's live lines and summary).
+	Observe engine.FlowSink
+	// Quiet leaves out the life-cycle lines (ready, stopping, steering removed): exec prints its
+	// own. Warnings and errors are logged regardless.
+	Quiet bool
+}
+
+// Appliance is one wired appliance. New binds and loads everything; Start installs the steering
+// and serves; Stop drains and removes the steering. Stop must be called whatever happened after a
+// successful New.
+type Appliance struct {
+	cfg  *config.Config
+	opt  Options
+	log  *slog.Logger
+	mech intercept.Mechanism
+	lns  []*net.TCPListener
+
+	metrics  *telemetry.Metrics
+	admin    *telemetry.Admin
+	flows    *telemetry.FlowLog // nil when the flow log is off
+	flowFile *os.File
+	eng      *engine.Engine
+	caFile   string // the CA certificate, when it is loaded (terminate routes can be served)
+
+	mu        sync.Mutex // orders Reload, Start and Stop
+	sets      engine.CompiledRuleSets
+	keep      []netip.Prefix // the destinations the request series keep a share for
+	installed bool
+	stopped   bool
+	stopServe context.CancelFunc
+	served    chan struct{}
+	ready     chan struct{}
+}
+
+// New wires an appliance from cfg: it compiles the routing first (a *ConfigError, nothing
+// opened), then binds the listeners and the admin endpoint, opens the flow log and loads the TLS
+// material, so that nothing is installed on the host before everything that can fail has.
+func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, err error) {
+	if err := checkPlatform(); err != nil {
+		return nil, err
+	}
+	log := opt.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Appliance{cfg: cfg, opt: opt, log: log, lns: opt.Listeners, ready: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			a.release()
+		}
+	}()
+
+	routing := opt.Routing
+	if routing == nil {
+		if routing, a.sets, err = engine.RoutingFromConfig(cfg, nil); err != nil {
+			return nil, &ConfigError{Err: err}
+		}
+	}
+
+	a.mech = opt.Mechanism
+	if a.mech == nil {
+		if a.mech, err = intercept.New(cfg); err != nil {
+			return nil, err
+		}
+	}
+	// Bind everything before installing anything, so that a port in use leaves the host untouched.
+	if a.lns == nil {
+		if a.lns, err = intercept.Listen(ctx, cfg.Listen.Addresses, cfg.Listen.Port, intercept.Transparent(cfg)); err != nil {
+			return nil, err
+		}
+	}
+
+	a.metrics = telemetry.NewMetrics()
+	a.setKeep(cfg)
+	if !opt.NoAdmin && cfg.Admin.Listen != "off" && cfg.Admin.Listen != "" {
+		a.admin, err = telemetry.NewAdmin(cfg.Admin.Listen, a.metrics, func() any { return Declaration(cfg) }, log.With("component", "admin"))
+		if err != nil {
+			return nil, err
+		}
+		// Served from now on (metrics, health); /readyz says ready once the steering is in place.
+		a.admin.Start()
+	}
+
+	if err := a.openFlowLog(); err != nil {
+		return nil, err
+	}
+
+	tlsOpt := engine.TLSOptions{
+		PeekTimeout:      cfg.TLS.PeekTimeout.Duration,
+		MaxClientHello:   cfg.TLS.MaxClientHello,
+		HandshakeTimeout: cfg.Upstream.HandshakeTimeout.Duration,
+	}
+	if opt.PeekTimeout > 0 {
+		tlsOpt.PeekTimeout = opt.PeekTimeout
+	}
+	if opt.Terminate || UsesTerminate(cfg) {
+		minter, err := loadMinter(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		roots, err := upstreamRoots(cfg)
+		if err != nil {
+			return nil, err
+		}
+		tlsOpt.Leaves = minter
+		tlsOpt.Upstream = tlsmitm.OriginateConfig{Roots: roots, HandshakeTimeout: cfg.Upstream.HandshakeTimeout.Duration}
+		a.caFile = filepath.Join(cfg.CA.Dir, pki.CertFile)
+	}
+
+	a.eng = engine.New(engine.Options{
+		Mechanism: string(a.mech.Name()),
+		Steering:  a.mech,
+		Dialer:    intercept.BypassDialer(cfg.Steering.BypassMark, cfg.Limits.ConnectTimeout.Duration),
+		Limits:    limitsOf(cfg),
+		Flows:     a.sink(),
+		Metrics:   a.metrics,
+		Log:       log.With("component", "engine"),
+		Routing:   routing,
+		TLS:       tlsOpt,
+		HTTP:      httpOptionsOf(cfg),
+	})
+	return a, nil
+}
+
+// limitsOf is the engine's share of the configuration's limits.
+func limitsOf(cfg *config.Config) engine.Limits {
+	return engine.Limits{
+		MaxFlows:          cfg.Limits.MaxFlows,
+		MaxFlowsPerClient: cfg.Limits.MaxFlowsPerClient,
+		IdleTimeout:       cfg.Limits.IdleTimeout.Duration,
+		ConnectTimeout:    cfg.Limits.ConnectTimeout.Duration,
+		BodyTimeout:       cfg.Limits.BodyTimeout.Duration,
+	}
+}
+
+// httpOptionsOf is the HTTP framing's share of the configuration.
+func httpOptionsOf(cfg *config.Config) level1.Options {
+	return level1.Options{
+		Limits:        level1.Limits{MaxHeaderBytes: cfg.HTTP.MaxHeaderBytes},
+		HeaderTimeout: cfg.HTTP.HeaderTimeout.Duration,
+	}
+}
+
+// openFlowLog opens log.flows: "off", "stdout" (Options.Stdout) or a file appended to.
+func (a *Appliance) openFlowLog() error {
+	var out io.Writer
+	switch a.cfg.Log.Flows {
+	case "off":
+	case "stdout", "":
+		out = a.opt.Stdout
+	default:
+		f, err := os.OpenFile(a.cfg.Log.Flows, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		if err != nil {
+			return fmt.Errorf("flow log: %w", err)
+		}
+		a.flowFile, out = f, f
+	}
+	if out != nil {
+		a.flows = telemetry.NewFlowLog(out, 8192, a.log.With("component", "flowlog"), a.metrics.LogDropped.Inc)
+	}
+	return nil
+}
+
+// sink is where the engine writes records: the flow log, Options.Observe, both or neither.
+func (a *Appliance) sink() engine.FlowSink {
+	switch {
+	case a.flows != nil && a.opt.Observe != nil:
+		return tee{a.opt.Observe, a.flows}
+	case a.flows != nil:
+		return a.flows
+	case a.opt.Observe != nil:
+		return a.opt.Observe
+	}
+	return nil
+}
+
+type tee [2]engine.FlowSink
+
+func (t tee) Write(r telemetry.FlowRecord) { t[0].Write(r); t[1].Write(r) }
+
+// Start installs the steering and serves every listener; it logs "ready" (unless Quiet) and
+// /readyz turns ready. On error nothing stays installed; call Stop to release the rest.
+func (a *Appliance) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return errors.New("appliance stopped")
+	}
+	if a.installed {
+		return errors.New("appliance already started")
+	}
+	if err := a.mech.Install(ctx); err != nil {
+		return fmt.Errorf("install %s steering: %w", a.mech.Name(), err)
+	}
+	a.installed = true
+
+	// Flows are not tied to ctx: stopping must leave open flows to drain (Stop).
+	serveCtx, stop := context.WithCancel(context.Background())
+	a.stopServe = stop
+	a.served = make(chan struct{}, len(a.lns))
+	for _, l := range a.lns {
+		go func(l *net.TCPListener) {
+			if err := a.eng.Serve(serveCtx, l); err != nil {
+				a.log.Error("serve", "listener", l.Addr().String(), "err", err)
+			}
+			a.served <- struct{}{}
+		}(l)
+	}
+	if a.admin != nil {
+		a.admin.SetReady(true)
+	}
+	args := []any{"mechanism", a.mech.Name(), "listen", strings.Join(a.listenAddrs(), ","),
+		"destinations", len(a.cfg.Intercept.Destinations), "port_ranges", len(a.cfg.Intercept.Ports)}
+	if a.admin != nil {
+		args = append(args, "admin", a.admin.Addr().String())
+	}
+	a.info("ready", args...)
+	close(a.ready)
+	return nil
+}
+
+// Ready is closed once Start has installed the steering and the listeners serve.
+func (a *Appliance) Ready() <-chan struct{} { return a.ready }
+
+// Addrs are the listeners' addresses.
+func (a *Appliance) Addrs() []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, l := range a.lns {
+		if ap, err := origin.AddrPortOf(l.Addr()); err == nil {
+			out = append(out, ap)
+		}
+	}
+	return out
+}
+
+func (a *Appliance) listenAddrs() []string {
+	var s []string
+	for _, l := range a.lns {
+		s = append(s, l.Addr().String())
+	}
+	return s
+}
+
+// AdminAddr is the admin endpoint's address, nil when it is off.
+func (a *Appliance) AdminAddr() net.Addr {
+	if a.admin == nil {
+		return nil
+	}
+	return a.admin.Addr()
+}
+
+// CAFile is the appliance CA's certificate file when TLS is terminated, "" otherwise (exec makes
+// its command trust it).
+func (a *Appliance) CAFile() string { return a.caFile }
+
+// Engine is the engine flows run in (tests read its state).
+func (a *Appliance) Engine() *engine.Engine { return a.eng }
+
+// Metrics is the appliance's metric set.
+func (a *Appliance) Metrics() *telemetry.Metrics { return a.metrics }
+
+// Reload re-reads the configuration file (path; "" for the one it started from, with the same
+// mechanism override) and swaps routes and rule sets without touching open flows. Listeners,
+// steering, limits and TLS material keep their start-up values: changing those needs a restart,
+// and the log says so. A file that does not load or compile keeps the running routing; the error
+// is logged and returned.
+func (a *Appliance) Reload(path string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.opt.Routing != nil {
+		err := errors.New("routing was fixed at start-up")
+		a.log.Error("reload refused; keeping the running configuration", "err", err)
+		return err
+	}
+	if path == "" {
+		path = a.cfg.Path
+	}
+	next, err := config.Load(path, config.Overrides{Mechanism: a.cfg.Mechanism})
+	if err != nil {
+		a.log.Error("reload refused: invalid configuration; keeping the running one", "err", err)
+		return fmt.Errorf("reload refused: invalid configuration: %w", err)
+	}
+	routing, sets, err := engine.RoutingFromConfig(next, a.sets)
+	if err != nil {
+		a.log.Error("reload refused: invalid policy; keeping the running one", "err", err)
+		return fmt.Errorf("reload refused: invalid policy: %w", err)
+	}
+	if UsesTerminate(next) && a.caFile == "" {
+		a.log.Warn("reload: terminate routes were added; the CA is loaded at start-up, restart to serve them")
+	}
+	a.eng.SetRouting(routing)
+	a.setKeep(next)
+	a.sets = sets
+	a.log.Info("reloaded routes and rules", "routes", len(routing.Routes), "rule_sets", len(sets))
+	return nil
+}
+
+// Stop is the orderly stop: not ready, stop accepting, drain open flows until the drain deadline
+// (limits.drain_timeout, within ctx), then remove the steering (removing TPROXY rules before the
+// drain would strand the packets of open flows), then close the flow log and the admin endpoint.
+// It is idempotent; the error is the steering's removal (logged too).
+func (a *Appliance) Stop(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return nil
+	}
+	a.stopped = true
+	if a.admin != nil {
+		a.admin.SetReady(false)
+	}
+	drain := a.cfg.Limits.DrainTimeout.Duration
+	if a.opt.DrainTimeout > 0 {
+		drain = a.opt.DrainTimeout
+	}
+	if a.stopServe != nil {
+		a.info("stopping: no new flows; draining", "open_flows", a.eng.Active(), "deadline", drain)
+		a.stopServe()
+	}
+	a.closeListeners()
+	if a.served != nil {
+		for range a.lns {
+			<-a.served
+		}
+	}
+	if a.eng != nil {
+		dctx, cancel := context.WithTimeout(ctx, drain)
+		if forced := a.eng.Drain(dctx); forced > 0 {
+			a.log.Warn("drain deadline reached; closed open flows", "closed", forced)
+		}
+		cancel()
+	}
+	var err error
+	if a.installed {
+		if err = a.mech.Remove(context.WithoutCancel(ctx)); err != nil {
+			a.log.Error("remove steering; run `mcpintercept cleanup`", "err", err)
+			err = fmt.Errorf("remove %s steering: %w", a.mech.Name(), err)
+		} else {
+			a.info("steering removed", "mechanism", a.mech.Name())
+		}
+	}
+	a.release()
+	return err
+}
+
+// info logs a life-cycle line unless Options.Quiet.
+func (a *Appliance) info(msg string, args ...any) {
+	if !a.opt.Quiet {
+		a.log.Info(msg, args...)
+	}
+}
+
+// release closes what New opened (the steering aside).
+func (a *Appliance) release() {
+	if a.flows != nil {
+		a.flows.Close()
+		a.flows = nil
+	}
+	if a.flowFile != nil {
+		a.flowFile.Close()
+		a.flowFile = nil
+	}
+	if a.admin != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		a.admin.Shutdown(sctx)
+		cancel()
+		a.admin = nil
+	}
+	a.closeListeners()
+}
+
+func (a *Appliance) closeListeners() {
+	for _, l := range a.lns {
+		l.Close()
+	}
+}
+
+// setKeep reserves a share of the request series for cfg's configured destinations.
+func (a *Appliance) setKeep(cfg *config.Config) {
+	a.keep = configuredDestinations(cfg)
+	a.metrics.Requests.SetKeep(telemetry.KeepPrefixes(a.keep))
+}
+
+// configuredDestinations are the prefixes the operator named (steered destinations and route
+// matches): their request series are reserved a share of the metric bound that a flood of
+// first-come values cannot take.
+func configuredDestinations(cfg *config.Config) []netip.Prefix {
+	out := append([]netip.Prefix(nil), cfg.Intercept.Destinations...)
+	for _, r := range cfg.Routes {
+		out = append(out, r.Match.Destinations...)
+	}
+	return out
+}

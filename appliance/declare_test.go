@@ -1,0 +1,107 @@
+package appliance
+
+import (
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"mcpintercept/config"
+	"mcpintercept/telemetry"
+)
+
+// TestCapabilitiesOf: the levels, dispositions and routes a configuration declares, for
+// configurations shaped like the lab's.
+func TestCapabilitiesOf(t *testing.T) {
+	const base = "mechanism: nftables-tproxy\nintercept: {destinations: [10.200.2.0/24], ports: [8080, 8443, 9443]}\n"
+	const lab = base + `routes:
+  - {name: lab-terminate, match: {ports: [8443]}, tls: terminate, level: 1}
+  - {name: lab-passthrough, match: {ports: [9443]}, tls: passthrough}
+  - {name: lab-plaintext, match: {ports: [8080]}, tls: plaintext, level: 1, development: true, strict_mcp_headers: true, allow_upgrade: [websocket]}
+`
+	const plain = base + "routes:\n  - {name: p, match: {ports: [8080]}, tls: plaintext, level: 1, development: true}\n"
+	route := func(name string, level int) telemetry.RouteCapability {
+		return telemetry.RouteCapability{Name: name, Level: level}
+	}
+	tests := []struct {
+		name string
+		src  string
+		want telemetry.Capabilities
+	}{
+		{name: "no routes: everything forwarded untouched", src: base,
+			want: telemetry.Capabilities{Dispositions: []string{"passthrough"}, Routes: []telemetry.RouteCapability{}}},
+		{name: "the lab's routes", src: lab, want: telemetry.Capabilities{
+			Levels: []int{1, 0}, Dispositions: []string{"terminate", "passthrough", "plaintext"},
+			Routes: []telemetry.RouteCapability{route("lab-terminate", 1), route("lab-passthrough", 0),
+				{Name: "lab-plaintext", Level: 1, StrictMCPHeaders: true, AllowUpgrade: []string{"websocket"}}}}},
+		{name: "plaintext only: unmatched flows add passthrough", src: plain, want: telemetry.Capabilities{
+			Levels: []int{1}, Dispositions: []string{"plaintext", "passthrough"}, Routes: []telemetry.RouteCapability{route("p", 1)}}},
+		{name: "default_route opaque is the same", src: plain + "default_route: opaque\n", want: telemetry.Capabilities{
+			Levels: []int{1}, Dispositions: []string{"plaintext", "passthrough"}, Routes: []telemetry.RouteCapability{route("p", 1)}}},
+		{name: "default_route close: unmatched flows add nothing", src: plain + "default_route: close\n", want: telemetry.Capabilities{
+			Levels: []int{1}, Dispositions: []string{"plaintext"}, Routes: []telemetry.RouteCapability{route("p", 1)}}},
+		{name: "default_route with settings is one more route", src: plain + "default_route: {tls: terminate, level: 1}\n",
+			want: telemetry.Capabilities{Levels: []int{1}, Dispositions: []string{"plaintext", "terminate"},
+				Routes: []telemetry.RouteCapability{route("p", 1), route("default", 1)}}},
+	}
+	dir := t.TempDir()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := writeConfig(t, filepath.Join(dir, "c.yaml"), tc.src)
+			got := capabilitiesOf(cfg)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("capabilities\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDeclaration: with a configuration, the mechanism in effect and how the original destination
+// reaches the engine; without one, every mechanism this build offers, none in effect.
+func TestDeclaration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lab.yaml")
+	writeConfig(t, path, labLike)
+	tests := []struct {
+		name      string
+		override  config.Mechanism
+		nilConfig bool
+		mechs     []string
+		inEffect  bool
+		recovery  string
+		levels    []int
+	}{
+		{name: "build", nilConfig: true, mechs: []string{"nftables-tproxy", "iptables-redirect", "ebpf", "external", "external"},
+			levels: telemetry.BuildCapabilities.Levels},
+		{name: "lab config", mechs: []string{"external"}, inEffect: true, recovery: "local address", levels: []int{1}},
+		{name: "--mechanism iptables-redirect", override: config.IptablesRedirect, mechs: []string{"iptables-redirect"}, inEffect: true,
+			recovery: "SO_ORIGINAL_DST", levels: []int{1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var cfg *config.Config
+			if !tc.nilConfig {
+				var err error
+				if cfg, err = config.Load(path, config.Overrides{Mechanism: tc.override}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := Declaration(cfg)
+			var mechs []string
+			for _, m := range d.Interception {
+				mechs = append(mechs, m.Mechanism)
+				if m.InEffect != tc.inEffect {
+					t.Errorf("%s in effect %v, want %v", m.Mechanism, m.InEffect, tc.inEffect)
+				}
+				if !strings.Contains(m.OriginalDestination, tc.recovery) {
+					t.Errorf("%s recovery %q lacks %q", m.Mechanism, m.OriginalDestination, tc.recovery)
+				}
+			}
+			if !reflect.DeepEqual(mechs, tc.mechs) {
+				t.Errorf("mechanisms %q, want %q", mechs, tc.mechs)
+			}
+			if !reflect.DeepEqual(d.AwarenessLevels, tc.levels) || d.ModeSet[0] != "Transparent" {
+				t.Errorf("levels %v mode %v, want %v Transparent", d.AwarenessLevels, d.ModeSet, tc.levels)
+			}
+		})
+	}
+}

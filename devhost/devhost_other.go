@@ -1,0 +1,36 @@
+//go:build !linux
+
+package devhost
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"mcpintercept/appliance"
+	"mcpintercept/config"
+)
+
+// User is who the command runs as (Linux only).
+type User struct{}
+
+// Options are what Run needs.
+type Options struct {
+	Config     *config.Config
+	ZeroConfig bool
+	Argv       []string
+	User       User
+	Stderr     io.Writer
+	Log        *slog.Logger
+}
+
+// ResolveUser needs Linux.
+func ResolveUser(string, bool) (User, error) {
+	return User{}, fmt.Errorf("exec %w", appliance.ErrNeedsLinux)
+}
+
+// Run needs Linux.
+func Run(context.Context, Options) (int, error) {
+	return 0, fmt.Errorf("exec %w", appliance.ErrNeedsLinux)
+}

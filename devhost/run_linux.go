@@ -1,0 +1,243 @@
+package devhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"mcpintercept/appliance"
+	"mcpintercept/config"
+	"mcpintercept/engine"
+	"mcpintercept/intercept"
+	"mcpintercept/telemetry"
+)
+
+// Options are what Run needs.
+type Options struct {
+	// Config gives routes, rules, CA, upstream trust, limits and the flow log file; the mechanism
+	// is always eBPF on a cgroup Run creates, the listeners ephemeral loopback ports.
+	Config *config.Config
+	// ZeroConfig replaces the routes with ZeroConfigRouting (exec without --config).
+	ZeroConfig bool
+	// Argv is the command and its arguments.
+	Argv []string
+	// User is who the command runs as (ResolveUser).
+	User User
+	// Stderr gets the live request lines, the summary and Run's own messages.
+	Stderr io.Writer
+	Log    *slog.Logger
+}
+
+// ZeroConfigRouting is exec's route when no configuration is given: everything but loopback, TLS
+// terminated when the client speaks TLS, HTTP read at Level 1, the rest opaque.
+func ZeroConfigRouting() *engine.Routing {
+	return &engine.Routing{Routes: []*engine.Route{{Name: "exec", TLS: engine.Auto, Level: 1, OnMismatch: "passthrough"}}}
+}
+
+// zeroConfigPeek is how long a client that speaks second (SSH, SMTP) waits before its flow is
+// forwarded opaque under the zero-config route.
+const zeroConfigPeek = 500 * time.Millisecond
+
+// execDrain bounds how long the command's last flows may take once it has exited.
+const execDrain = 2 * time.Second
+
+// execSink prints a live line per request on stderr and keeps the summary. Lines go through a
+// bounded queue: a terminal paused with Ctrl-S must not stall the command's traffic.
+type execSink struct {
+	summary telemetry.Summary
+	lines   chan string
+	done    chan struct{}
+}
+
+func newExecSink(w io.Writer) *execSink {
+	s := &execSink{lines: make(chan string, 4096), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for l := range s.lines {
+			fmt.Fprintln(w, l)
+		}
+	}()
+	return s
+}
+
+func (s *execSink) Write(r telemetry.FlowRecord) {
+	select {
+	case s.lines <- telemetry.LiveLine(r):
+	default: // dropped; the summary still counts it
+	}
+	s.summary.Add(r)
+}
+
+// close prints what is queued; Write must not be called afterwards.
+func (s *execSink) close() { close(s.lines); <-s.done }
+
+// Run runs o.Argv with its TCP connects steered through an appliance until it exits, and returns
+// its exit code (128+signal when a signal killed it; 127 when it could not start).
+func Run(ctx context.Context, o Options) (int, error) {
+	cfg, log := o.Config, o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	root, _, err := intercept.Cgroup2Mount()
+	if err != nil {
+		return 0, fmt.Errorf("cgroup v2: %w", err)
+	}
+	cg, err := intercept.NewCgroup(root)
+	if err != nil {
+		return 0, fmt.Errorf("create cgroup: %w", err)
+	}
+	defer func() {
+		if err := intercept.RemoveCgroup(cg); err != nil {
+			log.Warn("remove cgroup; `mcpintercept cleanup` will", "cgroup", cg, "err", err)
+		}
+	}()
+
+	// Ephemeral loopback listeners: exec never collides with a daemon on the same host.
+	lns, err := intercept.Listen(ctx, []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")}, 0, false)
+	if err != nil {
+		return 0, err
+	}
+	mech, err := newMechanism(cfg, cg, lns)
+	if err != nil {
+		for _, l := range lns {
+			l.Close()
+		}
+		return 0, err
+	}
+
+	opt := appliance.Options{Log: log, Mechanism: mech, Listeners: lns, DrainTimeout: execDrain, NoAdmin: true, Quiet: true}
+	if o.ZeroConfig {
+		opt.Routing, opt.Terminate, opt.PeekTimeout = ZeroConfigRouting(), true, zeroConfigPeek
+	}
+	sink := newExecSink(o.Stderr)
+	opt.Observe = sink
+	app, err := appliance.New(ctx, cfg, opt)
+	if err != nil {
+		sink.close()
+		return 0, err
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			app.Stop(context.WithoutCancel(ctx))
+			sink.close()
+		}
+	}
+	defer stop()
+	if err := app.Start(ctx); err != nil {
+		return 0, err
+	}
+
+	env := setEnv(os.Environ(), o.User.Env...)
+	if caFile := app.CAFile(); caFile != "" {
+		var trustDir string
+		env, trustDir, err = trustEnv(env, caFile, o.User.Cred)
+		if trustDir != "" {
+			defer os.RemoveAll(trustDir)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	argv := o.Argv
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = env
+	if err := startInCgroup(cmd, o.User.Cred, cg); err != nil {
+		return 127, err
+	}
+	as := ""
+	if o.User.Cred != nil {
+		as = " as " + o.User.Name
+	}
+	fmt.Fprintf(o.Stderr, "mcpintercept: steering the TCP connects of %q (pid %d%s, cgroup %s) to %s\n", strings.Join(argv, " "), cmd.Process.Pid, as, cg, addrList(app.Addrs()))
+
+	// Ctrl-C and Ctrl-\ from the terminal reach the command directly (same process group); exec
+	// only has to survive them and wait. SIGTERM and SIGHUP sent to exec are passed on.
+	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT, syscall.SIGPIPE)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var werr error
+	for done := false; !done; {
+		select {
+		case s := <-sigs:
+			cmd.Process.Signal(s) // the command decides what a signal means
+		case werr = <-waited:
+			done = true
+		}
+	}
+
+	// The command is gone: let its last flows finish, then stop and summarise.
+	stop()
+	sink.summary.WriteTable(o.Stderr)
+
+	var ee *exec.ExitError
+	if errors.As(werr, &ee) {
+		code := ee.ExitCode()
+		if code < 0 { // killed by a signal: the shell convention
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
+		}
+		return code, nil
+	} else if werr != nil {
+		return 1, werr
+	}
+	return 0, nil
+}
+
+// newMechanism is eBPF steering of the cgroup cg to the listeners lns, limited to the
+// configuration's destinations and ports.
+func newMechanism(cfg *config.Config, cg string, lns []*net.TCPListener) (*intercept.EBPF, error) {
+	opts := intercept.EBPFOptions{CgroupPath: cg, Destinations: cfg.Intercept.Destinations, BypassMark: cfg.Steering.BypassMark}
+	for _, p := range cfg.Intercept.Ports {
+		opts.Ports = append(opts.Ports, intercept.EBPFPortRange{From: p.From, To: p.To})
+	}
+	for _, l := range lns {
+		ap := l.Addr().(*net.TCPAddr).AddrPort()
+		if ap.Addr().Is4() {
+			opts.ListenV4 = ap
+		} else {
+			opts.ListenV6 = ap
+		}
+	}
+	return intercept.NewEBPF(opts)
+}
+
+// startInCgroup starts cmd as cred (nil: as exec itself) directly inside the cgroup at path
+// (clone3 CLONE_INTO_CGROUP): there is no moment in which it runs unsteered. The clone is done by
+// exec (root); the child then takes cred's groups, gid and uid before it executes the command.
+func startInCgroup(cmd *exec.Cmd, cred *syscall.Credential, cgroup string) error {
+	cgFD, err := os.Open(cgroup)
+	if err != nil {
+		return fmt.Errorf("open cgroup: %w", err)
+	}
+	defer cgFD.Close()
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgFD.Fd()), Credential: cred}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", cmd.Args[0], err)
+	}
+	return nil
+}
+
+func addrList(addrs []netip.AddrPort) string {
+	var s []string
+	for _, a := range addrs {
+		s = append(s, a.String())
+	}
+	return strings.Join(s, ", ")
+}

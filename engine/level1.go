@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mcpintercept/exchange"
+	"mcpintercept/level1"
+	"mcpintercept/policy"
+	"mcpintercept/telemetry"
+)
+
+// level1 serves the flow with HTTP awareness: the route's stages run over every exchange
+// (stagesFor), and the record stage writes one record per request.
+func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disposition, client, upstream net.Conn) {
+	opt := e.opt.HTTP
+	if opt.IdleTimeout == 0 {
+		opt.IdleTimeout = e.opt.Limits.IdleTimeout
+	}
+	if e.opt.Limits.BodyTimeout != 0 {
+		opt.BodyTimeout = e.opt.Limits.BodyTimeout
+	}
+	// Per route: which protocol switches are allowed, and strict MCP headers (the classifier
+	// refuses before any policy runs).
+	opt.AllowUpgrade = route.AllowUpgrade
+	opt.StrictMCPHeaders = route.StrictMCPHeaders
+	if tlsMode == Terminate {
+		// The route was chosen by the SNI (or, without one, by the destination): a request must
+		// not name another host inside that TLS session (421 otherwise).
+		opt.ExpectedHost = f.sniName
+		if opt.ExpectedHost == "" {
+			opt.ExpectedHost = f.orig.Addr().Unmap().String()
+		}
+	}
+	rec := e.newRecordStage(f, route, tlsMode)
+	stages := e.stagesFor(route, f, tlsMode, opt.Guards(), rec)
+	// The exchange loop's own idle timeout only runs between requests; this one also ends a flow
+	// whose upstream never answers, or an upgraded stream that went quiet.
+	client, upstream, _, stop := watchConns(e.opt.Limits.IdleTimeout, client, upstream)
+	defer stop()
+	err := exchange.Serve(ctx, client, upstream, stages, opt.Exchange(), e.opt.Log.With("flow", f.id))
+	if rec.requests.Load() == 0 {
+		// A connection that carried no complete request still gets its line.
+		r := f.record()
+		r.TLS, r.Level, r.Decision, r.Rule = string(tlsMode), rec.level, string(policy.ActionAllow), route.Name
+		r.Reason = "no request"
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
+			r.Reason = err.Error()
+		}
+		e.finish(&r, f.start)
+	}
+}
+
+// stagesFor is the stage list of one connection of flow f on route, in the order they run:
+// Level 1's classification (with its guards) and header policy, then the body stages of a Level
+// 2 route, then rec, last so that its Done sees what every stage decided. Stages keep
+// per-connection state: each connection gets a list of its own.
+func (e *Engine) stagesFor(route *Route, f *flow, tlsMode Disposition, g level1.Guards, rec *recordStage) []exchange.Stage {
+	stages := level1.Stages(g, e.level1Flow(f, tlsMode))
+	// Level 2 (issue 10) plugs in here: when route.Level >= 2, append its body stages (JSON-RPC
+	// codec, version model, body policy) and set rec.level = 2.
+	return append(stages, rec)
+}
+
+// level1Flow is what Level 1's header policy needs of the flow: its rule set, as current at each
+// request (flowRules), and the CEL variables client and conn.
+func (e *Engine) level1Flow(f *flow, tlsMode Disposition) *level1.Flow {
+	if f.rules.name == "" {
+		return nil
+	}
+	return &level1.Flow{
+		Rules: func() level1.RuleSet {
+			if rs := f.rules.current(e); rs != nil {
+				return rs
+			}
+			return nil
+		},
+		Client:     f.clientVars(),
+		Conn:       f.connVars(string(tlsMode)),
+		FailOpen:   f.rules.failOpen,
+		RuleErrors: func(d *policy.Decision) { e.noteRuleErrors(f, d) },
+	}
+}
+
+// recordStage writes one flow record per exchange, with its metrics; the metric children it
+// can are resolved once per connection.
+type recordStage struct {
+	exchange.Base
+	e        *Engine
+	f        *flow
+	route    *Route
+	tls      Disposition
+	level    int
+	requests atomicInt
+	reqs     *telemetry.FlowRequests // Done may run on two goroutines; FlowRequests is safe for that
+	up, down prometheus.Counter
+}
+
+func (e *Engine) newRecordStage(f *flow, route *Route, tlsMode Disposition) *recordStage {
+	m := e.opt.Metrics
+	return &recordStage{e: e, f: f, route: route, tls: tlsMode, level: 1,
+		reqs: m.Requests.ForFlow(f.orig.String(), f.client.Addr().String()),
+		up:   m.Bytes.WithLabelValues("up"), down: m.Bytes.WithLabelValues("down")}
+}
+
+// Done implements exchange.Stage.
+func (r *recordStage) Done(x *exchange.Exchange) {
+	r.requests.Add(1)
+	rec := r.f.record()
+	rec.Time = telemetry.Time{Time: x.Start}
+	rec.TLS, rec.Level = string(r.tls), r.level
+	if info := level1.InfoOf(x); info != nil {
+		rec.HTTPMethod, rec.Path = info.Method, info.Path
+		rec.MCPVersion, rec.MCPMethod, rec.MCPName = info.ProtocolVersion, info.MCPMethod, info.MCPName
+	}
+	rec.Status = x.Status
+	decision := x.Verdict.Decision
+	if decision == "" {
+		decision = policy.ActionAllow
+	}
+	rec.Decision = string(decision)
+	rec.Rule, rec.Reason = x.Verdict.Rule, x.Verdict.Reason
+	if rec.Rule == "" && decision != policy.ActionAllow {
+		// Level 1's own guards (upgrade, strict headers, Host) refuse in the route's name.
+		rec.Rule = r.route.Name
+	}
+	if x.Upgraded != "" {
+		// After the switch the bytes are opaque: the record says what they became.
+		appendReason(&rec, "protocol switched to "+x.Upgraded+" (allow_upgrade); later bytes not inspected")
+	}
+	if x.Uninspected != "" {
+		appendReason(&rec, x.Uninspected)
+	}
+	if x.Err != "" {
+		appendReason(&rec, x.Err)
+	}
+	rec.BytesUp, rec.BytesDown = x.BytesUp, x.BytesDown
+	rec.DurationMS = x.Duration.Milliseconds()
+	r.up.Add(float64(x.BytesUp))
+	r.down.Add(float64(x.BytesDown))
+	// The series are bounded jointly by telemetry (the per-flow handle resolves the destination
+	// and client once); no per-label first-come cap here, or a flood of made-up destinations
+	// would fold configured ones into "other" before the reserve could keep them.
+	r.reqs.Inc(rec.MCPMethod, rec.MCPName, rec.Decision)
+	r.e.opt.Metrics.RequestDuration.Observe(rec.MCPMethod, rec.Status, x.Duration.Seconds())
+	if r.e.opt.Flows != nil {
+		r.e.opt.Flows.Write(rec)
+	}
+}
+
+func appendReason(rec *telemetry.FlowRecord, s string) {
+	if rec.Reason != "" {
+		rec.Reason += "; "
+	}
+	rec.Reason += s
+}

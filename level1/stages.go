@@ -1,0 +1,276 @@
+package level1
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"mcpintercept/exchange"
+	"mcpintercept/policy"
+)
+
+// Limits bound one head or chunk line (exchange.Limits).
+type Limits = exchange.Limits
+
+// Options are a Level 1 route's HTTP settings: the exchange loop's (Exchange) and the guards'
+// (Guards). Zero values take the defaults.
+type Options struct {
+	Limits Limits
+	// HeaderTimeout, IdleTimeout, MaxDeniedBody and BodyTimeout are exchange.Options'.
+	HeaderTimeout time.Duration
+	IdleTimeout   time.Duration
+	MaxDeniedBody int64
+	BodyTimeout   time.Duration
+	// AllowUpgrade, StrictMCPHeaders and ExpectedHost are Guards'.
+	AllowUpgrade     []string
+	StrictMCPHeaders bool
+	ExpectedHost     string
+}
+
+// Exchange returns the options of the exchange loop.
+func (o Options) Exchange() exchange.Options {
+	return exchange.Options{Limits: o.Limits, HeaderTimeout: o.HeaderTimeout, IdleTimeout: o.IdleTimeout,
+		MaxDeniedBody: o.MaxDeniedBody, BodyTimeout: o.BodyTimeout}
+}
+
+// Guards returns the options of the classification stage.
+func (o Options) Guards() Guards {
+	return Guards{AllowUpgrade: o.AllowUpgrade, StrictMCPHeaders: o.StrictMCPHeaders, ExpectedHost: o.ExpectedHost}
+}
+
+// Guards are the checks the classification stage makes before any policy: what no rule should
+// have to judge.
+type Guards struct {
+	// AllowUpgrade lists the protocols (lower-case Upgrade tokens; "connect" for CONNECT) a
+	// request may switch the connection to. Any other Upgrade or CONNECT is refused with 403
+	// before it reaches the upstream: after a switch nothing can be judged. h2c is refused even
+	// when listed, and so is a request carrying HTTP2-Settings (the HTTP/2 connection preface is
+	// refused by the exchange's framing).
+	AllowUpgrade []string
+	// StrictMCPHeaders refuses with 400: a JSON POST or MCP request without Mcp-Method; a request
+	// whose MCP-Protocol-Version is malformed or older than MinTrustedMCPVersion (its server does
+	// not check the headers against the body, so a policy on them can be lied to); and a request
+	// repeating an Mcp-* header.
+	StrictMCPHeaders bool
+	// ExpectedHost, when set, is the server name the connection was opened for (a terminated
+	// flow's SNI, or its destination address without one). A request whose Host (or
+	// absolute-form target) names another host is refused with 421 Misdirected Request; an
+	// HTTP/1.1 request without Host gets 400.
+	ExpectedHost string
+}
+
+// RuleSet is a compiled rule set (policy.Set).
+type RuleSet interface {
+	Evaluate(in *policy.Input) policy.Decision
+}
+
+// Flow is what the engine hands Level 1 about one flow: where its rules come from and the CEL
+// variables that do not change while it lasts. Level 1 builds the rest (http, mcp) per request.
+type Flow struct {
+	// Rules returns the rule set to judge the next request by (a reload may swap it under an
+	// open flow); nil, or a nil result, applies none: everything is allowed.
+	Rules func() RuleSet
+	// Client and Conn are the CEL variables `client` and `conn`.
+	Client, Conn map[string]any
+	// FailOpen skips deny and rate_limit rules that fail to evaluate (route on_rule_error: open).
+	FailOpen bool
+	// RuleErrors, when set, is told of every decision some rule failed to evaluate in (metrics
+	// and a rate-limited log line).
+	RuleErrors func(d *policy.Decision)
+}
+
+// Stages is the Level 1 stage list for one connection: classification with its guards, then
+// header policy. Stages keep per-connection state, so each connection gets its own list.
+func Stages(g Guards, f *Flow) []exchange.Stage {
+	return []exchange.Stage{NewClassifier(g), NewHeaderPolicy(f)}
+}
+
+// infoKey is where the Classifier keeps a request's RequestInfo on its exchange.
+type infoKey struct{}
+
+// InfoOf returns what the Classifier made of the exchange's request head; nil when it did not run
+// (no Classifier in the list, or a head that could not be read).
+func InfoOf(x *exchange.Exchange) *RequestInfo {
+	info, _ := x.Get(infoKey{}).(*RequestInfo)
+	return info
+}
+
+// Classifier is the Level 1 stage that classifies a request from its head (Classify; InfoOf
+// reads the result) and refuses, with a plain-text 403, 421 or 400, what no policy should have to
+// judge: a protocol switch the route does not allow (after a switch nothing can be judged), a
+// Host other than the connection's, an MCP header it cannot read, and on strict routes requests
+// whose MCP headers cannot be trusted.
+type Classifier struct {
+	exchange.Base
+	g       Guards
+	session sessionMemo // request side only
+}
+
+// NewClassifier returns a Classifier for one connection.
+func NewClassifier(g Guards) *Classifier { return &Classifier{g: g} }
+
+// RequestHead implements exchange.Stage.
+func (c *Classifier) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Result {
+	h := x.Req
+	info := classify(h, &c.session)
+	x.Set(infoKey{}, info)
+	if protos, upgrade := h.UpgradeProtocols(); upgrade {
+		if v, ok := upgradeVerdict(protos, c.g.AllowUpgrade); !ok {
+			return refuse(x, v)
+		}
+	}
+	if c.g.ExpectedHost != "" {
+		if v, ok := hostVerdict(h, c.g.ExpectedHost); !ok {
+			return refuse(x, v)
+		}
+	}
+	if info.Err == nil && c.g.StrictMCPHeaders {
+		if v, ok := strictVerdict(h, info); !ok {
+			return refuse(x, v)
+		}
+	}
+	if info.Err != nil {
+		// An MCP header this proxy cannot read could carry a name policy would refuse.
+		return refuse(x, exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusBadRequest,
+			Reason: "invalid MCP header: " + info.Err.Error()})
+	}
+	return exchange.Continue
+}
+
+// HeaderPolicy is the Level 1 stage that judges each request by the flow's rule set, with the
+// CEL variables client, conn (from the Flow), http and mcp (from the request head), and refuses
+// with a plain-text 403 (deny) or 429 with Retry-After (rate_limited). It never writes a
+// JSON-RPC body.
+type HeaderPolicy struct {
+	exchange.Base
+	f *Flow
+}
+
+// NewHeaderPolicy returns a HeaderPolicy for one connection; a nil f allows everything.
+func NewHeaderPolicy(f *Flow) *HeaderPolicy { return &HeaderPolicy{f: f} }
+
+// RequestHead implements exchange.Stage.
+func (p *HeaderPolicy) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Result {
+	if p.f == nil || p.f.Rules == nil {
+		return exchange.Continue
+	}
+	rs := p.f.Rules()
+	if rs == nil {
+		return exchange.Continue
+	}
+	info := InfoOf(x)
+	if info == nil {
+		info = Classify(x.Req)
+	}
+	d := rs.Evaluate(Input(info, p.f))
+	if len(d.Errors) > 0 && p.f.RuleErrors != nil {
+		p.f.RuleErrors(&d)
+	}
+	v := VerdictOf(d)
+	if v.Decision == policy.ActionAllow {
+		x.Verdict = v
+		return exchange.Continue
+	}
+	return refuse(x, v)
+}
+
+// Input builds the policy input for one request of flow f.
+func Input(info *RequestInfo, f *Flow) *policy.Input {
+	mcp := map[string]any{}
+	if info.ProtocolVersion != "" {
+		mcp["version"] = info.ProtocolVersion
+	}
+	if info.MCPMethod != "" {
+		mcp["method"] = info.MCPMethod
+	}
+	if info.MCPName != "" {
+		mcp["name"] = info.MCPName
+	}
+	if info.SessionHash != "" {
+		mcp["session"] = info.SessionHash
+	}
+	return &policy.Input{
+		Client:   f.Client,
+		Conn:     f.Conn,
+		HTTP:     map[string]any{"method": info.Method, "path": info.Path, "headers": info.Headers},
+		MCP:      mcp,
+		FailOpen: f.FailOpen,
+	}
+}
+
+// VerdictOf maps a policy decision to Level 1's answer: allow lets the request through (its
+// reason names the fields rules needed and the request lacked), deny is 403, rate_limited 429;
+// anything else fails closed as a deny.
+func VerdictOf(d policy.Decision) exchange.Verdict {
+	v := exchange.Verdict{Decision: d.Action, Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter}
+	switch d.Action {
+	case policy.ActionAllow, "":
+		v.Decision = policy.ActionAllow
+		if len(d.Absent) > 0 {
+			v.Reason = "fields absent: " + strings.Join(d.Absent, ", ")
+		}
+	case policy.ActionRateLimited:
+		v.Status = http.StatusTooManyRequests
+	default:
+		v.Decision, v.Status = policy.ActionDeny, http.StatusForbidden
+	}
+	return v
+}
+
+// refuse answers the request with v's status and a plain-text body naming the intermediary
+// (Level 1 never writes a JSON-RPC body); a 429 says when to retry.
+func refuse(x *exchange.Exchange, v exchange.Verdict) exchange.Result {
+	status := v.Status
+	if status < 400 || status > 599 {
+		status = http.StatusForbidden
+		if v.Decision == policy.ActionRateLimited {
+			status = http.StatusTooManyRequests
+		}
+	}
+	v.Status = status
+	headers := exchange.PlainTextHeaders
+	if status == http.StatusTooManyRequests {
+		secs := max(int64((v.RetryAfter+time.Second-1)/time.Second), 1)
+		headers = []exchange.Header{headers[0], {Name: "Retry-After", Value: strconv.FormatInt(secs, 10)}}
+	}
+	x.Answer(status, headers, exchange.PlainText(v.Reason), v)
+	return exchange.Stop
+}
+
+// equalFold compares ASCII case-insensitively without allocating.
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// forEachToken calls fn for each non-empty element of a comma-separated list, trimmed of OWS.
+func forEachToken(v string, fn func(string)) {
+	for v != "" {
+		var t string
+		if i := strings.IndexByte(v, ','); i >= 0 {
+			t, v = v[:i], v[i+1:]
+		} else {
+			t, v = v, ""
+		}
+		t = strings.Trim(t, " \t")
+		if t != "" {
+			fn(t)
+		}
+	}
+}
