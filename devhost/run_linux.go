@@ -29,6 +29,8 @@ type Options struct {
 	Config *config.Config
 	// ZeroConfig replaces the routes with ZeroConfigRouting (exec without --config).
 	ZeroConfig bool
+	// Level is the zero-config route's awareness level (1 or 2; 0 means 2).
+	Level int
 	// Argv is the command and its arguments.
 	Argv []string
 	// User is who the command runs as (ResolveUser).
@@ -39,9 +41,14 @@ type Options struct {
 }
 
 // ZeroConfigRouting is exec's route when no configuration is given: everything but loopback, TLS
-// terminated when the client speaks TLS, HTTP read at Level 1, the rest opaque.
-func ZeroConfigRouting() *engine.Routing {
-	return &engine.Routing{Routes: []*engine.Route{{Name: "exec", TLS: engine.Auto, Level: 1, OnMismatch: "passthrough"}}}
+// terminated when the client speaks TLS, HTTP read at level (2 by default: every JSON-RPC message
+// is read, so each line names its method and tool whatever headers the client sends), the rest
+// opaque.
+func ZeroConfigRouting(level int) *engine.Routing {
+	if level <= 0 {
+		level = 2
+	}
+	return &engine.Routing{Routes: []*engine.Route{{Name: "exec", TLS: engine.Auto, Level: level, OnMismatch: "passthrough"}}}
 }
 
 // zeroConfigPeek is how long a client that speaks second (SSH, SMTP) waits before its flow is
@@ -117,7 +124,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 
 	opt := appliance.Options{Log: log, Mechanism: mech, Listeners: lns, DrainTimeout: execDrain, NoAdmin: true, Quiet: true}
 	if o.ZeroConfig {
-		opt.Routing, opt.Terminate, opt.PeekTimeout = ZeroConfigRouting(), true, zeroConfigPeek
+		opt.Routing, opt.Terminate, opt.PeekTimeout = ZeroConfigRouting(o.Level), true, zeroConfigPeek
 	}
 	sink := newExecSink(o.Stderr)
 	opt.Observe = sink

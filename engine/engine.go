@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"mcpintercept/level1"
+	"mcpintercept/level2"
 	"mcpintercept/origin"
 	"mcpintercept/telemetry"
 )
@@ -66,6 +67,10 @@ type Options struct {
 
 // Engine accepts flows from listeners and forwards each in its own goroutine.
 type Engine struct {
+	// sessions is Level 2's memory of MCP sessions across connections (negotiated version,
+	// clientInfo, 2024-11-05 requests whose answers come on another connection).
+	sessions *level2.Sessions
+
 	opt Options
 
 	// listenAddrs are the bound listener addresses; a flow whose original destination is one of
@@ -106,6 +111,7 @@ func New(opt Options) *Engine {
 	rand.Read(b[:])
 	e := &Engine{
 		opt:         opt,
+		sessions:    level2.NewSessions(0),
 		listenAddrs: map[netip.AddrPort]bool{},
 		clients:     map[netip.Addr]int{},
 		flows:       map[uint64]*flowConns{},

@@ -86,6 +86,8 @@ func routeFromConfig(r *config.Route) *Route {
 		AllowUpgrade:                    r.AllowUpgrade,
 		RuleSet:                         r.RuleSet,
 		OnRuleError:                     r.OnRuleError,
+		MaxBody:                         r.MaxBody,
+		ForwardOversized:                r.OnOversizedResponse == config.OnOversizedForward,
 	}
 	for _, p := range r.Match.Ports {
 		route.Ports = append(route.Ports, PortRange{From: p.From, To: p.To})

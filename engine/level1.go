@@ -11,6 +11,7 @@ import (
 
 	"mcpintercept/exchange"
 	"mcpintercept/level1"
+	"mcpintercept/level2"
 	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 )
@@ -61,10 +62,64 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 // 2 route, then rec, last so that its Done sees what every stage decided. Stages keep
 // per-connection state: each connection gets a list of its own.
 func (e *Engine) stagesFor(route *Route, f *flow, tlsMode Disposition, g level1.Guards, rec *recordStage) []exchange.Stage {
+	if route.Level >= 2 {
+		// Level 2: the body is the truth. Classification and its guards still run on the head
+		// (protocol switches, Host, unreadable MCP headers), but the header policy does not:
+		// rules judge the JSON-RPC messages, and each message gets its own record.
+		rec.level = 2
+		return []exchange.Stage{level1.NewClassifier(g), e.level2Flow(f, route, tlsMode, rec).Stage(), rec}
+	}
 	stages := level1.Stages(g, e.level1Flow(f, tlsMode))
-	// Level 2 (issue 10) plugs in here: when route.Level >= 2, append its body stages (JSON-RPC
-	// codec, version model, body policy) and set rec.level = 2.
 	return append(stages, rec)
+}
+
+// level2Flow is what Level 2 needs of the flow: the rule set, the CEL variables, the route's
+// body bound, the appliance's session memory, and where its per-message records go.
+func (e *Engine) level2Flow(f *flow, route *Route, tlsMode Disposition, rec *recordStage) *level2.Flow {
+	l2 := &level2.Flow{
+		Client:   f.clientVars(),
+		Conn:     f.connVars(string(tlsMode)),
+		FailOpen: f.rules.failOpen,
+		Options:  level2.Options{MaxBody: route.MaxBody, ForwardOversized: route.ForwardOversized},
+		Sessions: e.sessions,
+		Record:   rec.message,
+	}
+	if f.rules.name != "" {
+		l2.Rules = func() level2.Evaluator {
+			if rs := f.rules.current(e); rs != nil {
+				return rs
+			}
+			return nil
+		}
+	}
+	return l2
+}
+
+// message writes the record of one JSON-RPC message (Level 2): the flow log's keys, with the
+// message's method, name, id and direction, and the metrics by method and tool.
+func (r *recordStage) message(m *level2.Record) {
+	rec := r.f.record()
+	rec.Time = telemetry.Time{Time: m.Time}
+	rec.TLS, rec.Level = string(r.tls), 2
+	rec.HTTPMethod, rec.Path, rec.Status = m.HTTPMethod, m.Path, m.Status
+	rec.MCPVersion, rec.MCPMethod, rec.MCPName = m.Version, m.Method, m.Name
+	rec.JSONRPCID, rec.Direction = m.ID, m.Direction
+	rec.Decision = string(m.Decision)
+	if rec.Decision == "" {
+		rec.Decision = string(policy.ActionAllow)
+	}
+	rec.Rule, rec.Reason = m.Rule, m.Reason
+	if m.Err != "" {
+		appendReason(&rec, m.Err)
+	}
+	rec.DurationMS = m.Duration.Milliseconds()
+	r.reqs.Inc(rec.MCPMethod, rec.MCPName, rec.Decision)
+	if m.Direction == level2.ClientToServer {
+		r.e.opt.Metrics.RequestDuration.Observe(rec.MCPMethod, rec.Status, m.Duration.Seconds())
+	}
+	if r.e.opt.Flows != nil {
+		r.e.opt.Flows.Write(rec)
+	}
 }
 
 // level1Flow is what Level 1's header policy needs of the flow: its rule set, as current at each
@@ -111,6 +166,13 @@ func (e *Engine) newRecordStage(f *flow, route *Route, tlsMode Disposition) *rec
 // Done implements exchange.Stage.
 func (r *recordStage) Done(x *exchange.Exchange) {
 	r.requests.Add(1)
+	if r.level >= 2 && level2.Recorded(x) {
+		// Level 2 wrote one record per JSON-RPC message of this exchange; only the bytes are
+		// left to count.
+		r.up.Add(float64(x.BytesUp))
+		r.down.Add(float64(x.BytesDown))
+		return
+	}
 	rec := r.f.record()
 	rec.Time = telemetry.Time{Time: x.Start}
 	rec.TLS, rec.Level = string(r.tls), r.level

@@ -31,7 +31,12 @@ type Route struct {
 	Clients      []netip.Prefix
 
 	TLS   Disposition
-	Level int // 0 opaque, 1 headers
+	Level int // 0 opaque, 1 headers, 2 JSON-RPC bodies
+
+	// MaxBody and ForwardOversized are Level 2's body bound and what happens to a response over
+	// it (closed, or forwarded uninspected).
+	MaxBody          int64
+	ForwardOversized bool
 
 	// OnMismatch is what happens when a terminate/passthrough route sees non-TLS bytes, or a
 	// plaintext route with Level ≥ 1 sees a TLS ClientHello: "passthrough" (forward opaque) or

@@ -28,6 +28,9 @@ func LiveLine(r FlowRecord) string {
 	if r.MCPName != "" {
 		what += " " + r.MCPName
 	}
+	if r.Direction == "server_to_client" {
+		what = "server: " + what
+	}
 	status := "-"
 	if r.Status != 0 {
 		status = fmt.Sprint(r.Status)

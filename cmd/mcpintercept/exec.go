@@ -13,7 +13,7 @@ import (
 	"mcpintercept/devhost"
 )
 
-// cmdExec is the zero-config dev-host mode: `mcpintercept exec [--config FILE] [--level 1]
+// cmdExec is the zero-config dev-host mode: `mcpintercept exec [--config FILE] [--level 1|2]
 // [--user NAME|UID] -- CMD ARGS...` runs CMD in a cgroup of its own whose TCP connects eBPF steers
 // to this process. CMD runs as the user who ran sudo (SUDO_UID), or the --user given; as root only
 // when root ran exec directly or --user root says so.
@@ -21,18 +21,18 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "use this file's routes, rules, CA and upstream trust (mechanism forced to ebpf)")
-	level := fs.Int("level", 1, "awareness level for the zero-config route (1; level 2 is not in this build)")
+	level := fs.Int("level", 2, "awareness level for the zero-config route: 2 (JSON-RPC bodies: every message's method and tool) or 1 (HTTP headers only)")
 	userFlag := fs.String("user", "", "run the command as `NAME|UID` (default: the user who ran sudo, from SUDO_UID; --user root to run it as root)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
-		fmt.Fprintln(stderr, "usage: mcpintercept exec [--config FILE] [--level 1] [--user NAME|UID] -- CMD [ARGS...]")
+		fmt.Fprintln(stderr, "usage: mcpintercept exec [--config FILE] [--level 1|2] [--user NAME|UID] -- CMD [ARGS...]")
 		return exitUsage
 	}
-	if *level != 1 {
-		fmt.Fprintf(stderr, "mcpintercept exec: --level %d is not available in this build (only 1)\n", *level)
+	if *level != 1 && *level != 2 {
+		fmt.Fprintf(stderr, "mcpintercept exec: --level %d: want 1 (HTTP headers) or 2 (JSON-RPC bodies)\n", *level)
 		return exitUsage
 	}
 	if needsLinux("exec", stderr) {
@@ -64,7 +64,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		cfg = config.Default(config.EBPF)
 	}
 	log := appliance.NewLogger(cfg.Log.Level, stderr).With("mode", "exec")
-	code, err := devhost.Run(context.Background(), devhost.Options{Config: cfg, ZeroConfig: *cfgPath == "",
+	code, err := devhost.Run(context.Background(), devhost.Options{Config: cfg, ZeroConfig: *cfgPath == "", Level: *level,
 		Argv: argv, User: who, Stderr: stderr, Log: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept exec: %v\n", err)

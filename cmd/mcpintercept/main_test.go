@@ -56,7 +56,7 @@ func TestCLI(t *testing.T) {
 		{name: "ca export bad format", args: []string{"ca", "export", "--dir", caDir, "--format", "jks"}, code: 2},
 		{name: "ca without subcommand", args: []string{"ca"}, code: 2, stderr: "usage: mcpintercept ca"},
 		{name: "exec without a command", args: []string{"exec"}, code: 2, stderr: "usage: mcpintercept exec"},
-		{name: "exec --level 2", args: []string{"exec", "--level", "2", "--", "true"}, code: 2, stderr: "--level 2 is not available"},
+		{name: "exec --level 3", args: []string{"exec", "--level", "3", "--", "true"}, code: 2, stderr: "--level 3: want 1 (HTTP headers) or 2 (JSON-RPC bodies)"},
 		{name: "cleanup with an argument", args: []string{"cleanup", "now"}, code: 2},
 	}
 	for _, tc := range tests {
