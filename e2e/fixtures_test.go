@@ -50,10 +50,11 @@ func shared(t *testing.T, key, ready string, name string, args ...string) *proc 
 	return p
 }
 
-// goServer is the Go SDK MCP server on port 8080, IPv4 and IPv6.
+// goServer is the Go SDK MCP server (stateful, 2025-11-25 sessions) on port 8080, IPv4 and IPv6
+// (Level 1 route), and on 3011 (Level 2 route).
 func goServer(t *testing.T) *proc {
 	return shared(t, "go-sdk-server", "READY", bin("mcpserver"),
-		"-listen", "10.200.2.2:8080,[fd00:200:2::2]:8080")
+		"-listen", "10.200.2.2:8080,[fd00:200:2::2]:8080,10.200.2.2:3011")
 }
 
 // everythingServer is @modelcontextprotocol/server-everything (Node) in Streamable HTTP mode.

@@ -223,6 +223,8 @@ type flowRecord struct {
 	Status    int    `json:"status"`
 	MCPMethod string `json:"mcp_method"`
 	MCPName   string `json:"mcp_name"`
+	JSONRPCID string `json:"jsonrpc_id"`
+	Direction string `json:"direction"`
 	Rule      string `json:"rule"`
 	Level     *int   `json:"level"`
 	Decision  string `json:"decision"`

@@ -14,10 +14,11 @@ import (
 )
 
 // statelessServer is a Go SDK server in stateless mode (protocol 2026-07-28: no initialize,
-// Mcp-Method and Mcp-Name on every request) on 3002 (plaintext route) and 3003 (TLS, terminate).
+// Mcp-Method and Mcp-Name on every request) on 3002 (plaintext route), 3012 (Level 2 route) and
+// 3003 (TLS, terminate).
 func statelessServer(t *testing.T) (*proc, *proc) {
 	plain := shared(t, "go-sdk-stateless", "READY", bin("mcpserver"), "-stateless", "-response", "sse",
-		"-listen", "10.200.2.2:3002,[fd00:200:2::2]:3002")
+		"-listen", "10.200.2.2:3002,[fd00:200:2::2]:3002,10.200.2.2:3012")
 	tlsSrv := shared(t, "go-sdk-stateless-tls", "READY", bin("mcpserver"), "-stateless", "-response", "sse",
 		"-listen", "10.200.2.2:3003", "-tls-cert", labPKI("server.pem"), "-tls-key", labPKI("server-key.pem"))
 	return plain, tlsSrv

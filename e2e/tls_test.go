@@ -25,11 +25,11 @@ import (
 
 func labPKI(name string) string { return filepath.Join(repoRoot, ".lab", "pki", name) }
 
-// tlsServer is the Go SDK server with the lab server certificate on 8443 (terminate route) and
-// 9443 (passthrough route).
+// tlsServer is the Go SDK server with the lab server certificate on 8443 (terminate + Level 1),
+// 8444 (terminate + Level 2) and 9443 (passthrough route).
 func tlsServer(t *testing.T) *proc {
 	return shared(t, "go-sdk-tls-server", "READY", bin("mcpserver"),
-		"-listen", "10.200.2.2:8443,[fd00:200:2::2]:8443,10.200.2.2:9443,[fd00:200:2::2]:9443",
+		"-listen", "10.200.2.2:8443,[fd00:200:2::2]:8443,10.200.2.2:8444,[fd00:200:2::2]:8444,10.200.2.2:9443,[fd00:200:2::2]:9443",
 		"-tls-cert", labPKI("server.pem"), "-tls-key", labPKI("server-key.pem"))
 }
 
