@@ -33,15 +33,17 @@ go build -o bin/ ./e2e/peers/mcpserver ./e2e/peers/mcpclient ./e2e/peers/tlsprob
 step "lab up: mcpi-client -> mcpi-appliance -> mcpi-server"
 scripts/lab.sh up
 
-step "MCP servers in mcpi-server: Go SDK on :8080 (stateful) and :3002 (stateless, 2026-07-28), TLS on :8443/:9443, server-everything on :3001"
+step "MCP servers in mcpi-server: Go SDK on :8080 and :3011 (stateful), :3002 and :3012 (stateless, 2026-07-28), TLS on :8443/:8444/:9443, server-everything on :3001 and :3013"
 PKI=$ROOT/.lab/pki
-ip netns exec mcpi-server bin/mcpserver -listen '10.200.2.2:8080,[fd00:200:2::2]:8080' >"$WORK/goserver.out" 2>"$WORK/goserver.err" &
-ip netns exec mcpi-server bin/mcpserver -stateless -response sse -listen '10.200.2.2:3002' >"$WORK/stateless.out" 2>/dev/null &
-ip netns exec mcpi-server bin/mcpserver -listen '10.200.2.2:8443,10.200.2.2:9443' -tls-cert "$PKI/server.pem" -tls-key "$PKI/server-key.pem" >"$WORK/tls.out" 2>/dev/null &
+ip netns exec mcpi-server bin/mcpserver -listen '10.200.2.2:8080,[fd00:200:2::2]:8080,10.200.2.2:3011' >"$WORK/goserver.out" 2>"$WORK/goserver.err" &
+ip netns exec mcpi-server bin/mcpserver -stateless -response sse -listen '10.200.2.2:3002,10.200.2.2:3012' >"$WORK/stateless.out" 2>/dev/null &
+ip netns exec mcpi-server bin/mcpserver -listen '10.200.2.2:8443,10.200.2.2:8444,[fd00:200:2::2]:8444,10.200.2.2:9443' -tls-cert "$PKI/server.pem" -tls-key "$PKI/server-key.pem" >"$WORK/tls.out" 2>/dev/null &
 (cd e2e/node && PORT=3001 exec ip netns exec mcpi-server node node_modules/@modelcontextprotocol/server-everything/dist/index.js streamableHttp) >"$WORK/everything.out" 2>&1 &
+(cd e2e/node && PORT=3013 exec ip netns exec mcpi-server node node_modules/@modelcontextprotocol/server-everything/dist/index.js streamableHttp) >"$WORK/everything2.out" 2>&1 &
 for i in $(seq 1 100); do
 	grep -q READY "$WORK/goserver.out" 2>/dev/null && grep -q READY "$WORK/stateless.out" 2>/dev/null &&
-		grep -q READY "$WORK/tls.out" 2>/dev/null && grep -q "listening on port 3001" "$WORK/everything.out" 2>/dev/null && break
+		grep -q READY "$WORK/tls.out" 2>/dev/null && grep -q "listening on port 3001" "$WORK/everything.out" 2>/dev/null &&
+		grep -q "listening on port 3013" "$WORK/everything2.out" 2>/dev/null && break
 	sleep 0.1
 done
 
@@ -72,19 +74,31 @@ ip netns exec mcpi-client bin/mcpclient -url https://mcp.lab.test:8443/mcp -ca "
 step "TLS passthrough: -> 10.200.2.2:9443 sees the server's own certificate"
 ip netns exec mcpi-client bin/tlsprobe -addr 10.200.2.2:9443 -sni mcp.lab.test -ca "$PKI/server-ca.pem"
 
+step "Level 2 (JSON-RPC bodies read): TypeScript SDK client -> :3013 (server-everything); it sends no Mcp-* headers, yet every row below names its method and tool"
+(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3013/mcp) | head -8
+
+step "Level 2: the TypeScript client calls denied_delete and echo with a forbidden argument on :3011 (Go server): both refused with a JSON-RPC error naming mcpintercept; the server never sees them"
+(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call denied_delete '{"path":"/etc"}')
+(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call echo '{"text":"a forbidden word"}')
+(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call echo '{"text":"fine"}')
+
+step "Level 2 + terminate: Go SDK client -> https://mcp.lab.test:8444/mcp"
+ip netns exec mcpi-client bin/mcpclient -url https://mcp.lab.test:8444/mcp -ca "$WORK/appliance-ca.pem" | head -8
+
 step "stop the appliance (SIGTERM: drain, then remove steering)"
 kill -TERM "$APP_PID"; wait "$APP_PID" || true; APP_PID=
 tail -n 3 "$WORK/appliance.log" | sed 's/^/  appliance: /'
 
-step "decisions (the flow log: one JSON line per HTTP request at Level 1, one per opaque or passthrough connection)"
+step "decisions (the flow log: one JSON line per JSON-RPC message at Level 2, per HTTP request at Level 1, per opaque or passthrough connection)"
 python3 - "$WORK/flows.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-fmt = "{:<14}{:<22}{:<12}{:>3} {:<7}{:<16}{:<15}{:>6}  {:<13}{}"
-print(fmt.format("client", "orig_dst", "tls", "lvl", "http", "mcp_method", "mcp_name", "status", "decision", "rule / reason"))
+fmt = "{:<14}{:<22}{:<11}{:>3} {:<5}{:<7}{:<26}{:<15}{:>6}  {:<13}{}"
+print(fmt.format("client", "orig_dst", "tls", "lvl", "dir", "http", "mcp_method", "mcp_name", "status", "decision", "rule / reason"))
 for r in rows:
-    print(fmt.format(r["client"].rsplit(":", 1)[0][:13], r["orig_dst"], r["tls"] or "-", r["level"],
-                     r["http_method"] or "-", (r["mcp_method"] or "-")[:15], (r["mcp_name"] or "-")[:14],
+    d = {"client_to_server": "c>s", "server_to_client": "s>c"}.get(r.get("direction", ""), "-")
+    print(fmt.format(r["client"].rsplit(":", 1)[0][:13], r["orig_dst"], r["tls"] or "-", r["level"], d,
+                     r["http_method"] or "-", (r["mcp_method"] or "-")[:25], (r["mcp_name"] or "-")[:14],
                      r["status"] or "-", r["decision"], (r["rule"] + " " + r["reason"]).strip()[:60]))
 print(f"({len(rows)} records)")
 if not rows:
