@@ -1,6 +1,9 @@
 package telemetry
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Declaration is the conformance declaration the draft requires of an intermediary: "An
 // intermediary MUST declare the highest tier it satisfies", for Transparent mode "an awareness
@@ -57,7 +60,7 @@ type RouteCapability struct {
 }
 
 // BuildCapabilities is everything this build implements.
-var BuildCapabilities = Capabilities{Levels: []int{1}, Dispositions: []string{"passthrough", "terminate", "plaintext"}}
+var BuildCapabilities = Capabilities{Levels: []int{1, 2}, Dispositions: []string{"passthrough", "terminate", "plaintext"}}
 
 // Declare assembles the declaration. What the draft's terms mean for this implementation is
 // fixed here, in one place, so that `declare` and /declaration cannot disagree.
@@ -68,7 +71,11 @@ func Declare(mechs []Interception, c Capabilities) Declaration {
 			levels = append(levels, l)
 		}
 	}
+	slices.Sort(levels)
 	note := "Level 1: HTTP metadata (method, path, Mcp-Method, Mcp-Name, MCP-Protocol-Version, Mcp-Session-Id, Authorization presence) read for policy and telemetry; every message forwarded unmodified; refusals are HTTP 403/429/400/421, never JSON-RPC; no circuit breaker"
+	if slices.Contains(levels, 2) {
+		note += "; " + Level2Statement
+	}
 	if len(levels) == 0 {
 		note = "opaque forwarding only (flow log level 0): no HTTP header or body is read or changed"
 	}
@@ -82,7 +89,7 @@ func Declare(mechs []Interception, c Capabilities) Declaration {
 		Version:           Version,
 		ModeSet:           []string{"Transparent"},
 		Tier:              "Tier 1",
-		TierLayers:        "Layer 1 (Transport), with Layer 5 (Policy) header-based filtering at awareness Level 1",
+		TierLayers:        tierLayers(levels),
 		AwarenessLevels:   levels,
 		AwarenessNote:     note,
 		Level1HeaderTrust: trust,
@@ -95,11 +102,22 @@ func Declare(mechs []Interception, c Capabilities) Declaration {
 	}
 }
 
+// Level2Statement is what awareness Level 2 means here, including the draft's single-handshake
+// rule.
+const Level2Statement = "Level 2: every JSON-RPC message parsed in both directions (request and response bodies, batches at 2025-03-26, SSE events one by one) with a strict decoder (duplicate and case-variant keys, invalid UTF-8, excessive depth refused); policy decides on the body (method, tool, arguments, client info, direction), headers are only a claim and must agree with the body (SEP-2243: HTTP 400, -32020); a denial is a JSON-RPC error with the request's id whose data names the intermediary (codes -31000 to -31003), never a fabricated result; single handshake: Level 2 never starts its own handshake with the server, it reads the client's (initialize, or 2026-07-28 _meta) and remembers the negotiated version per session"
+
+func tierLayers(levels []int) string {
+	if slices.Contains(levels, 2) {
+		return "Layer 1 (Transport) and Layer 5 (Policy): header-based filtering at awareness Level 1, message-level (JSON-RPC body) policy at Level 2"
+	}
+	return "Layer 1 (Transport), with Layer 5 (Policy) header-based filtering at awareness Level 1"
+}
+
 // HeaderTrustStatement and UpgradeStatement are the fixed parts of Level1HeaderTrust and
 // UpgradePolicy; with a configuration, the routes that set strict_mcp_headers or allow_upgrade
 // are named after them.
 const (
-	HeaderTrustStatement = "client assertion: Level 1 reads Mcp-Method, Mcp-Name and MCP-Protocol-Version from the headers, not from the JSON-RPC body, and a client can make them disagree with the body; verified by the server only at MCP 2026-07-28 and later; strict routes (strict_mcp_headers) refuse with HTTP 400 a JSON POST without Mcp-Method and an MCP-Protocol-Version older than 2026-07-28, so header policy holds against a lying client only on a strict route in front of a 2026-07-28+ server; the body is not read (Level 2 is not implemented)"
+	HeaderTrustStatement = "client assertion: Level 1 reads Mcp-Method, Mcp-Name and MCP-Protocol-Version from the headers, not from the JSON-RPC body, and a client can make them disagree with the body; verified by the server only at MCP 2026-07-28 and later; strict routes (strict_mcp_headers) refuse with HTTP 400 a JSON POST without Mcp-Method and an MCP-Protocol-Version older than 2026-07-28, so header policy holds against a lying client only on a strict route in front of a 2026-07-28+ server; Level 1 does not read the body — a level 2 route does, and refuses a header that disagrees with it"
 	UpgradeStatement     = "refused (HTTP 403, logged with the reason) at awareness level >= 1 unless the route allows the protocol (allow_upgrade; connect for CONNECT); h2c never (Upgrade: h2c or an HTTP2-Settings header: 403; the HTTP/2 connection preface: 400); after an allowed switch the connection is forwarded opaque and logged with its protocol; level 0 routes forward everything opaque"
 )
 

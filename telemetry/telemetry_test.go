@@ -158,7 +158,7 @@ func TestDeclaration(t *testing.T) {
 func TestDeclarationLevel1Trust(t *testing.T) {
 	d := Declare(nil, BuildCapabilities)
 	for _, want := range []string{"client assertion", "verified by the server only at MCP 2026-07-28 and later",
-		"strict_mcp_headers", "older than 2026-07-28", "Level 2 is not implemented"} {
+		"strict_mcp_headers", "older than 2026-07-28", "a level 2 route does, and refuses a header that disagrees"} {
 		if !strings.Contains(d.Level1HeaderTrust, want) {
 			t.Errorf("level1_header_trust lacks %q: %s", want, d.Level1HeaderTrust)
 		}
@@ -255,5 +255,25 @@ func TestLabelCap(t *testing.T) {
 			}
 			m.Requests.Inc("d", "tools/call", got, "c", "allow") // must not panic
 		})
+	}
+}
+
+// TestDeclarationLevel2: with a level 2 route, the declaration says what Level 2 reads and that
+// it never starts its own handshake with the server (the draft's single-handshake rule).
+func TestDeclarationLevel2(t *testing.T) {
+	d := Declare(nil, Capabilities{Levels: []int{1, 2}})
+	if len(d.AwarenessLevels) != 2 || d.AwarenessLevels[1] != 2 {
+		t.Fatalf("levels %v", d.AwarenessLevels)
+	}
+	for _, want := range []string{"single handshake", "never starts its own handshake", "-32020", "never a fabricated result"} {
+		if !strings.Contains(d.AwarenessNote, want) {
+			t.Errorf("awareness note lacks %q: %s", want, d.AwarenessNote)
+		}
+	}
+	if !strings.Contains(d.TierLayers, "Level 2") {
+		t.Errorf("tier layers: %s", d.TierLayers)
+	}
+	if d := Declare(nil, Capabilities{Levels: []int{1}}); strings.Contains(d.AwarenessNote, "Level 2") {
+		t.Errorf("a Level 1 only configuration declares Level 2: %s", d.AwarenessNote)
 	}
 }
