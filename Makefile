@@ -54,7 +54,8 @@ FUZZTIME ?= 30s
 fuzz:
 	@set -e; for t in config:FuzzParse tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
 		exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
-		level1:FuzzDecodeHeaderValue level1:FuzzGuards policy:FuzzCompile; do \
+		level1:FuzzDecodeHeaderValue level1:FuzzGuards level1:FuzzRedactURI policy:FuzzCompile \
+		level2:FuzzDecode level2:FuzzDecodeBody level2:FuzzStage telemetry:FuzzFlowRecordEncoding; do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$$pkg/; done
 

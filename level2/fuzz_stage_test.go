@@ -1,0 +1,112 @@
+package level2
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"mcpintercept/exchange"
+	"mcpintercept/level1"
+	"mcpintercept/policy"
+)
+
+// FuzzStage drives whole exchanges through the exchange pipeline with the Level 2 stage: a request
+// body and headers from the fuzzer, a response (JSON or an event stream) from the fuzzer. It must
+// never panic or hang; a request that reaches the server reaches it byte for byte as the client
+// sent it; a refusal is a JSON-RPC error naming the appliance; and a denied tool never reaches the
+// server.
+func FuzzStage(f *testing.F) {
+	f.Add([]byte(call(1, "echo", `{"text":"hi"}`)), []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`), uint8(0))
+	f.Add([]byte(call(2, "denied_delete", `{}`)), []byte(`{"jsonrpc":"2.0","id":2,"result":{}}`), uint8(1))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"denied_x"}}`), []byte(`{}`), uint8(2))
+	f.Add([]byte(`[`+call(1, "echo", `{}`)+`]`), []byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n"), uint8(3))
+	f.Add([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), []byte("data: {\"jsonrpc\":\"2.0\",\"method\":\"x\"}\r\rdata: {\r\n\r\n"), uint8(4))
+	f.Add([]byte(`not json`), []byte(`{"jsonrpc":"2.0","id":"a","error":{"code":-1,"message":"m"}}`), uint8(5))
+	set, err := policy.Compile([]policy.RuleSpec{{Name: "no-delete", When: `mcp.method == "tools/call" && mcp.name.startsWith("denied_")`, Action: "deny"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body, resp []byte, mode uint8) {
+		if len(body) > 1<<16 || len(resp) > 1<<16 {
+			return
+		}
+		headers := "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+		switch mode % 4 {
+		case 1:
+			headers += "MCP-Protocol-Version: 2025-03-26\r\n"
+		case 2:
+			headers += "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n"
+		case 3:
+			headers = "Content-Type: text/plain\r\n"
+		}
+		respType := "application/json"
+		if mode&4 != 0 {
+			respType = "text/event-stream"
+		}
+		cli, cliSide := net.Pipe()
+		up, upSide := net.Pipe()
+		got := make(chan []byte, 1)
+		go func() { // the server
+			defer upSide.Close()
+			req, err := http.ReadRequest(bufio.NewReader(upSide))
+			if err != nil {
+				got <- nil
+				return
+			}
+			b, _ := io.ReadAll(req.Body)
+			got <- b
+			fmt.Fprintf(upSide, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s", respType, len(resp), resp)
+		}()
+		fl := &Flow{Rules: func() Evaluator { return set }, Options: Options{MaxBody: 1 << 15}, Sessions: NewSessions(4)}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			exchange.Serve(ctx, cliSide, up, []exchange.Stage{level1.NewClassifier(level1.Guards{}), fl.Stage()}, exchange.Options{}, nil)
+			close(done)
+		}()
+		cli.SetDeadline(time.Now().Add(5 * time.Second))
+		go fmt.Fprintf(cli, "POST /mcp HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n%s", headers, len(body), body)
+		r, err := http.ReadResponse(bufio.NewReader(cli), nil)
+		var out []byte
+		if err == nil {
+			out, _ = io.ReadAll(r.Body)
+		}
+		cli.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Serve did not return")
+		}
+		var server []byte
+		select {
+		case server = <-got:
+		default:
+		}
+		if server != nil && !bytes.Equal(server, body) {
+			t.Fatalf("the server got %q, the client sent %q", server, body)
+		}
+		if server != nil && bytes.Contains(server, []byte("denied_")) {
+			if ms, _, err := Decode(server, DecodeOptions{AllowBatch: true}); err == nil {
+				for _, m := range ms {
+					if m.Method == "tools/call" && len(m.Name()) >= 7 && m.Name()[:7] == "denied_" {
+						t.Fatalf("a denied call reached the server: %q", server)
+					}
+				}
+			}
+		}
+		if err == nil && server == nil && r.StatusCode != 200 {
+			// Refused locally: a JSON-RPC error (or a batch of them) naming the appliance.
+			if !json.Valid(out) || !bytes.Contains(out, []byte(Intermediary)) {
+				t.Fatalf("local refusal %d %q is not a JSON-RPC error naming %s", r.StatusCode, out, Intermediary)
+			}
+		}
+	})
+}
