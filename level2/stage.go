@@ -502,6 +502,15 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record
 	if rs == nil {
 		return policy.Decision{Action: policy.ActionAllow}
 	}
+	// Build only what some rule reads: decoding arguments or a result into maps is most of
+	// Level 2's cost per message, and a server message no rule is written for cannot be denied.
+	reads := func(string) bool { return true }
+	if fr, ok := rs.(interface{ Reads(string) bool }); ok {
+		reads = fr.Reads
+	}
+	if sj, ok := rs.(interface{ JudgesServerMessages() bool }); ok && dir == ServerToClient && !sj.JudgesServerMessages() {
+		return policy.Decision{Action: policy.ActionAllow, Reason: policy.ReasonNoMatch}
+	}
 	mcp := map[string]any{"direction": dir, "kind": m.Kind.String()}
 	if r.Method != "" {
 		mcp["method"] = r.Method
@@ -520,19 +529,25 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record
 	}
 	switch m.Kind {
 	case KindRequest, KindNotification:
-		if args := m.Arguments(); args != nil {
-			mcp["arguments"] = args
+		if reads("arguments") {
+			if args := m.Arguments(); args != nil {
+				mcp["arguments"] = args
+			}
 		}
-		if ci := m.ClientInfo(); ci != nil {
-			mcp["client_info"] = ci
-		} else if st.clientInfo != nil {
-			mcp["client_info"] = st.clientInfo
-		} else if _, ci := s.f.Sessions.Lookup(st.session); ci != nil {
-			mcp["client_info"] = ci
+		if reads("client_info") {
+			if ci := m.ClientInfo(); ci != nil {
+				mcp["client_info"] = ci
+			} else if st.clientInfo != nil {
+				mcp["client_info"] = st.clientInfo
+			} else if _, ci := s.f.Sessions.Lookup(st.session); ci != nil {
+				mcp["client_info"] = ci
+			}
 		}
 	case KindResponse:
-		if v := decodeAny(m.Result); v != nil {
-			mcp["result"] = v
+		if reads("result") {
+			if v := decodeAny(m.Result); v != nil {
+				mcp["result"] = v
+			}
 		}
 	case KindError:
 		if m.Error != nil {

@@ -563,3 +563,31 @@ func TestServerMessageRules(t *testing.T) {
 		t.Fatalf("second call: %+v, want rate_limited", d)
 	}
 }
+
+// TestReads: a caller may skip building mcp fields no rule reads, and must not skip one a rule
+// reads in any form.
+func TestReads(t *testing.T) {
+	for _, c := range []struct {
+		when  string
+		field string
+		want  bool
+	}{
+		{`mcp.method == "x"`, "arguments", false},
+		{`mcp.arguments.path == "/"`, "arguments", true},
+		{`has(mcp.arguments.path)`, "arguments", true},
+		{`"path" in mcp.arguments`, "arguments", true},
+		{`mcp["arguments"]["path"] == "/"`, "arguments", true},
+		{`"arguments" in mcp`, "arguments", true},
+		{`mcp[http.headers["x"]] == "y"`, "arguments", true},
+		{`string(mcp.result).contains("k")`, "result", true},
+		{`mcp.direction == "server_to_client"`, "result", false},
+	} {
+		set, err := Compile([]RuleSpec{{Name: "r", When: c.when, Action: RuleDeny}})
+		if err != nil {
+			t.Fatalf("%s: %v", c.when, err)
+		}
+		if got := set.Reads(c.field); got != c.want {
+			t.Errorf("%s: Reads(%q) = %v, want %v", c.when, c.field, got, c.want)
+		}
+	}
+}

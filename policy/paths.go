@@ -240,3 +240,31 @@ func appendUnique(list *[]string, s string) {
 	}
 	*list = append(*list, s)
 }
+
+// bareMCP reports whether the expression uses the mcp variable other than as the operand of a
+// constant field selection or index (mcp.method, mcp["name"]): such a use may read any field.
+func bareMCP(a *cel.Ast) bool {
+	if a == nil {
+		return false
+	}
+	idents, selected := 0, 0
+	ast.PostOrderVisit(a.NativeRep().Expr(), ast.NewExprVisitor(func(e ast.Expr) {
+		switch e.Kind() {
+		case ast.IdentKind:
+			if e.AsIdent() == varMCP {
+				idents++
+			}
+		case ast.SelectKind:
+			if op := e.AsSelect().Operand(); op.Kind() == ast.IdentKind && op.AsIdent() == varMCP {
+				selected++
+			}
+		case ast.CallKind:
+			c := e.AsCall()
+			if args := c.Args(); c.FunctionName() == operators.Index && len(args) == 2 && args[1].Kind() == ast.LiteralKind &&
+				args[0].Kind() == ast.IdentKind && args[0].AsIdent() == varMCP {
+				selected++
+			}
+		}
+	}))
+	return idents > selected
+}

@@ -147,6 +147,9 @@ type rule struct {
 	// readsServer: the rule reads mcp.direction, mcp.result or mcp.error, so it was written with
 	// server→client messages in mind (see Input.ServerMessage).
 	readsServer bool
+	// opaqueMCP: the rule uses the mcp map other than through a constant field (`"x" in mcp`,
+	// mcp[k]); Reads then answers yes for every field.
+	opaqueMCP bool
 }
 
 type rateRule struct {
@@ -288,6 +291,7 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 			if prg != nil {
 				r.rl.key = prg
 				r.paths = appendPaths(r.paths, ast)
+				r.opaqueMCP = r.opaqueMCP || bareMCP(ast)
 				if p, ok := chain(ast.NativeRep().Expr()); ok {
 					r.rl.keyPath = &p
 				}
@@ -305,6 +309,7 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 		if prg != nil {
 			r.when = prg
 			r.paths = appendPaths(r.paths, ast)
+			r.opaqueMCP = r.opaqueMCP || bareMCP(ast)
 		}
 	}
 
@@ -617,4 +622,41 @@ func (s *Set) noteError(d *Decision, r *rule, in *Input, err error) (msg string,
 		}
 	}
 	return msg, true
+}
+
+// Reads reports whether some rule of the set reads mcp.<field> (mcp.arguments, mcp.result, …), so
+// that a caller can skip building a costly value no rule looks at. A rule that reads the whole
+// mcp map (mcp[...] with a computed key, or mcp itself) counts as reading every field.
+func (s *Set) Reads(field string) bool {
+	if s == nil {
+		return false
+	}
+	for _, r := range s.rules {
+		for _, p := range r.paths {
+			if p.root != varMCP {
+				continue
+			}
+			if p.dyn || len(p.segs) == 0 || p.segs[0] == field {
+				return true
+			}
+		}
+		if r.opaqueMCP {
+			return true
+		}
+	}
+	return false
+}
+
+// JudgesServerMessages reports whether some rule is written for messages from the server (see
+// Input.ServerMessage); when none is, evaluating such a message cannot decide anything.
+func (s *Set) JudgesServerMessages() bool {
+	if s == nil {
+		return false
+	}
+	for _, r := range s.rules {
+		if r.readsServer {
+			return true
+		}
+	}
+	return false
 }
