@@ -67,6 +67,9 @@ type Record struct {
 	Status     int
 	Err        string
 	Duration   time.Duration
+	// BytesUp and BytesDown are the HTTP exchange's bytes, on the record of its first
+	// client→server message (0 on the others, so that sums over the log stay right).
+	BytesUp, BytesDown int64
 }
 
 // stateKey is where the exchange keeps Level 2's per-exchange state.
@@ -470,9 +473,12 @@ func (s *stage) Done(x *exchange.Exchange) {
 	if st == nil {
 		return
 	}
-	for _, r := range st.reqs {
+	for i, r := range st.reqs {
 		r.Status = x.Status
 		r.Duration = x.Duration
+		if i == 0 {
+			r.BytesUp, r.BytesDown = x.BytesUp, x.BytesDown
+		}
 		if r.Err == "" && x.Err != "" {
 			r.Err = x.Err
 		}
