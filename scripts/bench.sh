@@ -12,20 +12,26 @@
 #                                          0.0.0.0:0 (the original destination)
 #   Go relay splice / buffer               e2e/peers/gorelay: accept, dial the original destination
 #                                          with the bypass mark, io.Copy both ways — Go's floor
-#   mcpintercept opaque / passthrough      level 0 routes (plaintext / TLS passthrough)
+#   mcpintercept opaque / passthrough      level 0 routes (plaintext / TLS passthrough); the opaque
+#                                          route says `level: 0` explicitly: a plaintext route
+#                                          without `level` is Level 1 (config.LevelOrDefault)
 #   Level 1 plaintext, terminate + Level 1 level 1 routes, one deny rule, flow log on (/dev/null)
 #   Level 2 plaintext / terminate          only when `mcpintercept check` accepts `level: 2`
 #   open loop at RATE req/s                p50/p99 measured from each request's due time; the
 #                                          "added p99" is the row's p99 minus direct's
 #
-# HAProxy and the Go relay sit behind the TPROXY rules mcpintercept's nftables-tproxy mechanism
-# installs (bench_steer below: the same prerouting chain — local destinations and the bypass mark
-# return, the lab prefix jumps to a per-port "mark + tproxy to 127.0.0.1:15002" chain — and the
-# same "fwmark lookup TABLE" + "local default dev lo" policy routing), in a table of their own
-# (inet mcpibench, mark 0x4d42, table/priority 4916) that is removed after each row. They get no
-# output chain: their upstream dials leave through output and prerouting never sees them, so
-# HAProxy (whose 2.6 server lines cannot set SO_MARK) is not re-intercepted; the relay sets the
-# bypass mark anyway, as mcpintercept does. mcpintercept runs with its own nftables-tproxy steering.
+# HAProxy and the Go relay sit behind exactly the steering mcpintercept installs: scripts/benchsteer
+# runs intercept.New(cfg).Install — the same code, on the same configuration file as the appliance
+# rows — and removes it after the rows (table inet mcpintercept: prerouting returns local
+# destinations and the bypass mark, jumps the lab prefix to tproxy4, where each intercepted port
+# sets mark 0x4d49 and tproxies to 127.0.0.1:15001; output chain (intercept.local, on by default):
+# the bypass mark and conntrack reply packets return, the steered destinations and ports get the
+# mark; ip rule fwmark 0x4d49 lookup 4915 + local default dev lo in table 4915). The reference
+# proxies listen on 127.0.0.1:15001 in mcpintercept's place. The Go relay gets those rules
+# unchanged (it dials with the bypass mark, as mcpintercept does). HAProxy gets them with
+# --local false, i.e. without the output chain (what mcpintercept installs with
+# `intercept.local: false`): its 2.6 server lines cannot set SO_MARK, so the output chain would
+# steer its upstream dials back into itself.
 #
 # Ratios: plaintext rows against direct, TLS rows against direct TLS; "x relay" is a row's ratio
 # divided by the Go relay (splice) ratio of its family (plaintext relay for opaque and Level 1
@@ -38,7 +44,10 @@
 # ./cmd/mcpintercept, e.g. one built from a clean checkout) MCPINTERCEPT_BASELINE=path (also run
 # the appliance rows with that binary in the same rounds, marked [baseline]: before and after side
 # by side under the same conditions) BENCH_OUT=file (also write the tables there, and every run's
-# JSON to file.jsonl) BENCH_LABEL=text (printed in the header). Needs root; installs haproxy with apt when it is missing (bench only).
+# JSON to file.jsonl) BENCH_LABEL=text (printed in the header) BENCH_ROWS=regex (run only the rows
+# whose label matches this extended regex, case-insensitive, e.g. 'relay splice$|opaque'; the
+# closed-loop direct and direct TLS rows always run, the ratios need them). Needs root; installs haproxy with apt when it
+# is missing (bench only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -87,7 +96,7 @@ if ! command -v haproxy >/dev/null 2>&1; then
 		{ apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends haproxy >/dev/null; }
 fi
 [ -n "${MCPINTERCEPT_BIN:-}" ] || go build -o bin/mcpintercept ./cmd/mcpintercept
-go build -o bin/ ./e2e/peers/fastorigin ./e2e/peers/gorelay ./e2e/peers/loadgen
+go build -o bin/ ./e2e/peers/fastorigin ./e2e/peers/gorelay ./e2e/peers/loadgen ./scripts/benchsteer
 scripts/lab.sh up >/dev/null
 PKI=$ROOT/.lab/pki
 CLK_TCK=$(getconf CLK_TCK)
@@ -104,35 +113,35 @@ for i in $(seq 1 100); do
 done
 
 # --- steering for the reference proxies (see the header) ---
-BENCH_MARK=0x4d42
-BENCH_TABLE=4916
-BENCH_PORT=15002
-bench_steer() {
-	cat >"$WORK/steer.nft" <<NFT
-table inet mcpibench {
-	chain prerouting {
-		type filter hook prerouting priority mangle; policy accept;
-		meta l4proto tcp fib daddr type local return
-		meta mark & 0x4d500000 == 0x4d500000 return
-		meta l4proto tcp ip daddr 10.200.2.0/24 jump tproxy4
-	}
-	chain tproxy4 {
-		tcp dport 8080 meta mark set $BENCH_MARK tproxy ip to 127.0.0.1:$BENCH_PORT accept
-		tcp dport 8443 meta mark set $BENCH_MARK tproxy ip to 127.0.0.1:$BENCH_PORT accept
-	}
-}
-NFT
-	ip netns exec mcpi-appliance nft -f "$WORK/steer.nft"
-	ip netns exec mcpi-appliance ip rule add fwmark $BENCH_MARK lookup $BENCH_TABLE priority $BENCH_TABLE
-	ip netns exec mcpi-appliance ip route replace local 0.0.0.0/0 dev lo table $BENCH_TABLE
+# mcpintercept's own rules from $WORK/routes.yaml (written below), installed by its own code.
+BENCH_PORT=15001
+STEER_PID=
+STEER_LOCAL=
+bench_steer() { # true|false: intercept.local (the output chain)
+	bench_unsteer
+	ip netns exec mcpi-appliance bin/benchsteer --config "$WORK/routes.yaml" --mechanism nftables-tproxy --local "$1" >"$WORK/steer.log" 2>&1 &
+	STEER_PID=$!
 	STEERED=1
+	STEER_LOCAL=$1
+	for i in $(seq 1 100); do
+		grep -qs READY "$WORK/steer.log" && return 0
+		kill -0 "$STEER_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	cat "$WORK/steer.log" >&2
+	return 1
 }
 bench_unsteer() {
-	ip netns exec mcpi-appliance nft delete table inet mcpibench 2>/dev/null || true
-	ip netns exec mcpi-appliance ip rule del fwmark $BENCH_MARK lookup $BENCH_TABLE priority $BENCH_TABLE 2>/dev/null || true
-	ip netns exec mcpi-appliance ip route flush table $BENCH_TABLE 2>/dev/null || true
+	if [ -n "$STEER_PID" ]; then
+		kill -TERM "$STEER_PID" 2>/dev/null || true
+		wait "$STEER_PID" 2>/dev/null || true
+		STEER_PID=
+	fi
 	STEERED=
+	STEER_LOCAL=
 }
+# want LABEL: the row is selected by BENCH_ROWS (all rows when unset).
+want() { [ -z "${BENCH_ROWS:-}" ] || grep -qiE -- "$BENCH_ROWS" <<<"$1"; }
 
 cat >"$WORK/haproxy.cfg" <<CFG
 global
@@ -174,7 +183,7 @@ log: {flows: \"$FLOWS\"}
 ca: {dir: $WORK/ca$id}
 upstream_tls: {extra_cas: [$PKI/server-ca.pem]}
 routes:
-  - {name: opaque, match: {ports: [8080]}, tls: plaintext}
+  - {name: opaque, match: {ports: [8080]}, tls: plaintext, level: 0}
   - {name: l1-plain, match: {ports: [8081]}, tls: plaintext, level: 1, development: true, rule_set: bench}
   - {name: terminate, match: {ports: [8443]}, tls: terminate, level: 1, rule_set: bench}
   - {name: passthrough, match: {ports: [9443]}, tls: passthrough}"
@@ -204,6 +213,8 @@ cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 row() {
 	local round=$1 group=$2 label=$3 url=$4
 	shift 4
+	# With BENCH_ROWS, the closed-loop direct rows still run (every ratio needs them).
+	want "$label" || case "$group:$label" in plain:direct | "tls:direct TLS") ;; *) return 0 ;; esac
 	local dur=$DURATION extra=()
 	case "$group" in rate*) dur=$RATE_DURATION extra=(-rate "$RATE" -warmup 1s) ;; *) extra=(-warmup "$WARMUP") ;; esac
 	case "$url" in https:*) extra+=(-ca "$CA") ;; esac
@@ -254,6 +265,8 @@ start_haproxy() {
 mcpi_rows() {
 	local round=$1 bin=$2 id=$3 sfx=$4 l2var="L2$3"
 	local l2=${!l2var}
+	want "mcpintercept opaque$sfx" || want "Level 1 plaintext$sfx" || want "passthrough$sfx" || want "terminate + Level 1$sfx" ||
+		{ [ "$l2" = 1 ] && { want "Level 2 plaintext$sfx" || want "terminate + Level 2$sfx"; }; } || return 0
 	start_proxy "$WORK/app$id.log" msg=ready ip netns exec mcpi-appliance "$bin" run --config "$WORK/routes$id.yaml" --mechanism nftables-tproxy
 	[ -s "$WORK/appliance-ca$id.pem" ] || ip netns exec mcpi-appliance "$bin" ca export --dir "$WORK/ca$id" >"$WORK/appliance-ca$id.pem"
 	CA=$PKI/server-ca.pem
@@ -281,11 +294,15 @@ for round in $(seq 1 "$ROUNDS"); do
 	row "$round" rate-plain "direct" "$PLAIN:8080/mcp"
 	row "$round" rate-tls "direct TLS" "$TLSURL:8443/mcp"
 
-	bench_steer
-	start_haproxy
-	row "$round" plain "HAProxy TCP" "$PLAIN:8080/mcp"
-	stop_proxy
+	if want "HAProxy TCP"; then
+		bench_steer false
+		start_haproxy
+		row "$round" plain "HAProxy TCP" "$PLAIN:8080/mcp"
+		stop_proxy
+	fi
 	for mode in splice buffer; do
+		want "Go relay $mode" || { [ "$mode" = splice ] && want "Go relay splice (TLS)"; } || continue
+		[ "$STEER_LOCAL" = true ] || bench_steer true
 		start_proxy "$WORK/relay.log" READY ip netns exec mcpi-appliance bin/gorelay -mode "$mode" -listen "127.0.0.1:$BENCH_PORT"
 		row "$round" plain "Go relay $mode" "$PLAIN:8080/mcp"
 		[ "$mode" = splice ] && row "$round" tls "Go relay splice (TLS)" "$TLSURL:8443/mcp"
