@@ -19,6 +19,7 @@ type User struct{}
 type Options struct {
 	Config     *config.Config
 	ZeroConfig bool
+	Level      int
 	Argv       []string
 	User       User
 	Stderr     io.Writer

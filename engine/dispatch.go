@@ -6,16 +6,14 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"mcpintercept/config"
+	"mcpintercept/flowconn"
 	"mcpintercept/policy"
-	"mcpintercept/telemetry"
 	"mcpintercept/tlsmitm"
 )
 
@@ -55,132 +53,9 @@ type TLSOptions struct {
 	HandshakeTimeout time.Duration
 }
 
-// flow is one accepted connection on its way through the pipeline.
-type flow struct {
-	e      *Engine
-	id     string
-	start  time.Time
-	client netip.AddrPort
-	orig   netip.AddrPort // origin.Dst
-	origin Origin
-	c      *net.TCPConn
-	fc     *flowConns
-
-	// rules is the route's rule set, fixed when the route is chosen.
-	rules flowRules
-
-	peekDone bool
-	isHello  bool   // the client opened with a complete, valid ClientHello
-	sniName  string // the hello's server name, kept for records and rules after hello is released
-	// peeked and hello are what the peek read and parsed. They are released (set to nil) once
-	// handed on, so that an idle flow does not hold a ClientHello (up to 64 KiB) for its life.
-	peeked  []byte
-	hello   *tlsmitm.ClientHello
-	peekErr error
-}
-
-// takePeeked hands the peeked bytes over to whoever replays them and forgets them.
-func (f *flow) takePeeked() []byte {
-	b := f.peeked
-	f.peeked, f.hello = nil, nil
-	return b
-}
-
-// peek reads the client's first bytes once: a whole ClientHello when it is TLS, otherwise only
-// what it took to tell (usually one byte). A client that sends nothing within the peek timeout
-// (a server-speaks-first protocol) counts as not TLS.
-func (f *flow) peek() {
-	if f.peekDone {
-		return
-	}
-	f.peekDone = true
-	to := f.e.opt.TLS.PeekTimeout
-	if to <= 0 {
-		to = 5 * time.Second
-	}
-	f.c.SetReadDeadline(time.Now().Add(to))
-	f.hello, f.peeked, f.peekErr = tlsmitm.Peek(f.c, f.e.opt.TLS.MaxClientHello)
-	f.c.SetReadDeadline(time.Time{})
-	if f.hello != nil {
-		f.isHello, f.sniName = true, f.hello.SNI
-	}
-}
-
-func (f *flow) sni() string {
-	f.peek()
-	return f.sniName
-}
-
-// isTLS reports whether the client opened with a complete, valid ClientHello.
-func (f *flow) isTLS() bool { f.peek(); return f.isHello }
-
-// badHello is a client that started a TLS handshake the parser refused (malformed, oversized,
-// truncated): the flow is closed and nothing is forwarded.
-func (f *flow) badHello() bool {
-	var te *tlsmitm.Error
-	if !errors.As(f.peekErr, &te) {
-		return false
-	}
-	switch te.Kind {
-	case tlsmitm.KindMalformed, tlsmitm.KindOversized:
-		return true
-	case tlsmitm.KindTruncated, tlsmitm.KindRead:
-		// The client hung up, or stalled past the peek timeout, halfway through a hello. Forwarding
-		// it opaque would let a client skip the route's inspection by pausing: close instead.
-		return len(f.peeked) > 0
-	}
-	return false
-}
-
-// silent reports that the client sent nothing before the peek timeout (as opposed to closing).
-func (f *flow) silent() bool {
-	return len(f.peeked) == 0 && errors.Is(f.peekErr, os.ErrDeadlineExceeded)
-}
-
-func (f *flow) record() telemetry.FlowRecord {
-	r := telemetry.FlowRecord{
-		Time: telemetry.Time{Time: f.start}, Flow: f.id, Client: f.client.String(),
-		OrigDst: f.orig.String(), Mechanism: f.origin.Mechanism,
-	}
-	r.SNI = f.sniName
-	if r.SNI == "" {
-		// The record has no host field: a flow without SNI shows the name the client resolved
-		// (DNS interception) there; with SNI the two are equal, as the DNS mechanism requires.
-		r.SNI = f.origin.Host
-	}
-	if id := f.origin.Identity; id != nil {
-		r.Process = &telemetry.Process{PID: id.PID, UID: id.UID, GID: id.GID,
-			Comm: id.Comm, Exe: id.Exe, Cgroup: id.CgroupID}
-	}
-	return r
-}
-
-func (f *flow) clientVars() map[string]any {
-	m := map[string]any{"address": f.client.Addr().String(), "port": int64(f.client.Port())}
-	if id := f.origin.Identity; id != nil {
-		m["pid"] = int64(id.PID)
-		m["uid"] = int64(id.UID)
-		m["gid"] = int64(id.GID)
-		m["comm"] = id.Comm
-		m["exe"] = id.Exe
-		m["cgroup"] = int64(id.CgroupID)
-	}
-	return m
-}
-
-func (f *flow) connVars(tlsMode string) map[string]any {
-	m := map[string]any{
-		"orig_dst": f.orig.String(), "orig_ip": f.orig.Addr().String(), "orig_port": int64(f.orig.Port()),
-		"mechanism": f.e.opt.Mechanism, "tls": tlsMode,
-	}
-	if f.isHello {
-		m["sni"] = f.sniName
-	}
-	return m
-}
-
-// dispatch runs the route's disposition and level. It returns when the flow is over.
-func (e *Engine) dispatch(ctx context.Context, f *flow) {
+// dispatch runs the route's disposition and level. It returns how the flow ended, when it is
+// over; every branch below ends in a returned outcome, and only the flow's exit acts on it.
+func (e *Engine) dispatch(ctx context.Context, f *flow) outcome {
 	rt := e.routing.Load()
 	// DNS interception plugs in here: a route matching by name will match f.origin.Host (the
 	// name behind the VIP) as well as the SNI.
@@ -190,147 +65,64 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) {
 		// No route matched: also a TLS flow without SNI, or with one no sni: route names.
 		switch {
 		case rt.DefaultClose:
-			e.noRoute(f)
-			return
+			e.refuseLog.warn("no_route", "closing flow: no route matched", "flow", f.id, "client", f.client.String(),
+				"orig_dst", f.orig.String(), "sni", f.sniName)
+			return refusal(f.seenTLS(), DefaultRoute.Name, ReasonNoRoute, "no_route")
 		case rt.Default != nil:
 			route = rt.Default
 		default:
 			// The transparent core: no byte is read before forwarding, so protocols where
 			// the server speaks first work too.
-			e.opaque(ctx, f, route, "")
-			return
+			return e.opaque(ctx, f, route, f.seenTLS())
 		}
 	}
 	f.rules = rulesFor(rt, route)
 	switch route.TLS {
 	case Passthrough:
 		if !f.isTLS() {
-			e.notTLS(ctx, f, route)
-			return
+			return e.notTLS(ctx, f, route)
 		}
-		if !e.connPolicy(f, route, "passthrough") {
-			return
-		}
-		e.opaque(ctx, f, route, "passthrough")
+		return e.judgedOpaque(ctx, f, route, Passthrough)
 	case Terminate:
 		if !f.isTLS() {
-			e.notTLS(ctx, f, route)
-			return
+			return e.notTLS(ctx, f, route)
 		}
-		e.terminate(ctx, f, route)
+		return e.terminate(ctx, f, route)
 	case Plaintext:
 		e.warnPlaintext(route)
 		if route.Level == 0 {
-			if !e.connPolicy(f, route, "plaintext") {
-				return
-			}
-			e.opaque(ctx, f, route, "plaintext")
-			return
+			return e.judgedOpaque(ctx, f, route, Plaintext)
 		}
 		if f.isTLS() {
-			if e.mismatch(f, route, "plaintext route saw a TLS ClientHello") && e.connPolicy(f, route, "passthrough") {
-				e.opaque(ctx, f, route, "passthrough")
-			}
-			return
+			return e.mismatch(ctx, f, route, "plaintext route saw a TLS ClientHello")
 		}
 		if len(f.peeked) == 0 && !f.silent() {
 			// The client closed before sending anything.
-			rec := f.record()
-			rec.TLS, rec.Level, rec.Decision, rec.Rule, rec.Reason = "plaintext", 1, "allow", route.Name, "closed before a request"
-			f.c.Close()
-			e.finish(&rec, f.start)
-			return
+			return forwarded(Plaintext, route.Level, route.Name, "closed before a request")
 		}
 		// A silent client still goes through Level 1, which waits for its request (header and
 		// idle timeouts apply): a route declared HTTP is never bypassed by pausing.
-		up, ok := e.dial(ctx, f, "plaintext")
-		if !ok {
-			return
-		}
-		e.level1(ctx, f, route, "plaintext", &prefixConn{Conn: f.c, prefix: f.takePeeked()}, up)
+		return e.plainHTTP(ctx, f, route)
 	case Auto:
 		switch {
 		case f.isTLS():
-			e.terminate(ctx, f, route)
+			return e.terminate(ctx, f, route)
 		case f.badHello():
-			e.closeBadHello(f, route)
+			return e.badHello(f, route)
 		case route.Level >= 1 && f.looksLikeHTTP():
-			up, ok := e.dial(ctx, f, "plaintext")
-			if !ok {
-				return
-			}
-			e.level1(ctx, f, route, "plaintext", &prefixConn{Conn: f.c, prefix: f.takePeeked()}, up)
-		default:
-			e.opaque(ctx, f, route, "")
-		}
-	default:
-		e.opaque(ctx, f, route, "")
-	}
-}
-
-// httpMethods are the request-line prefixes that make a plaintext stream HTTP/1.x for Auto.
-var httpMethods = []string{"GET ", "POST ", "PUT ", "DELETE ", "HEAD ", "OPTIONS ", "PATCH "}
-
-// looksLikeHTTP reads a few more bytes (at most 8, within the peek timeout) and checks for an
-// HTTP request line. What it reads joins f.peeked, so nothing is lost.
-func (f *flow) looksLikeHTTP() bool {
-	if len(f.peeked) == 0 {
-		return false
-	}
-	to := f.e.opt.TLS.PeekTimeout
-	if to <= 0 {
-		to = 5 * time.Second
-	}
-	f.c.SetReadDeadline(time.Now().Add(to))
-	defer f.c.SetReadDeadline(time.Time{})
-	buf := make([]byte, 8)
-	for len(f.peeked) < 8 && !strings.Contains(string(f.peeked), " ") {
-		n, err := f.c.Read(buf[:8-len(f.peeked)])
-		f.peeked = append(f.peeked, buf[:n]...)
-		if err != nil {
-			break
+			return e.plainHTTP(ctx, f, route)
 		}
 	}
-	s := string(f.peeked)
-	for _, m := range httpMethods {
-		if strings.HasPrefix(s, m) {
-			return true
-		}
-	}
-	return false
+	return e.opaque(ctx, f, route, f.seenTLS())
 }
 
 // notTLS handles a TLS route whose client did not open with a valid ClientHello: a broken hello
 // closes the flow, anything else follows the route's on_mismatch.
-func (e *Engine) notTLS(ctx context.Context, f *flow, route *Route) {
+func (e *Engine) notTLS(ctx context.Context, f *flow, route *Route) outcome {
 	if f.badHello() {
-		e.closeBadHello(f, route)
-		return
+		return e.badHello(f, route)
 	}
-	if e.mismatch(f, route, string(route.TLS)+" route saw non-TLS bytes") && e.connPolicy(f, route, "") {
-		e.opaque(ctx, f, route, "")
-	}
-}
-
-// noRoute refuses a flow that matched no route under `default_route: close`.
-func (e *Engine) noRoute(f *flow) {
-	e.refuseLog.warn("no_route", "closing flow: no route matched", "flow", f.id, "client", f.client.String(),
-		"orig_dst", f.orig.String(), "sni", f.sniName)
-	rec := f.record()
-	rec.TLS, rec.Decision, rec.Rule, rec.Reason = f.seenTLS(), "deny", DefaultRoute.Name, ReasonNoRoute
-	e.opt.Metrics.FlowsRefused.WithLabelValues("no_route").Inc()
-	resetClose(f.c)
-	e.finish(&rec, f.start)
-}
-
-// seenTLS names what the bytes read so far were, for the record of a flow that is refused or
-// forwarded untouched: plaintext when they were not TLS, else passthrough in the draft's terms
-// (encrypted or not, nothing was decrypted).
-func (f *flow) seenTLS() string {
-	if f.peekDone && !f.isHello && len(f.peeked) > 0 {
-		return "plaintext"
-	}
-	return "passthrough"
+	return e.mismatch(ctx, f, route, string(route.TLS)+" route saw non-TLS bytes")
 }
 
 // closesOnMismatch is the route's on_mismatch: close, or passthrough. Unset, it is close for
@@ -340,32 +132,31 @@ func (r *Route) closesOnMismatch() bool {
 	if r.OnMismatch == "" {
 		return r.Level >= 1
 	}
-	return r.OnMismatch == "close"
+	return r.OnMismatch == config.OnMismatchClose
 }
 
-// mismatch applies the route's on_mismatch choice and logs it. It returns true to forward
-// opaquely, false after closing the flow.
-func (e *Engine) mismatch(f *flow, route *Route, what string) bool {
+// mismatch applies the route's on_mismatch choice to bytes that are not what the route declared,
+// and logs it: the flow is refused, or forwarded opaque (still under the route's connection
+// rules). Either way the record says what was seen.
+func (e *Engine) mismatch(ctx context.Context, f *flow, route *Route, what string) outcome {
 	if route.closesOnMismatch() {
 		e.refuseLog.warn("mismatch:"+route.Name, "closing flow", "flow", f.id, "route", route.Name, "why", what, "orig_dst", f.orig.String())
-		rec := f.record()
-		rec.Decision, rec.Rule, rec.Reason = "deny", route.Name, what+"; on_mismatch close"
-		e.opt.Metrics.FlowsRefused.WithLabelValues("mismatch").Inc()
-		resetClose(f.c)
-		e.finish(&rec, f.start)
-		return false
+		return refusal(f.seenTLS(), route.Name, what+"; on_mismatch close", "mismatch")
 	}
 	e.refuseLog.warn("mismatch:"+route.Name, "forwarding opaque", "flow", f.id, "route", route.Name, "why", what, "orig_dst", f.orig.String())
-	return true
+	return e.judgedOpaque(ctx, f, route, f.seenTLS())
 }
 
-func (e *Engine) closeBadHello(f *flow, route *Route) {
+// badHello refuses a client that started a TLS handshake the parser refused. A terminate or
+// passthrough route records its own disposition; an auto route, which decided nothing, records
+// passthrough: the opening looked like TLS and nothing was decrypted.
+func (e *Engine) badHello(f *flow, route *Route) outcome {
 	e.refuseLog.warn("badhello", "closing flow: bad TLS ClientHello", "flow", f.id, "client", f.client.String(), "err", f.peekErr)
-	rec := f.record()
-	rec.TLS, rec.Decision, rec.Rule, rec.Reason = string(route.TLS), "deny", route.Name, f.peekErr.Error()
-	e.opt.Metrics.FlowsRefused.WithLabelValues("bad_client_hello").Inc()
-	resetClose(f.c)
-	e.finish(&rec, f.start)
+	d := route.TLS
+	if d != Terminate {
+		d = Passthrough
+	}
+	return refusal(d, route.Name, f.peekErr.Error(), "bad_client_hello")
 }
 
 var plaintextWarned sync.Map
@@ -381,134 +172,117 @@ func (e *Engine) warnPlaintext(route *Route) {
 	}
 }
 
-// connPolicy evaluates the route's rule set with connection-level metadata only (passthrough and
-// opaque routes cannot see HTTP). A deny or an exhausted rate limit resets the connection.
-func (e *Engine) connPolicy(f *flow, route *Route, tlsMode string) bool {
-	rs := f.rules.current(e)
-	if rs == nil {
-		return true
+// judgedOpaque forwards the flow opaque once the route's connection rules allow it.
+func (e *Engine) judgedOpaque(ctx context.Context, f *flow, route *Route, d Disposition) outcome {
+	if out, refused := e.connPolicy(f, d); refused {
+		return out
 	}
-	d := rs.Evaluate(&policy.Input{Client: f.clientVars(), Conn: f.connVars(tlsMode), FailOpen: f.rules.failOpen})
-	e.noteRuleErrors(f, &d)
-	if d.Action == "allow" || d.Action == "" {
-		return true
-	}
-	rec := f.record()
-	rec.TLS, rec.Decision, rec.Rule, rec.Reason = tlsMode, string(d.Action), d.Rule, d.Reason
-	e.opt.Metrics.FlowsRefused.WithLabelValues("policy").Inc()
-	e.refuseLog.warn("policy:"+d.Rule, "flow refused by policy", "flow", f.id, "client", f.client.String(), "orig_dst", f.orig.String(), "rule", d.Rule, "decision", d.Action)
-	resetClose(f.c)
-	e.finish(&rec, f.start)
-	return false
+	return e.opaque(ctx, f, route, d)
 }
 
-// dial opens the upstream TCP connection; on failure the client gets a reset, as a direct
-// connect would have given it.
-func (e *Engine) dial(ctx context.Context, f *flow, tlsMode string) (*net.TCPConn, bool) {
+// connPolicy evaluates the route's rule set with connection-level metadata only (passthrough and
+// opaque routes cannot see HTTP). A deny or an exhausted rate limit refuses the flow.
+func (e *Engine) connPolicy(f *flow, d Disposition) (outcome, bool) {
+	rs := f.rules.current(e)
+	if rs == nil {
+		return outcome{}, false
+	}
+	dec := rs.Evaluate(&policy.Input{Client: f.clientVars(), Conn: f.connVars(d), FailOpen: f.rules.failOpen})
+	e.noteRuleErrors(f, &dec)
+	if dec.Action == policy.ActionAllow || dec.Action == "" {
+		return outcome{}, false
+	}
+	e.refuseLog.warn("policy:"+dec.Rule, "flow refused by policy", "flow", f.id, "client", f.client.String(), "orig_dst", f.orig.String(), "rule", dec.Rule, "decision", dec.Action)
+	out := refusal(d, dec.Rule, dec.Reason, "policy")
+	out.decision = dec.Action // deny, or rate_limited
+	return out, true
+}
+
+// dial opens the upstream TCP connection, which the flow's exit closes. On failure the client
+// gets a reset, as a direct connect would have given it.
+func (e *Engine) dial(ctx context.Context, f *flow, d Disposition) (*net.TCPConn, outcome, bool) {
 	dctx, cancel := context.WithTimeout(ctx, e.opt.Limits.ConnectTimeout)
 	uc, err := e.opt.Dialer.DialContext(dctx, "tcp", f.orig.String())
 	cancel()
 	if err != nil {
-		e.opt.Metrics.UpstreamErrors.WithLabelValues("dial").Inc()
-		rec := f.record()
-		rec.TLS, rec.Decision, rec.Reason = tlsMode, "allow", "upstream: "+dialReason(err)
-		resetClose(f.c)
-		e.finish(&rec, f.start)
-		return nil, false
+		return nil, upstreamFailure(d, "", "upstream: "+dialReason(err), "dial"), false
 	}
 	up := uc.(*net.TCPConn)
+	f.up = up
 	if !f.fc.setUpstream(up) { // drained while dialling
-		resetClose(f.c)
-		up.Close()
-		rec := f.record()
-		rec.TLS, rec.Decision, rec.Reason = tlsMode, "allow", "shutdown"
-		e.finish(&rec, f.start)
-		return nil, false
+		out := forwarded(d, 0, "", "shutdown")
+		out.reset = true
+		return nil, out, false
 	}
-	return up, true
+	return up, outcome{}, true
 }
 
-// opaque forwards bytes untouched (splice), the peeked bytes first.
-func (e *Engine) opaque(ctx context.Context, f *flow, route *Route, tlsMode string) {
-	up, ok := e.dial(ctx, f, tlsMode)
+// opaque forwards bytes untouched (splice between the two *net.TCPConn, no wrapper), the peeked
+// bytes first.
+func (e *Engine) opaque(ctx context.Context, f *flow, route *Route, d Disposition) outcome {
+	up, out, ok := e.dial(ctx, f, d)
 	if !ok {
-		return
+		return out
 	}
-	if tlsMode == "" {
-		tlsMode = f.seenTLS()
-	}
-	rec := f.record()
-	rec.TLS, rec.Decision = tlsMode, "allow"
-	if route != DefaultRoute {
-		rec.Rule = route.Name
+	rule := route.Name
+	if route == DefaultRoute {
+		rule = ""
 	}
 	var pre int64
 	if peeked := f.takePeeked(); len(peeked) > 0 {
 		n, err := up.Write(peeked)
 		pre = int64(n)
 		if err != nil {
-			resetClose(f.c)
-			up.Close()
-			rec.Reason = "upstream: " + dialReason(err)
-			e.finish(&rec, f.start)
-			return
+			out := forwarded(d, 0, rule, "upstream: "+dialReason(err))
+			out.reset = true
+			return out
 		}
 	}
 	res := relay(f.c, up, e.opt.Limits.IdleTimeout, f.fc)
-	e.account(&rec, res.up+pre, res.down, res.reason(), res.reset)
-	e.finish(&rec, f.start)
+	return relayed(d, rule, res.up+pre, res.down, res.reason(), res.reset)
 }
 
-func (e *Engine) account(rec *telemetry.FlowRecord, up, down int64, reason string, reset bool) {
-	rec.BytesUp, rec.BytesDown = up, down
-	if rec.Reason == "" {
-		rec.Reason = reason
+// plainHTTP serves a plaintext flow at the route's level (1 or 2); the peeked bytes are replayed
+// to the HTTP reader first.
+func (e *Engine) plainHTTP(ctx context.Context, f *flow, route *Route) outcome {
+	up, out, ok := e.dial(ctx, f, Plaintext)
+	if !ok {
+		return out
 	}
-	if reset {
-		e.opt.Metrics.UpstreamErrors.WithLabelValues("reset").Inc()
-	}
-	e.opt.Metrics.Bytes.WithLabelValues("up").Add(float64(up))
-	e.opt.Metrics.Bytes.WithLabelValues("down").Add(float64(down))
+	last := new(atomic.Int64)
+	client := flowconn.Wrap(f.c, flowconn.Options{Prefix: f.takePeeked(), Activity: last})
+	upstream := flowconn.Wrap(up, flowconn.Options{Activity: last})
+	return e.level1(ctx, f, route, Plaintext, client, upstream, last)
 }
 
 // terminate verifies the upstream first, then completes the client's handshake with a minted
 // leaf. "An invalid upstream certificate is never laundered into a valid one" (DESIGN.md): a
 // failed verification refuses the client's handshake before any certificate is presented.
-func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) {
-	rec := f.record()
-	rec.TLS, rec.Rule = "terminate", route.Name
+func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) outcome {
+	deny := func(reason string) outcome { return refusal(Terminate, route.Name, reason, "") }
 	if e.opt.TLS.Leaves == nil {
-		rec.Decision, rec.Reason = "deny", "terminate route without a CA"
-		resetClose(f.c)
-		e.finish(&rec, f.start)
-		return
+		return deny("terminate route without a CA")
 	}
-	up, ok := e.dial(ctx, f, "terminate")
+	up, out, ok := e.dial(ctx, f, Terminate)
 	if !ok {
-		return
+		return out
 	}
 	var upConn net.Conn = up
 	if !route.PlaintextUpstreamTrustedNetwork {
 		tup, err := tlsmitm.Originate(ctx, up, f.sniName, f.orig.Addr(), e.opt.TLS.Upstream)
 		if err != nil {
 			var ve *tlsmitm.VerifyError
-			if errors.As(err, &ve) {
-				e.opt.Metrics.FlowsRefused.WithLabelValues("upstream_certificate").Inc()
-				e.opt.Log.Warn("refusing client handshake: upstream certificate rejected", "flow", f.id,
-					"orig_dst", f.orig.String(), "sni", f.sniName, "reason", ve.Reason, "err", ve.Err)
-				rec.Decision, rec.Reason = "deny", "upstream certificate rejected: "+ve.Reason
-				tlsmitm.RefuseHandshake(f.c)
-				f.c.Close()
-			} else {
-				e.opt.Metrics.UpstreamErrors.WithLabelValues("tls").Inc()
-				rec.Decision, rec.Reason = "allow", "upstream: "+err.Error()
-				resetClose(f.c)
+			if !errors.As(err, &ve) {
+				return upstreamFailure(Terminate, route.Name, "upstream: "+err.Error(), "tls")
 			}
-			up.Close()
-			e.finish(&rec, f.start)
-			return
+			e.opt.Log.Warn("refusing client handshake: upstream certificate rejected", "flow", f.id,
+				"orig_dst", f.orig.String(), "sni", f.sniName, "reason", ve.Reason, "err", ve.Err)
+			tlsmitm.RefuseHandshake(f.c)
+			out := refusal(Terminate, route.Name, "upstream certificate rejected: "+ve.Reason, "upstream_certificate")
+			out.reset = false // the alert must reach the client: an orderly close
+			return out
 		}
-		upConn = tup
+		upConn, f.up = tup, tup // the exit ends the TLS session, not just the socket under it
 	}
 	name := f.sniName
 	if name == "" {
@@ -516,33 +290,22 @@ func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) {
 	}
 	cert, err := e.opt.TLS.Leaves.Leaf(name)
 	if err != nil {
-		rec.Decision, rec.Reason = "deny", "mint certificate: "+err.Error()
-		resetClose(f.c)
-		upConn.Close()
-		e.finish(&rec, f.start)
-		return
+		return deny("mint certificate: " + err.Error())
 	}
-	// The hello is replayed through a prefixConn that lets go of it once crypto/tls has read it:
+	// The hello is replayed through a wrapper that lets go of it once crypto/tls has read it:
 	// the tls.Conn keeps its connection for the life of the flow.
-	tc, err := tlsmitm.Terminate(ctx, &prefixConn{Conn: f.c, prefix: f.takePeeked()}, nil, cert, e.opt.TLS.HandshakeTimeout)
+	tc, err := tlsmitm.Terminate(ctx, flowconn.Wrap(f.c, flowconn.Options{Prefix: f.takePeeked()}), nil, cert, e.opt.TLS.HandshakeTimeout)
 	if err != nil {
-		rec.Decision, rec.Reason = "allow", err.Error()
-		f.c.Close()
-		upConn.Close()
-		e.finish(&rec, f.start)
-		return
+		return forwarded(Terminate, 0, route.Name, err.Error())
 	}
-	client := &lingerConn{Conn: tc, raw: f.c}
-	upstream := net.Conn(upConn)
-	if t, ok := upConn.(*tls.Conn); ok {
-		upstream = &lingerConn{Conn: t, raw: up}
-	}
+	last := new(atomic.Int64)
+	client := flowconn.Wrap(tc, flowconn.Options{TCP: f.c, Activity: last})
+	upstream := flowconn.Wrap(upConn, flowconn.Options{TCP: up, Activity: last})
 	if route.Level >= 1 {
-		e.level1(ctx, f, route, "terminate", client, upstream)
-		return
+		return e.level1(ctx, f, route, Terminate, client, upstream, last)
 	}
-	c, u, idled, stop := watchConns(e.opt.Limits.IdleTimeout, client, upstream)
-	up2, down, reset := copyBoth(c, u)
+	idled, stop := watchIdle(e.opt.Limits.IdleTimeout, last, client, upstream)
+	upN, downN, reset := copyBoth(client, upstream)
 	stop()
 	reason := ""
 	if idled() {
@@ -550,25 +313,7 @@ func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) {
 	} else if reset {
 		reason = "reset"
 	}
-	rec.Decision = "allow"
-	e.account(&rec, up2, down, reason, reset)
-	e.finish(&rec, f.start)
-}
-
-// lingerConn lets level1 pass a reset on through a TLS connection: SetLinger reaches the TCP
-// socket underneath.
-type lingerConn struct {
-	net.Conn
-	raw *net.TCPConn
-}
-
-func (l *lingerConn) SetLinger(sec int) error { return l.raw.SetLinger(sec) }
-
-func (l *lingerConn) CloseWrite() error {
-	if cw, ok := l.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+	return relayed(Terminate, route.Name, upN, downN, reason, reset)
 }
 
 // copyBoth is the opaque relay for connections that cannot splice (TLS on either side). A FIN
@@ -580,7 +325,9 @@ func copyBoth(a, b net.Conn) (up, down int64, reset bool) {
 		n, err := io.Copy(dst, src)
 		switch {
 		case err == nil:
-			closeWrite(dst)
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+				cw.CloseWrite()
+			}
 		case errors.Is(err, syscall.ECONNRESET):
 			resetSeen.Store(true)
 			if l, ok := dst.(interface{ SetLinger(int) error }); ok {
@@ -604,10 +351,4 @@ func copyBoth(a, b net.Conn) (up, down int64, reset bool) {
 	a.Close()
 	b.Close()
 	return up, down, resetSeen.Load()
-}
-
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	}
 }

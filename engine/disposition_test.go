@@ -540,20 +540,14 @@ func TestDispositionFirstBytes(t *testing.T) {
 		decision string
 		reason   string // substring of the record's reason ("" checks nothing)
 		upBytes  bool   // the upstream received bytes
-		bug      string // a known defect that makes the tls check fail today (see the report)
 	}
-	const (
-		mismatchBug = "mismatch() closes with an empty record tls (engine/dispatch.go, func mismatch)"
-		autoBug     = "closeBadHello records tls \"auto\" for an auto route (engine/dispatch.go, func closeBadHello)"
-	)
-	opaque := func(tlsMode string) want { return want{outOpaque, tlsMode, 0, "allow", "", true, ""} }
-	closed := func(tlsMode, reason string) want { return want{outClosed, tlsMode, 0, "deny", reason, false, ""} }
+	opaque := func(tlsMode string) want { return want{outOpaque, tlsMode, 0, "allow", "", true} }
+	closed := func(tlsMode, reason string) want { return want{outClosed, tlsMode, 0, "deny", reason, false} }
 	l1probe := func(tlsMode string, upBytes bool) want {
-		return want{outLevel1, tlsMode, 1, "deny", "probe denied", upBytes, ""}
+		return want{outLevel1, tlsMode, 1, "deny", "probe denied", upBytes}
 	}
-	withBug := func(w want, bug string) want { w.bug = bug; return w }
-	terminatedL1 := want{outTerminated, "terminate", 1, "deny", "probe denied", true, ""} // the upstream saw the handshake, no request
-	terminatedL0 := want{outTerminated, "terminate", 0, "allow", "", true, ""}
+	terminatedL1 := want{outTerminated, "terminate", 1, "deny", "probe denied", true} // the upstream saw the handshake, no request
+	terminatedL0 := want{outTerminated, "terminate", 0, "allow", "", true}
 
 	tests := []struct {
 		name    string
@@ -578,11 +572,11 @@ func TestDispositionFirstBytes(t *testing.T) {
 		}},
 		{"terminate L1", route(Terminate, 1), map[string]want{
 			fbHello:     terminatedL1,
-			fbHTTP:      withBug(closed("plaintext", "on_mismatch close"), mismatchBug),
-			fbSilence:   withBug(closed("passthrough", "on_mismatch close"), mismatchBug),
+			fbHTTP:      closed("plaintext", "on_mismatch close"),
+			fbSilence:   closed("passthrough", "on_mismatch close"),
 			fbMalformed: closed("terminate", "malformed"),
 			fbTruncated: closed("terminate", "truncated"),
-			fbOther:     withBug(closed("plaintext", "on_mismatch close"), mismatchBug),
+			fbOther:     closed("plaintext", "on_mismatch close"),
 		}},
 		{"plaintext L0", route(Plaintext, 0), map[string]want{
 			// Level 0 plaintext reads nothing: whatever comes is forwarded as declared.
@@ -594,16 +588,16 @@ func TestDispositionFirstBytes(t *testing.T) {
 			fbOther:     opaque("plaintext"),
 		}},
 		{"plaintext L1", route(Plaintext, 1), map[string]want{
-			fbHello: withBug(closed("passthrough", "plaintext route saw a TLS ClientHello; on_mismatch close"), mismatchBug),
+			fbHello: closed("passthrough", "plaintext route saw a TLS ClientHello; on_mismatch close"),
 			fbHTTP:  l1probe("plaintext", false),
 			// A silent client still goes through Level 1: a route declared HTTP is never
 			// bypassed by pausing.
 			fbSilence: l1probe("plaintext", false),
 			// Not a valid hello, so not TLS: Level 1 reads it as a request and refuses it.
 			// A head that never completes is answered when Level 1's header timeout (10 s) ends.
-			fbMalformed: {outLevel1, "plaintext", 1, "deny", "request header timeout", false, ""},
-			fbTruncated: {outClosed, "plaintext", 1, "allow", "no request", false, ""},
-			fbOther:     {outLevel1, "plaintext", 1, "deny", "request header timeout", false, ""},
+			fbMalformed: {outLevel1, "plaintext", 1, "deny", "request header timeout", false},
+			fbTruncated: {outClosed, "plaintext", 1, "allow", "no request", false},
+			fbOther:     {outLevel1, "plaintext", 1, "deny", "request header timeout", false},
 		}},
 		{"auto", route(Auto, 1), map[string]want{
 			fbHello: terminatedL1,
@@ -611,8 +605,8 @@ func TestDispositionFirstBytes(t *testing.T) {
 			// Nothing to recognise within the peek timeout: forwarded opaque (a server that
 			// speaks first must work).
 			fbSilence:   opaque("passthrough"),
-			fbMalformed: withBug(closed("passthrough", "malformed"), autoBug),
-			fbTruncated: withBug(closed("passthrough", "truncated"), autoBug),
+			fbMalformed: closed("passthrough", "malformed"),
+			fbTruncated: closed("passthrough", "truncated"),
 			fbOther:     opaque("plaintext"),
 		}},
 		{"default route (none configured)", func(*testing.T) *Routing { return nil }, map[string]want{
@@ -631,11 +625,11 @@ func TestDispositionFirstBytes(t *testing.T) {
 				RuleSets: map[string]RuleSet{"probe": dispProbe(t)}}
 		}, map[string]want{
 			fbHello:     terminatedL1,
-			fbHTTP:      withBug(closed("plaintext", "on_mismatch close"), mismatchBug),
-			fbSilence:   withBug(closed("passthrough", "on_mismatch close"), mismatchBug),
+			fbHTTP:      closed("plaintext", "on_mismatch close"),
+			fbSilence:   closed("passthrough", "on_mismatch close"),
 			fbMalformed: closed("terminate", "malformed"),
 			fbTruncated: closed("terminate", "truncated"),
-			fbOther:     withBug(closed("plaintext", "on_mismatch close"), mismatchBug),
+			fbOther:     closed("plaintext", "on_mismatch close"),
 		}},
 		{"default route close", func(*testing.T) *Routing {
 			return &Routing{Routes: []*Route{{Name: "elsewhere", Ports: []PortRange{{1, 1}}, TLS: Passthrough}}, DefaultClose: true}
@@ -701,9 +695,6 @@ func TestDispositionFirstBytes(t *testing.T) {
 					msg := "record tls %q, want %q"
 					if !slices.Contains([]string{"passthrough", "terminate", "plaintext"}, rec.TLS) {
 						msg += " (not one of passthrough|terminate|plaintext)"
-					}
-					if w.bug != "" && !t.Failed() {
-						t.Skipf("known bug: "+msg+": %s", rec.TLS, w.tls, w.bug)
 					}
 					t.Errorf(msg, rec.TLS, w.tls)
 				}

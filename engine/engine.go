@@ -22,6 +22,7 @@ import (
 	"mcpintercept/level1"
 	"mcpintercept/level2"
 	"mcpintercept/origin"
+	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 )
 
@@ -261,70 +262,73 @@ func isLocal(a netip.Addr) bool {
 	return false
 }
 
-// handle is one flow from accept to record.
+// handle is one flow from accept to record: run takes it as far as it goes and returns how it
+// ended, and exit, the one way out, closes what is left, counts it and writes the record.
 func (e *Engine) handle(ctx context.Context, c *net.TCPConn) {
 	start := time.Now()
-	id, flowID := e.newFlowID()
-	rec := telemetry.FlowRecord{Time: telemetry.Time{Time: start}, Flow: flowID, Mechanism: e.opt.Mechanism, Level: 0}
+	num, flowID := e.newFlowID()
 	client, err := origin.AddrPortOf(c.RemoteAddr())
 	if err != nil {
 		c.Close()
 		return
 	}
-	rec.Client = client.String()
-	fc := &flowConns{client: c}
+	f := &flow{e: e, num: num, id: flowID, start: start, client: client, c: c,
+		fc: &flowConns{client: c}, origin: Origin{Mechanism: e.opt.Mechanism}}
+	defer func() {
+		// Last resort for a bug in the exit itself (a flow sink that panics): log, never crash.
+		if p := recover(); p != nil {
+			e.opt.Log.Error("flow exit panicked", "flow", flowID, "panic", p)
+			f.fc.abort()
+		}
+	}()
+	e.exit(f, e.run(ctx, f))
+}
+
+// run admits f, takes its Origin and dispatches it. A panic on the way ends the flow too, as a
+// deny with the reason "internal error".
+func (e *Engine) run(ctx context.Context, f *flow) (out outcome) {
+	key := clientKey(f.client.Addr())
+	if reason := e.admit(f.num, key, f.fc); reason != "" {
+		return e.refuse(f, reason, fmt.Errorf("limit %s reached", reason))
+	}
+	defer e.release(f.num, key)
+	e.opt.Metrics.FlowsActive.Inc()
+	defer e.opt.Metrics.FlowsActive.Dec()
 	defer func() {
 		// One flow's bug must not take the appliance (and the host's steering) down.
 		if p := recover(); p != nil {
-			e.opt.Log.Error("flow panicked", "flow", flowID, "panic", p)
-			fc.abort()
-			rec.Decision, rec.Reason = "deny", fmt.Sprintf("internal error: %v", p)
-			e.finish(&rec, start)
+			e.opt.Log.Error("flow panicked", "flow", f.id, "panic", p)
+			f.fc.abort()
+			out = outcome{tls: f.seenTLS(), decision: policy.ActionDeny, reason: fmt.Sprintf("internal error: %v", p)}
 		}
 	}()
 
-	key := clientKey(client.Addr())
-	if reason := e.admit(id, key, fc); reason != "" {
-		e.refuse(c, &rec, reason, fmt.Errorf("limit %s reached", reason))
-		return
-	}
-	defer e.release(id, key)
-	e.opt.Metrics.FlowsActive.Inc()
-	defer e.opt.Metrics.FlowsActive.Dec()
-
-	o, err := e.opt.Steering.Origin(c)
+	o, err := e.opt.Steering.Origin(f.c)
 	if err != nil {
-		e.refuse(c, &rec, "no_original_destination", err)
-		return
+		return e.refuse(f, "no_original_destination", err)
 	}
 	if o.Mechanism == "" {
 		o.Mechanism = e.opt.Mechanism
 	}
 	// f.orig is o.Dst, kept as a field of its own because every stage of the flow reads it.
-	f := &flow{e: e, id: flowID, start: start, client: client, c: c, fc: fc, origin: o, orig: o.Dst}
-	rec.OrigDst, rec.Mechanism = o.Dst.String(), o.Mechanism
+	f.origin, f.orig = o, o.Dst
 	if e.isLoop(o.Dst) {
-		e.refuse(c, &rec, "loop", errors.New("original destination is the appliance's own listener"))
-		return
+		return e.refuse(f, "loop", errors.New("original destination is the appliance's own listener"))
 	}
 	e.opt.Metrics.FlowsTotal.WithLabelValues(o.Mechanism).Inc()
-	e.dispatch(ctx, f)
-	e.opt.Metrics.FlowDuration.Observe(time.Since(start).Seconds())
+	f.dispatched = true
+	return e.dispatch(ctx, f)
 }
 
-func (e *Engine) refuse(c *net.TCPConn, rec *telemetry.FlowRecord, reason string, err error) {
-	e.opt.Metrics.FlowsRefused.WithLabelValues(reason).Inc()
-	e.refuseLog.warn(reason, "flow refused", "flow", rec.Flow, "client", rec.Client, "orig_dst", rec.OrigDst, "reason", reason, "err", err)
-	resetClose(c)
-	rec.Decision, rec.Reason = "deny", reason
-	e.finish(rec, rec.Time.Time)
-}
-
-func (e *Engine) finish(rec *telemetry.FlowRecord, start time.Time) {
-	rec.DurationMS = time.Since(start).Milliseconds()
-	if e.opt.Flows != nil {
-		e.opt.Flows.Write(*rec)
+// refuse is a flow refused before its route is chosen (limits, no origin, a loop): nothing was
+// read from it.
+func (e *Engine) refuse(f *flow, reason string, err error) outcome {
+	orig := ""
+	if f.orig.IsValid() {
+		orig = f.orig.String()
 	}
+	e.refuseLog.warn(reason, "flow refused", "flow", f.id, "client", f.client.String(), "orig_dst", orig, "reason", reason, "err", err)
+	return refusal(f.seenTLS(), "", reason, reason)
 }
 
 func dialReason(err error) string {
@@ -337,12 +341,6 @@ func dialReason(err error) string {
 		return oe.Err.Error()
 	}
 	return err.Error()
-}
-
-// resetClose closes with SO_LINGER 0, so the peer sees a reset rather than an orderly end.
-func resetClose(c *net.TCPConn) {
-	c.SetLinger(0)
-	c.Close()
 }
 
 // rateLimitedLog keeps a flood of refusals from turning into a flood of log lines: at most one

@@ -35,6 +35,9 @@ func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*Routing, Com
 				s.RateLimit = &policy.RateLimit{Key: r.RateLimit.Key, Rate: r.RateLimit.Rate, Burst: r.RateLimit.Burst,
 					MaxKeys: r.RateLimit.MaxKeys}
 			}
+			if r.Redact != nil {
+				s.Redact = &policy.Redact{Paths: r.Redact.Paths, Patterns: r.Redact.Patterns, Marker: r.Redact.Marker}
+			}
 			specs = append(specs, s)
 		}
 		set, err := policy.CompileWithState(specs, prev[name])
@@ -88,6 +91,7 @@ func routeFromConfig(r *config.Route) *Route {
 		OnRuleError:                     r.OnRuleError,
 		MaxBody:                         r.MaxBody,
 		ForwardOversized:                r.OnOversizedResponse == config.OnOversizedForward,
+		ValidateArguments:               r.ValidateArguments,
 	}
 	for _, p := range r.Match.Ports {
 		route.Ports = append(route.Ports, PortRange{From: p.From, To: p.To})

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,8 +19,11 @@ import (
 )
 
 // level1 serves the flow with HTTP awareness: the route's stages run over every exchange
-// (stagesFor), and the record stage writes one record per request.
-func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disposition, client, upstream net.Conn) {
+// (stagesFor), and the record stage writes one record per request (per JSON-RPC message at
+// Level 2). client and upstream are flowconn wrappers that keep last, the flow's activity time.
+// The outcome it returns is marked recorded, unless no exchange completed: that connection's
+// line is then the exit's.
+func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disposition, client, upstream net.Conn, last *atomic.Int64) outcome {
 	opt := e.opt.HTTP
 	if opt.IdleTimeout == 0 {
 		opt.IdleTimeout = e.opt.Limits.IdleTimeout
@@ -26,6 +31,7 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 	if e.opt.Limits.BodyTimeout != 0 {
 		opt.BodyTimeout = e.opt.Limits.BodyTimeout
 	}
+	opt.HeaderTimeout = headerTimeoutUnder(opt.HeaderTimeout, e.opt.Limits.IdleTimeout)
 	// Per route: which protocol switches are allowed, and strict MCP headers (the classifier
 	// refuses before any policy runs).
 	opt.AllowUpgrade = route.AllowUpgrade
@@ -42,19 +48,33 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 	stages := e.stagesFor(route, f, tlsMode, opt.Guards(), rec)
 	// The exchange loop's own idle timeout only runs between requests; this one also ends a flow
 	// whose upstream never answers, or an upgraded stream that went quiet.
-	client, upstream, _, stop := watchConns(e.opt.Limits.IdleTimeout, client, upstream)
+	_, stop := watchIdle(e.opt.Limits.IdleTimeout, last, client, upstream)
 	defer stop()
 	err := exchange.Serve(ctx, client, upstream, stages, opt.Exchange(), e.opt.Log.With("flow", f.id))
-	if rec.requests.Load() == 0 {
-		// A connection that carried no complete request still gets its line.
-		r := f.record()
-		r.TLS, r.Level, r.Decision, r.Rule = string(tlsMode), rec.level, string(policy.ActionAllow), route.Name
-		r.Reason = "no request"
-		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
-			r.Reason = err.Error()
-		}
-		e.finish(&r, f.start)
+	if rec.requests.Load() > 0 {
+		return outcome{recorded: true}
 	}
+	// A connection that carried no complete request still gets its line.
+	reason := "no request"
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		reason = err.Error()
+	}
+	return forwarded(tlsMode, rec.level, route.Name, reason)
+}
+
+// headerTimeoutUnder keeps Level 1's header timeout (h; 0 is exchange's default of 10 s, negative
+// none) below the flow's idle timeout. The idle watch closes a flow that moved no byte for idle;
+// a head that stops halfway must get its 408 before that, not a silent close.
+func headerTimeoutUnder(h, idle time.Duration) time.Duration {
+	const exchangeDefault = 10 * time.Second
+	eff := h
+	if eff == 0 {
+		eff = exchangeDefault
+	}
+	if idle <= 0 || eff < 0 || eff < idle {
+		return h
+	}
+	return idle - idle/10
 }
 
 // stagesFor is the stage list of one connection of flow f on route, in the order they run:
@@ -78,11 +98,15 @@ func (e *Engine) stagesFor(route *Route, f *flow, tlsMode Disposition, g level1.
 func (e *Engine) level2Flow(f *flow, route *Route, tlsMode Disposition, rec *recordStage) *level2.Flow {
 	l2 := &level2.Flow{
 		Client:   f.clientVars(),
-		Conn:     f.connVars(string(tlsMode)),
+		Conn:     f.connVars(tlsMode),
 		FailOpen: f.rules.failOpen,
 		Options:  level2.Options{MaxBody: route.MaxBody, ForwardOversized: route.ForwardOversized},
-		Sessions: e.sessions,
-		Record:   rec.message,
+		// Surface control: the route's schema check, and the appliance's own way to answer a
+		// server whose server→client request policy blocked.
+		ValidateArguments: route.ValidateArguments,
+		Post:              e.level2Post(f, route, tlsMode),
+		Sessions:          e.sessions,
+		Record:            rec.message,
 	}
 	if f.rules.name != "" {
 		l2.Rules = func() level2.Evaluator {
@@ -113,6 +137,7 @@ func (r *recordStage) message(m *level2.Record) {
 		appendReason(&rec, m.Err)
 	}
 	rec.DurationMS = m.Duration.Milliseconds()
+	rec.BytesUp, rec.BytesDown = m.BytesUp, m.BytesDown
 	r.reqs.Inc(rec.MCPMethod, rec.MCPName, rec.Decision)
 	if m.Direction == level2.ClientToServer {
 		r.e.opt.Metrics.RequestDuration.Observe(rec.MCPMethod, rec.Status, m.Duration.Seconds())
@@ -136,7 +161,7 @@ func (e *Engine) level1Flow(f *flow, tlsMode Disposition) *level1.Flow {
 			return nil
 		},
 		Client:     f.clientVars(),
-		Conn:       f.connVars(string(tlsMode)),
+		Conn:       f.connVars(tlsMode),
 		FailOpen:   f.rules.failOpen,
 		RuleErrors: func(d *policy.Decision) { e.noteRuleErrors(f, d) },
 	}

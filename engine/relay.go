@@ -40,56 +40,18 @@ func (w *idleWatch) stop() {
 	}
 }
 
-// activityConn records the time of every read or write that moved bytes, for an idleWatch, on
-// paths that cannot splice (TLS, Level 1). CloseWrite and SetLinger reach the connection inside,
-// so half-closes and resets are still passed on.
-type activityConn struct {
-	net.Conn
-	last *atomic.Int64
-}
-
-func (a *activityConn) Read(b []byte) (int, error) {
-	n, err := a.Conn.Read(b)
-	if n > 0 {
-		a.last.Store(time.Now().UnixNano())
-	}
-	return n, err
-}
-
-func (a *activityConn) Write(b []byte) (int, error) {
-	n, err := a.Conn.Write(b)
-	if n > 0 {
-		a.last.Store(time.Now().UnixNano())
-	}
-	return n, err
-}
-
-func (a *activityConn) CloseWrite() error {
-	if cw, ok := a.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
-
-func (a *activityConn) SetLinger(sec int) error {
-	if l, ok := a.Conn.(interface{ SetLinger(int) error }); ok {
-		return l.SetLinger(sec)
-	}
-	return nil
-}
-
-// watchConns wraps both sides of a non-splicing flow for the idle timeout: once neither moved a
-// byte for idle, both are closed. stop must be called when the flow ends.
-func watchConns(idle time.Duration, client, upstream net.Conn) (c, u net.Conn, idled func() bool, stop func()) {
-	var last atomic.Int64
+// watchIdle closes both sides of a flow that cannot splice once neither moved a byte for idle:
+// last is the activity time their flowconn wrappers keep. stop must be called when the flow ends;
+// idled reports whether the watch fired.
+func watchIdle(idle time.Duration, last *atomic.Int64, client, upstream net.Conn) (idled func() bool, stop func()) {
 	var fired atomic.Bool
 	last.Store(time.Now().UnixNano())
-	w := newIdleWatch(idle, &last, func() {
+	w := newIdleWatch(idle, last, func() {
 		fired.Store(true)
 		client.Close()
 		upstream.Close()
 	})
-	return &activityConn{Conn: client, last: &last}, &activityConn{Conn: upstream, last: &last}, fired.Load, w.stop
+	return fired.Load, w.stop
 }
 
 // flowConns lets Drain abort a flow from outside its goroutine.
@@ -220,41 +182,4 @@ func pipe(dst, src *net.TCPConn, slice time.Duration, last *atomic.Int64, resetS
 			return total
 		}
 	}
-}
-
-// prefixConn replays bytes already read from the connection (the peek), then reads the
-// connection. Unlike tlsmitm.PrefixConn it lets go of them once replayed: whoever reads it (level1,
-// crypto/tls) keeps the connection for the life of the flow, and an idle flow should not pin a
-// ClientHello. It embeds the net.Conn interface, not *net.TCPConn, so that io.Copy cannot reach
-// TCPConn.WriteTo past the prefix. Read is called by one goroutine at a time.
-type prefixConn struct {
-	net.Conn
-	prefix []byte
-}
-
-func (p *prefixConn) Read(b []byte) (int, error) {
-	if p.prefix != nil {
-		n := copy(b, p.prefix)
-		if p.prefix = p.prefix[n:]; len(p.prefix) == 0 {
-			p.prefix = nil
-		}
-		return n, nil
-	}
-	return p.Conn.Read(b)
-}
-
-// CloseWrite passes a half-close on to the connection.
-func (p *prefixConn) CloseWrite() error {
-	if cw, ok := p.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
-
-// SetLinger reaches the TCP connection, so a reset can still be passed on as a reset.
-func (p *prefixConn) SetLinger(sec int) error {
-	if l, ok := p.Conn.(interface{ SetLinger(int) error }); ok {
-		return l.SetLinger(sec)
-	}
-	return nil
 }

@@ -3,6 +3,8 @@ package engine
 import (
 	"net/netip"
 	"strings"
+
+	"mcpintercept/config"
 )
 
 // Disposition is how a flow's TLS is treated (draft, "TLS Considerations").
@@ -37,6 +39,8 @@ type Route struct {
 	// it (closed, or forwarded uninspected).
 	MaxBody          int64
 	ForwardOversized bool
+	// ValidateArguments: Level 2 checks tools/call arguments against the tool's listed schema.
+	ValidateArguments bool
 
 	// OnMismatch is what happens when a terminate/passthrough route sees non-TLS bytes, or a
 	// plaintext route with Level ≥ 1 sees a TLS ClientHello: "passthrough" (forward opaque) or
@@ -128,7 +132,7 @@ func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
 
 // DefaultRoute is what a flow gets when no route matches: the transparent core's behaviour, bytes
 // forwarded untouched at level 0.
-var DefaultRoute = &Route{Name: "default", TLS: Passthrough, Level: 0, OnMismatch: "passthrough"}
+var DefaultRoute = &Route{Name: "default", TLS: Passthrough, Level: 0, OnMismatch: config.OnMismatchPassthrough}
 
 // selectRoute returns the first route that matches. sni is called at most once, and only when a
 // candidate route depends on the server name; it returns "" when the flow has none.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"mcpintercept/flowconn"
 )
 
 // serverSide is what an upstream saw of one handshake attempt.
@@ -56,7 +58,7 @@ func tlsServer(t *testing.T, host string, cfg *tls.Config) (addr string, seen <-
 					ch <- serverSide{err: err}
 					return
 				}
-				tc := tls.Server(NewPrefixConn(c, peeked), cfg)
+				tc := tls.Server(flowconn.Wrap(c, flowconn.Options{Prefix: peeked}), cfg)
 				err = tc.Handshake()
 				ch <- serverSide{hello: h, state: tc.ConnectionState(), err: err}
 				if err == nil {

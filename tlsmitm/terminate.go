@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"mcpintercept/flowconn"
 )
 
 // OriginateConfig is how the appliance verifies the servers it re-originates TLS to.
@@ -86,11 +88,16 @@ func verifyReason(err error) (string, bool) {
 }
 
 // Terminate completes the client's TLS handshake as the server it addressed. peeked are the bytes
-// Peek already consumed (the ClientHello); they are replayed to crypto/tls first. leaf mints the
-// certificate for the name. The client's handshake is never started before the upstream's
-// certificate was verified: call Originate first.
+// Peek already consumed (the ClientHello); they are replayed to crypto/tls first (nil when client
+// replays them itself, as a flowconn.Conn does). cert is the leaf presented for the name. The
+// client's handshake is never started before the upstream's certificate was verified: call
+// Originate first.
 func Terminate(ctx context.Context, client net.Conn, peeked []byte, cert *tls.Certificate, timeout time.Duration) (*tls.Conn, error) {
-	tc := tls.Server(&PrefixConn{Conn: client, prefix: peeked}, &tls.Config{
+	if len(peeked) > 0 {
+		// Replayed to crypto/tls, then let go of: the tls.Conn keeps its connection for life.
+		client = flowconn.Wrap(client, flowconn.Options{Prefix: peeked})
+	}
+	tc := tls.Server(client, &tls.Config{
 		Certificates: []tls.Certificate{*cert},
 		NextProtos:   []string{"http/1.1"},
 		MinVersion:   tls.VersionTLS12,
@@ -113,40 +120,4 @@ func RefuseHandshake(w io.Writer) error {
 	// level fatal (2), description handshake_failure (40).
 	_, err := w.Write([]byte{21, 3, 3, 0, 2, 2, 40})
 	return err
-}
-
-// PrefixConn is a net.Conn whose first reads return prefix, then the connection's own bytes.
-type PrefixConn struct {
-	net.Conn
-	prefix []byte
-}
-
-// NewPrefixConn returns c with prefix replayed first.
-func NewPrefixConn(c net.Conn, prefix []byte) *PrefixConn {
-	return &PrefixConn{Conn: c, prefix: prefix}
-}
-
-func (p *PrefixConn) Read(b []byte) (int, error) {
-	if len(p.prefix) > 0 {
-		n := copy(b, p.prefix)
-		p.prefix = p.prefix[n:]
-		return n, nil
-	}
-	return p.Conn.Read(b)
-}
-
-// CloseWrite half-closes the underlying connection when it supports it.
-func (p *PrefixConn) CloseWrite() error {
-	if cw, ok := p.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
-
-// SetLinger reaches the underlying TCP connection, so a reset can still be passed on as a reset.
-func (p *PrefixConn) SetLinger(sec int) error {
-	if l, ok := p.Conn.(interface{ SetLinger(int) error }); ok {
-		return l.SetLinger(sec)
-	}
-	return nil
 }

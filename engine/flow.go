@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"mcpintercept/telemetry"
+	"mcpintercept/tlsmitm"
+)
+
+// flow is one accepted connection on its way through the pipeline.
+type flow struct {
+	e      *Engine
+	num    uint64 // the flow's number, for admit and release
+	id     string
+	start  time.Time
+	client netip.AddrPort
+	orig   netip.AddrPort // origin.Dst
+	origin Origin
+	c      *net.TCPConn
+	fc     *flowConns
+	// up is the upstream connection once dialled (the TLS session over it when one was
+	// originated); the flow's exit closes it with the client.
+	up net.Conn
+	// dispatched: the flow got past admission and its origin, and went through dispatch.
+	dispatched bool
+
+	// rules is the route's rule set, fixed when the route is chosen.
+	rules flowRules
+
+	peekDone bool
+	isHello  bool   // the client opened with a complete, valid ClientHello
+	sniName  string // the hello's server name, kept for records and rules after hello is released
+	// peeked and hello are what the peek read and parsed. They are released (set to nil) once
+	// handed on, so that an idle flow does not hold a ClientHello (up to 64 KiB) for its life.
+	peeked  []byte
+	hello   *tlsmitm.ClientHello
+	peekErr error
+}
+
+// takePeeked hands the peeked bytes over to whoever replays them and forgets them.
+func (f *flow) takePeeked() []byte {
+	b := f.peeked
+	f.peeked, f.hello = nil, nil
+	return b
+}
+
+// peek reads the client's first bytes once: a whole ClientHello when it is TLS, otherwise only
+// what it took to tell (usually one byte). A client that sends nothing within the peek timeout
+// (a server-speaks-first protocol) counts as not TLS.
+func (f *flow) peek() {
+	if f.peekDone {
+		return
+	}
+	f.peekDone = true
+	to := f.e.opt.TLS.PeekTimeout
+	if to <= 0 {
+		to = 5 * time.Second
+	}
+	f.c.SetReadDeadline(time.Now().Add(to))
+	f.hello, f.peeked, f.peekErr = tlsmitm.Peek(f.c, f.e.opt.TLS.MaxClientHello)
+	f.c.SetReadDeadline(time.Time{})
+	if f.hello != nil {
+		f.isHello, f.sniName = true, f.hello.SNI
+	}
+}
+
+func (f *flow) sni() string {
+	f.peek()
+	return f.sniName
+}
+
+// isTLS reports whether the client opened with a complete, valid ClientHello.
+func (f *flow) isTLS() bool { f.peek(); return f.isHello }
+
+// badHello is a client that started a TLS handshake the parser refused (malformed, oversized,
+// truncated): the flow is closed and nothing is forwarded.
+func (f *flow) badHello() bool {
+	var te *tlsmitm.Error
+	if !errors.As(f.peekErr, &te) {
+		return false
+	}
+	switch te.Kind {
+	case tlsmitm.KindMalformed, tlsmitm.KindOversized:
+		return true
+	case tlsmitm.KindTruncated, tlsmitm.KindRead:
+		// The client hung up, or stalled past the peek timeout, halfway through a hello. Forwarding
+		// it opaque would let a client skip the route's inspection by pausing: close instead.
+		return len(f.peeked) > 0
+	}
+	return false
+}
+
+// silent reports that the client sent nothing before the peek timeout (as opposed to closing).
+func (f *flow) silent() bool {
+	return len(f.peeked) == 0 && errors.Is(f.peekErr, os.ErrDeadlineExceeded)
+}
+
+func (f *flow) record() telemetry.FlowRecord {
+	r := telemetry.FlowRecord{
+		Time: telemetry.Time{Time: f.start}, Flow: f.id, Client: f.client.String(),
+		Mechanism: f.origin.Mechanism,
+	}
+	if f.orig.IsValid() {
+		r.OrigDst = f.orig.String()
+	}
+	r.SNI = f.sniName
+	if r.SNI == "" {
+		// The record has no host field: a flow without SNI shows the name the client resolved
+		// (DNS interception) there; with SNI the two are equal, as the DNS mechanism requires.
+		r.SNI = f.origin.Host
+	}
+	if id := f.origin.Identity; id != nil {
+		r.Process = &telemetry.Process{PID: id.PID, UID: id.UID, GID: id.GID,
+			Comm: id.Comm, Exe: id.Exe, Cgroup: id.CgroupID}
+	}
+	return r
+}
+
+func (f *flow) clientVars() map[string]any {
+	m := map[string]any{"address": f.client.Addr().String(), "port": int64(f.client.Port())}
+	if id := f.origin.Identity; id != nil {
+		m["pid"] = int64(id.PID)
+		m["uid"] = int64(id.UID)
+		m["gid"] = int64(id.GID)
+		m["comm"] = id.Comm
+		m["exe"] = id.Exe
+		m["cgroup"] = int64(id.CgroupID)
+	}
+	return m
+}
+
+func (f *flow) connVars(d Disposition) map[string]any {
+	m := map[string]any{
+		"orig_dst": f.orig.String(), "orig_ip": f.orig.Addr().String(), "orig_port": int64(f.orig.Port()),
+		"mechanism": f.e.opt.Mechanism, "tls": string(d),
+	}
+	if f.isHello {
+		m["sni"] = f.sniName
+	}
+	return m
+}
+
+// seenTLS names what the bytes read so far were, for the record of a flow that is refused or
+// forwarded untouched: plaintext when they were not TLS, else passthrough in the draft's terms
+// (encrypted or not, nothing was decrypted).
+func (f *flow) seenTLS() Disposition {
+	if f.peekDone && !f.isHello && len(f.peeked) > 0 {
+		return Plaintext
+	}
+	return Passthrough
+}
+
+// httpMethods are the request-line prefixes that make a plaintext stream HTTP/1.x for Auto.
+var httpMethods = []string{"GET ", "POST ", "PUT ", "DELETE ", "HEAD ", "OPTIONS ", "PATCH "}
+
+// looksLikeHTTP reads a few more bytes (at most 8, within the peek timeout) and checks for an
+// HTTP request line. What it reads joins f.peeked, so nothing is lost.
+func (f *flow) looksLikeHTTP() bool {
+	if len(f.peeked) == 0 {
+		return false
+	}
+	to := f.e.opt.TLS.PeekTimeout
+	if to <= 0 {
+		to = 5 * time.Second
+	}
+	f.c.SetReadDeadline(time.Now().Add(to))
+	defer f.c.SetReadDeadline(time.Time{})
+	buf := make([]byte, 8)
+	for len(f.peeked) < 8 && !strings.Contains(string(f.peeked), " ") {
+		n, err := f.c.Read(buf[:8-len(f.peeked)])
+		f.peeked = append(f.peeked, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	s := string(f.peeked)
+	for _, m := range httpMethods {
+		if strings.HasPrefix(s, m) {
+			return true
+		}
+	}
+	return false
+}

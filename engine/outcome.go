@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"time"
+
+	"mcpintercept/policy"
+)
+
+// outcome is how a flow ended, as the branch of the pipeline that ended it saw it. Branches
+// return one and do nothing else about the end: the flow's exit (Engine.exit) alone closes what
+// is left, counts the metrics and writes the record.
+type outcome struct {
+	tls      Disposition
+	level    int
+	decision policy.Action
+	rule     string
+	reason   string
+	up, down int64 // bytes forwarded each way
+
+	// reset ends the client with a reset (SO_LINGER 0) instead of an orderly close: what a
+	// refused flow, or an upstream that could not be reached, gets, as a direct connection would.
+	reset bool
+	// refused is the FlowsRefused label of a refusal; upstreamErr the UpstreamErrors label
+	// ("dial", "tls", "reset") of a failure on the upstream side.
+	refused, upstreamErr string
+	// recorded: Level 1/2 wrote the flow's records itself, one per exchange or message.
+	recorded bool
+}
+
+// refusal is a flow the appliance refused: denied in rule's name, reset, counted under label.
+func refusal(d Disposition, rule, reason, label string) outcome {
+	return outcome{tls: d, decision: policy.ActionDeny, rule: rule, reason: reason, reset: true, refused: label}
+}
+
+// upstreamFailure is a flow whose original destination could not be reached or spoken to; the
+// client gets the reset a direct connection would have given it. Nothing was refused.
+func upstreamFailure(d Disposition, rule, reason, label string) outcome {
+	return outcome{tls: d, decision: policy.ActionAllow, rule: rule, reason: reason, reset: true, upstreamErr: label}
+}
+
+// forwarded is a flow that was let through (or ended before there was anything to judge).
+func forwarded(d Disposition, level int, rule, reason string) outcome {
+	return outcome{tls: d, level: level, decision: policy.ActionAllow, rule: rule, reason: reason}
+}
+
+// relayed is a forwarded flow whose bytes were relayed until both sides ended.
+func relayed(d Disposition, rule string, up, down int64, reason string, reset bool) outcome {
+	o := forwarded(d, 0, rule, reason)
+	o.up, o.down = up, down
+	if reset {
+		o.upstreamErr = "reset"
+	}
+	return o
+}
+
+// exit is the one way out of every flow: it closes what is left (the client with a reset when
+// the outcome says so, the upstream), counts the outcome and writes the flow's record, unless
+// Level 1/2 wrote one per exchange already.
+func (e *Engine) exit(f *flow, out outcome) {
+	if out.reset {
+		f.c.SetLinger(0)
+	}
+	f.c.Close()
+	if f.up != nil {
+		f.up.Close()
+	}
+
+	m := e.opt.Metrics
+	if out.refused != "" {
+		m.FlowsRefused.WithLabelValues(out.refused).Inc()
+	}
+	if out.upstreamErr != "" {
+		m.UpstreamErrors.WithLabelValues(out.upstreamErr).Inc()
+	}
+	if out.up > 0 {
+		m.Bytes.WithLabelValues("up").Add(float64(out.up))
+	}
+	if out.down > 0 {
+		m.Bytes.WithLabelValues("down").Add(float64(out.down))
+	}
+	if f.dispatched {
+		m.FlowDuration.Observe(time.Since(f.start).Seconds())
+	}
+	if out.recorded {
+		return
+	}
+	rec := f.record()
+	rec.TLS, rec.Level = string(out.tls), out.level
+	rec.Decision, rec.Rule, rec.Reason = string(out.decision), out.rule, out.reason
+	rec.BytesUp, rec.BytesDown = out.up, out.down
+	rec.DurationMS = time.Since(f.start).Milliseconds()
+	if e.opt.Flows != nil {
+		e.opt.Flows.Write(rec)
+	}
+}
