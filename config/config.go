@@ -22,8 +22,10 @@ const (
 	// EBPF steers the connects of one cgroup's processes (EBPFConfig.Cgroup),
 	// which is what `mcpintercept exec` uses on a developer's host.
 	EBPF Mechanism = "ebpf"
-	// DNS is reserved so that configs and `declare` can name it, but this
-	// build cannot steer with it yet, so Validate rejects it.
+	// DNS answers the names of DNSConfig.Names with virtual IPs from its
+	// pools and steers the pools into the transparent listener (nftables
+	// TPROXY, as nftables-tproxy does); the name behind a VIP is resolved
+	// upstream when the appliance dials.
 	DNS      Mechanism = "dns"
 	External Mechanism = "external"
 )
@@ -43,7 +45,7 @@ func (m Mechanism) Known() bool {
 
 // Available reports whether this build can steer with m.
 func (m Mechanism) Available() bool {
-	return m.Known() && m != DNS
+	return m.Known()
 }
 
 // Values of ExternalConfig.OriginalDst.
@@ -161,6 +163,9 @@ const (
 	ActionAllow     = "allow"
 	ActionDeny      = "deny"
 	ActionRateLimit = "rate_limit"
+	// ActionRedact hides what the rule's redact block selects in the messages it matches
+	// (level 2); it decides nothing, later rules still do.
+	ActionRedact = "redact"
 )
 
 // Config is the whole appliance configuration.
@@ -172,10 +177,15 @@ type Config struct {
 	Steering  Steering       `yaml:"steering"`
 	External  ExternalConfig `yaml:"external"`
 	EBPF      EBPFConfig     `yaml:"ebpf"`
-	CA        CAConfig       `yaml:"ca"`
-	Upstream  UpstreamTLS    `yaml:"upstream_tls"`
-	TLS       TLSConfig      `yaml:"tls"`
-	HTTP      HTTPConfig     `yaml:"http"`
+	DNS       DNSConfig      `yaml:"dns"`
+	// UpstreamDeny lists the prefixes the appliance never dials, whatever
+	// the mechanism (DNS rebinding, SSRF to the host or the cloud metadata
+	// service); DefaultUpstreamDeny when absent, nothing when [].
+	UpstreamDeny []netip.Prefix `yaml:"upstream_deny"`
+	CA           CAConfig       `yaml:"ca"`
+	Upstream     UpstreamTLS    `yaml:"upstream_tls"`
+	TLS          TLSConfig      `yaml:"tls"`
+	HTTP         HTTPConfig     `yaml:"http"`
 	// Routes are tried in order; the first whose match holds decides a flow.
 	Routes []Route `yaml:"routes"`
 	// DefaultRoute treats the flows no route matches; nil forwards them
@@ -273,6 +283,94 @@ type EBPFConfig struct {
 	Cgroup string `yaml:"cgroup"`
 }
 
+// DNSConfig configures the dns mechanism: the appliance's DNS server answers
+// the names it intercepts with virtual IPs (VIPs) from its pools and forwards
+// every other query to the upstream resolvers. Ignored by other mechanisms, so
+// one file can serve several.
+type DNSConfig struct {
+	// Listen is where the DNS server answers, UDP and TCP (port 53 when a
+	// bare address is given).
+	Listen []netip.AddrPort `yaml:"listen"`
+	// Names are intercepted: exact lower-case names or "*.suffix" (one or
+	// more labels in front of suffix), as route sni patterns are written.
+	Names []string `yaml:"names"`
+	Pools DNSPools `yaml:"pools"`
+	// Upstream resolvers, tried in order: forwarded queries, and the names
+	// behind VIPs when the appliance dials.
+	Upstream []netip.AddrPort `yaml:"upstream"`
+	// Clients may query; anyone else is answered REFUSED (never an open
+	// resolver).
+	Clients []netip.Prefix `yaml:"clients"`
+	// TTL of VIP answers (and of the NODATA answers for intercepted names).
+	TTL Duration `yaml:"ttl"`
+	// Hold is how long a VIP stays bound to its name after it was last
+	// answered or dialled; then it is freed.
+	Hold Duration `yaml:"hold"`
+	// Quarantine is how long a freed VIP is not given to another name; it
+	// must exceed ttl + limits.idle_timeout (clients may still hold the
+	// answer, and a flow may still be starting).
+	Quarantine Duration `yaml:"quarantine"`
+	// StateDir holds the VIP table across restarts. Relative paths are
+	// resolved like ca.dir.
+	StateDir string `yaml:"state_dir"`
+	// MaxNames bounds the VIP table (live and quarantined entries).
+	MaxNames int `yaml:"max_names"`
+	// CacheSize bounds the forwarder's answer cache (entries).
+	CacheSize int `yaml:"cache_size"`
+	// ClientRate and ClientBurst bound the queries of one client address
+	// (token bucket, queries per second); the excess is dropped.
+	ClientRate  float64 `yaml:"client_rate"`
+	ClientBurst int     `yaml:"client_burst"`
+	// Timeout bounds one upstream exchange.
+	Timeout Duration `yaml:"timeout"`
+}
+
+// DNSPools are the VIP pools; at least one is required with mechanism dns.
+// Without V6, AAAA queries for intercepted names are answered NODATA.
+type DNSPools struct {
+	V4 netip.Prefix `yaml:"v4"`
+	V6 netip.Prefix `yaml:"v6"`
+}
+
+// MarshalYAML leaves an unset pool empty rather than writing "invalid Prefix".
+func (p DNSPools) MarshalYAML() (any, error) {
+	s := func(x netip.Prefix) string {
+		if !x.IsValid() {
+			return ""
+		}
+		return x.String()
+	}
+	return map[string]string{"v4": s(p.V4), "v6": s(p.V6)}, nil
+}
+
+// Defaults of the dns section.
+const (
+	DefaultDNSTTL         = 30 * time.Second
+	DefaultDNSHold        = 24 * time.Hour
+	DefaultDNSQuarantine  = time.Hour
+	DefaultDNSStateDir    = "/var/lib/mcpintercept/dns"
+	DefaultDNSMaxNames    = 65536
+	DefaultDNSCacheSize   = 10000
+	DefaultDNSClientRate  = 200
+	DefaultDNSClientBurst = 400
+	DefaultDNSTimeout     = 2 * time.Second
+)
+
+// DefaultUpstreamDeny is upstream_deny when the file does not set it:
+// unspecified, loopback, link-local (the cloud metadata addresses named first
+// so that a refusal names them) for both families. The dns mechanism adds its
+// VIP pools.
+var DefaultUpstreamDeny = []netip.Prefix{
+	netip.MustParsePrefix("169.254.169.254/32"),
+	netip.MustParsePrefix("fd00:ec2::254/128"),
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("::/128"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("fe80::/10"),
+}
+
 // CAConfig locates the appliance's own certificate authority, which signs the
 // leaves presented to clients on tls: terminate routes.
 type CAConfig struct {
@@ -353,6 +451,10 @@ type Route struct {
 	// OnOversizedClose (the default) closes the connection, OnOversizedForward forwards it
 	// uninspected; the record says which.
 	OnOversizedResponse string `yaml:"on_oversized_response,omitempty"`
+	// ValidateArguments, at level 2, checks tools/call arguments against the input schema the
+	// server listed for the tool (learnt from tools/list, per server and session); arguments
+	// that do not match get JSON-RPC error -32602 and the server never sees the call.
+	ValidateArguments bool `yaml:"validate_arguments,omitempty"`
 	// RuleSet names an entry of Config.RuleSets; "" applies no rules (allow).
 	// A passthrough route can take one at level 0 (connection-level rules);
 	// other routes need level 1.
@@ -434,6 +536,7 @@ type Rule struct {
 	Action    string     `yaml:"action"` // ActionAllow, ActionDeny or ActionRateLimit
 	Reason    string     `yaml:"reason"` // one line of an HTTP response body
 	RateLimit *RateLimit `yaml:"rate_limit"`
+	Redact    *Redact    `yaml:"redact,omitempty"`
 	WhenPos   Pos        `yaml:"-"` // where When's text starts in the file
 	KeyPos    Pos        `yaml:"-"` // where RateLimit.Key's text starts in the file
 	// Line and Column locate the rule's mapping in the file (0 when built
@@ -452,7 +555,20 @@ func (r Rule) MarshalYAML() (any, error) {
 		}
 		rl = v.(*yaml.Node)
 	}
+	if r.Redact != nil {
+		return mappingNode("name", r.Name, "when", r.When, "action", r.Action, "reason", r.Reason, "rate_limit", rl, "redact", r.Redact)
+	}
 	return mappingNode("name", r.Name, "when", r.When, "action", r.Action, "reason", r.Reason, "rate_limit", rl)
+}
+
+// Redact is the redact block of a redact rule: JSON paths into the JSON-RPC message
+// ($.result.content[*].text, $..password) and regular expressions (RE2) over the string values
+// of its params (requests) or result (responses); what they select is replaced by Marker
+// ("[REDACTED]" when empty).
+type Redact struct {
+	Paths    []string `yaml:"paths,omitempty"`
+	Patterns []string `yaml:"patterns,omitempty"`
+	Marker   string   `yaml:"marker,omitempty"`
 }
 
 // RateLimit is the token bucket of a rate_limit rule.
@@ -601,8 +717,9 @@ func Default(m Mechanism) *Config {
 // none, or nil when m has no default (external, unknown).
 func DefaultAddresses(m Mechanism) []netip.Addr {
 	switch m {
-	case NftablesTProxy, EBPF:
-		// The eBPF program rewrites connects to a loopback listener.
+	case NftablesTProxy, EBPF, DNS:
+		// The eBPF program rewrites connects to a loopback listener; dns
+		// steers its VIP pools with TPROXY.
 		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 	case IptablesRedirect:
 		return []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
@@ -642,6 +759,10 @@ func applyDefaults(c *Config, set func(key string) bool) {
 	if !set("external.original_dst") {
 		c.External.OriginalDst = OriginalDstLocalAddress
 	}
+	if !set("upstream_deny") {
+		c.UpstreamDeny = append([]netip.Prefix(nil), DefaultUpstreamDeny...)
+	}
+	dnsDefaults(&c.DNS, set)
 	if !set("limits.max_flows") {
 		c.Limits.MaxFlows = DefaultMaxFlows
 	}
@@ -711,6 +832,37 @@ func applyDefaults(c *Config, set func(key string) bool) {
 	}
 	if !set("log.flows") {
 		c.Log.Flows = FlowsStdout
+	}
+}
+
+// dnsDefaults fills the dns keys the file left out.
+func dnsDefaults(d *DNSConfig, set func(key string) bool) {
+	if !set("dns.ttl") {
+		d.TTL = Duration{DefaultDNSTTL}
+	}
+	if !set("dns.hold") {
+		d.Hold = Duration{DefaultDNSHold}
+	}
+	if !set("dns.quarantine") {
+		d.Quarantine = Duration{DefaultDNSQuarantine}
+	}
+	if !set("dns.state_dir") {
+		d.StateDir = DefaultDNSStateDir
+	}
+	if !set("dns.max_names") {
+		d.MaxNames = DefaultDNSMaxNames
+	}
+	if !set("dns.cache_size") {
+		d.CacheSize = DefaultDNSCacheSize
+	}
+	if !set("dns.client_rate") {
+		d.ClientRate = DefaultDNSClientRate
+	}
+	if !set("dns.client_burst") {
+		d.ClientBurst = DefaultDNSClientBurst
+	}
+	if !set("dns.timeout") {
+		d.Timeout = Duration{DefaultDNSTimeout}
 	}
 }
 

@@ -602,7 +602,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "scanner error", src: minimal + "log:\n  level: a: b\n", want: []wantErr{{5, "", "mapping values are not allowed in this context"}}},
 
 		// Keys.
-		{name: "unknown top-level key", src: minimal + "listn: {}\n", want: []wantErr{{4, "listn", `unknown key "listn" (valid: mechanism, listen, intercept, steering, external, ebpf, ca, upstream_tls, tls, http, routes, default_route, rule_sets, limits, admin, log)`}}},
+		{name: "unknown top-level key", src: minimal + "listn: {}\n", want: []wantErr{{4, "listn", `unknown key "listn" (valid: mechanism, listen, intercept, steering, external, ebpf, dns, upstream_deny, ca, upstream_tls, tls, http, routes, default_route, rule_sets, limits, admin, log)`}}},
 		{name: "unknown nested key", src: minimal + "listen:\n  port: 1\n  adresses: []\n", want: []wantErr{{6, "listen.adresses", `unknown key "adresses" (valid: port, addresses)`}}},
 		{name: "duplicate top-level key", src: minimal + "log: {}\nlog: {}\n", want: []wantErr{{5, "log", `duplicate key "log" (first at line 4)`}}},
 		{name: "duplicate nested key", src: "intercept:\n  destinations: [10.0.0.0/8]\n  ports: [1]\n  ports: [2]\n", want: []wantErr{{4, "intercept.ports", "duplicate key"}}},
@@ -640,10 +640,18 @@ func TestParseErrors(t *testing.T) {
 		{name: "cgroup is not a string", src: minimal + "ebpf: {cgroup: [a]}\n", want: []wantErr{{4, "ebpf.cgroup", "expected a string, got a list"}}},
 		{name: "ebpf still checks what destinations and ports it is given", src: "mechanism: ebpf\nebpf: {cgroup: /sys/fs/cgroup/x}\nintercept: {destinations: [nope], ports: [0]}\n", want: []wantErr{
 			{3, "intercept.destinations[0]", "invalid prefix"}, {3, "intercept.ports[0]", "must be between 1 and 65535"}}},
-		{name: "dns not available", src: minimal + "mechanism: dns\n", want: []wantErr{{4, "mechanism", `mechanism "dns" is not available in this build yet`}}},
+		{name: "dns needs its section", src: minimal + "mechanism: dns\n", want: []wantErr{
+			{4, "dns.clients", "required with mechanism dns"}, {4, "dns.listen", "required with mechanism dns"},
+			{4, "dns.names", "required with mechanism dns"}, {4, "dns.pools", "required with mechanism dns"},
+			{4, "dns.upstream", "required with mechanism dns"}}},
+		{name: "dns section values", src: minimal + "mechanism: dns\ndns:\n  listen: [10.0.0.1, \"10.0.0.1:53\"]\n  names: [\"*.a.test\", \"*.a.test\"]\n  pools: {v4: \"fd00::/64\", v6: \"fd00::/127\"}\n  upstream: [\"10.0.0.2:0\"]\n  clients: [10.0.0.0/8]\n  quarantine: 1m\n", want: []wantErr{
+			{6, "dns.listen[1]", "duplicate of dns.listen[0]"}, {7, "dns.names[1]", "duplicate of dns.names[0]"},
+			{8, "dns.pools.v4", "is not IPv4"}, {8, "dns.pools.v6", "too small"},
+			{9, "dns.upstream[0]", "port must be between 1 and 65535"}, {11, "dns.quarantine", "must be longer than dns.ttl + limits.idle_timeout"}}},
 		{name: "empty mechanism", src: "mechanism: \"\"\n" + minimal, want: []wantErr{{1, "mechanism", "must not be empty (valid: nftables-tproxy"}}},
 		{name: "unknown override", src: minimal, o: Overrides{Mechanism: "bogus"}, want: []wantErr{{0, "", `unknown mechanism "bogus" (valid: nftables-tproxy`}}},
-		{name: "unavailable override", src: "mechanism: nftables-tproxy\n" + minimal, o: Overrides{Mechanism: DNS}, want: []wantErr{{0, "", `"dns" is not available`}}},
+		{name: "override to dns needs its section", src: "mechanism: nftables-tproxy\n" + minimal, o: Overrides{Mechanism: DNS}, want: []wantErr{
+			{1, "dns.clients", "required"}, {1, "dns.listen", "required"}, {1, "dns.names", "required"}, {1, "dns.pools", "required"}, {1, "dns.upstream", "required"}}},
 		{name: "override error alongside an empty file", src: "", o: Overrides{Mechanism: "x"}, want: []wantErr{{0, "", "unknown mechanism"}, {0, "", "the file is empty"}}},
 		{name: "external needs addresses", src: "mechanism: external\n" + minimal, want: []wantErr{{1, "listen.addresses", `required when mechanism is "external"`}}},
 		{name: "external needs addresses, listen present", src: "mechanism: external\nlisten:\n  port: 1\n" + minimal, want: []wantErr{{2, "listen.addresses", "required"}}},
@@ -726,7 +734,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "routes is not a list", src: minimal + "routes: {name: a}\n", want: []wantErr{{4, "routes", "expected a list of routes, got a mapping"}}},
 		{name: "route is not a mapping", src: withRoutes + "  - a\n", want: []wantErr{{5, "routes[0]", `expected a mapping, got string "a"`}}},
 		{name: "empty route", src: withRoutes + "  -\n  - {name: b, tls: terminate}\n", want: []wantErr{{5, "routes[0]", "expected a mapping, got an empty value"}}},
-		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, rule_set)`}}},
+		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, validate_arguments, rule_set)`}}},
 		{name: "unknown match key", src: withRoutes + "  - name: a\n    tls: terminate\n    match: {port: [1]}\n", want: []wantErr{{7, "routes[0].match.port", `unknown key "port" (valid: destinations, ports, sni, clients)`}}},
 		{name: "match is not a mapping", src: withRoutes + "  - {name: a, tls: terminate, match: [1]}\n", want: []wantErr{{5, "routes[0].match", "expected a mapping, got a list"}}},
 		{name: "a broken route does not hide the next one's problems", src: withRoutes + "  - x\n  - {name: b, tls: nope}\n", want: []wantErr{
@@ -810,7 +818,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "rule_sets is not a mapping", src: minimal + "rule_sets: [a]\n", want: []wantErr{{4, "rule_sets", "expected a mapping of rule set names to lists of rules, got a list"}}},
 		{name: "rule set is not a list", src: withRuleSets + "  s: {name: a}\n", want: []wantErr{{5, "rule_sets.s", "expected a list of rules, got a mapping"}}},
 		{name: "rule is not a mapping", src: withRuleSets + "  s: [deny]\n", want: []wantErr{{5, "rule_sets.s[0]", `expected a mapping, got string "deny"`}}},
-		{name: "unknown rule key", src: withRuleSets + "  s:\n    - {name: a, action: deny, reasn: x}\n", want: []wantErr{{6, "rule_sets.s[0].reasn", `unknown key "reasn" (valid: name, when, action, reason, rate_limit)`}}},
+		{name: "unknown rule key", src: withRuleSets + "  s:\n    - {name: a, action: deny, reasn: x}\n", want: []wantErr{{6, "rule_sets.s[0].reasn", `unknown key "reasn" (valid: name, when, action, reason, rate_limit, redact)`}}},
 		{name: "unknown rate_limit key", src: withRuleSets + "  s:\n    - {name: a, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, per: 1s}}\n", want: []wantErr{{6, "rule_sets.s[0].rate_limit.per", `unknown key "per" (valid: key, rate, burst, max_keys)`}}},
 		{name: "rate_limit is not a mapping", src: withRuleSets + "  s:\n    - {name: a, action: rate_limit, rate_limit: 10}\n", want: []wantErr{{6, "rule_sets.s[0].rate_limit", "expected a mapping, got integer 10"}}},
 		{name: "rule set name characters", src: withRuleSets + "  \"my set\": []\n", want: []wantErr{{5, `rule_sets."my set"`, `invalid name "my set"`}}},
@@ -822,8 +830,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "rule name required", src: withRuleSets + "  s:\n    - action: deny\n", want: []wantErr{{6, "rule_sets.s[0].name", "required: a name for the decision log"}}},
 		{name: "rule name characters", src: withRuleSets + "  s:\n    - {name: \"deny/all\", action: deny}\n", want: []wantErr{{6, "rule_sets.s[0].name", `invalid name "deny/all"`}}},
 		{name: "duplicate rule in a set", src: withRuleSets + "  s:\n    - {name: a, action: deny}\n    - {name: b, action: deny}\n    - {name: a, action: allow}\n", want: []wantErr{{8, "rule_sets.s[2].name", `duplicate rule name "a" (also rule_sets.s[0])`}}},
-		{name: "action required", src: withRuleSets + "  s:\n    - name: a\n      when: \"true\"\n", want: []wantErr{{6, "rule_sets.s[0].action", "required: allow, deny or rate_limit"}}},
-		{name: "action unknown", src: withRuleSets + "  s:\n    - {name: a, action: block}\n", want: []wantErr{{6, "rule_sets.s[0].action", `unknown value "block" (valid: allow, deny, rate_limit)`}}},
+		{name: "action required", src: withRuleSets + "  s:\n    - name: a\n      when: \"true\"\n", want: []wantErr{{6, "rule_sets.s[0].action", "required: allow, deny, rate_limit or redact"}}},
+		{name: "action unknown", src: withRuleSets + "  s:\n    - {name: a, action: block}\n", want: []wantErr{{6, "rule_sets.s[0].action", `unknown value "block" (valid: allow, deny, rate_limit, redact)`}}},
 		{name: "when is a list", src: withRuleSets + "  s:\n    - {name: a, action: deny, when: [x]}\n", want: []wantErr{{6, "rule_sets.s[0].when", "expected a CEL expression (a string), got a list"}}},
 		{name: "reason too long", src: withRuleSets + "  s:\n    - name: a\n      action: deny\n      reason: " + strings.Repeat("é", 201) + "\n", want: []wantErr{{8, "rule_sets.s[0].reason", "is 201 characters long; keep it to 200"}}},
 		{name: "reason with a line break", src: withRuleSets + "  s:\n    - {name: a, action: deny, reason: \"no\\nway\"}\n", want: []wantErr{{6, "rule_sets.s[0].reason", "contains the non-printing character U+000A; write one line of plain text"}}},
@@ -916,7 +924,7 @@ func TestParseErrors(t *testing.T) {
 // included, for the keys of issue 8 (allow_upgrade, on_rule_error,
 // default_route, limits.body_timeout, rate_limit.max_keys).
 func TestParseErrorPositions(t *testing.T) {
-	const drKeys = "tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, rule_set"
+	const drKeys = "tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, validate_arguments, rule_set"
 	tests := []struct {
 		name string
 		src  string
@@ -1294,6 +1302,16 @@ func TestFullExampleUsesEveryKey(t *testing.T) {
 		{"log.flows", c.Log.Flows, d.Log.Flows},
 		{"ebpf.cgroup", c.EBPF.Cgroup, d.EBPF.Cgroup},
 		{"ca.dir", c.CA.Dir, d.CA.Dir},
+		{"dns.ttl", c.DNS.TTL, d.DNS.TTL},
+		{"dns.hold", c.DNS.Hold, d.DNS.Hold},
+		{"dns.quarantine", c.DNS.Quarantine, d.DNS.Quarantine},
+		{"dns.state_dir", c.DNS.StateDir, d.DNS.StateDir},
+		{"dns.max_names", c.DNS.MaxNames, d.DNS.MaxNames},
+		{"dns.cache_size", c.DNS.CacheSize, d.DNS.CacheSize},
+		{"dns.client_rate", c.DNS.ClientRate, d.DNS.ClientRate},
+		{"dns.client_burst", c.DNS.ClientBurst, d.DNS.ClientBurst},
+		{"dns.timeout", c.DNS.Timeout, d.DNS.Timeout},
+		{"upstream_deny", c.UpstreamDeny, d.UpstreamDeny},
 		{"upstream_tls.extra_cas", c.Upstream.ExtraCAs, d.Upstream.ExtraCAs},
 		{"upstream_tls.handshake_timeout", c.Upstream.HandshakeTimeout, d.Upstream.HandshakeTimeout},
 		{"tls.peek_timeout", c.TLS.PeekTimeout, d.TLS.PeekTimeout},
@@ -1398,7 +1416,7 @@ func TestDefault(t *testing.T) {
 		{name: "nftables-tproxy", m: NftablesTProxy},
 		{name: "iptables-redirect", m: IptablesRedirect},
 		{name: "external needs addresses", m: External, wantErr: "listen.addresses: required"},
-		{name: "dns is reserved", m: DNS, wantErr: `mechanism "dns" is not available`},
+		{name: "dns needs its section", m: DNS, wantErr: `dns.listen: required with mechanism dns`},
 		{name: "unknown", m: "nope", wantErr: "unknown mechanism"},
 	}
 	for _, tt := range tests {
@@ -1407,7 +1425,8 @@ func TestDefault(t *testing.T) {
 			if c.Mechanism != tt.m {
 				t.Errorf("Mechanism = %q", c.Mechanism)
 			}
-			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "intercept.destinations") {
+			// dns steers its VIP pools: destinations are optional there.
+			if err := c.Validate(); tt.m != DNS && (err == nil || !strings.Contains(err.Error(), "intercept.destinations")) {
 				t.Errorf("Default without destinations validated: %v", err)
 			}
 			c.Intercept.Destinations, c.Intercept.Ports = dest, ports

@@ -360,6 +360,26 @@ func (d *decoder) schema(c *Config) []field {
 		d.section("ebpf", []field{
 			{"cgroup", d.str(&c.EBPF.Cgroup)},
 		}),
+		d.section("dns", []field{
+			{"listen", list(d, &c.DNS.Listen, parseDNSListen)},
+			{"names", list(d, &c.DNS.Names, parseSNI)},
+			d.section("pools", []field{
+				{"v4", d.pool(&c.DNS.Pools.V4, false)},
+				{"v6", d.pool(&c.DNS.Pools.V6, true)},
+			}),
+			{"upstream", list(d, &c.DNS.Upstream, parseDNSListen)},
+			{"clients", list(d, &c.DNS.Clients, parsePrefix)},
+			{"ttl", d.duration(&c.DNS.TTL)},
+			{"hold", d.duration(&c.DNS.Hold)},
+			{"quarantine", d.duration(&c.DNS.Quarantine)},
+			{"state_dir", d.str(&c.DNS.StateDir)},
+			{"max_names", intField(d, &c.DNS.MaxNames, checkCount)},
+			{"cache_size", intField(d, &c.DNS.CacheSize, checkCount)},
+			{"client_rate", d.rate(&c.DNS.ClientRate)},
+			{"client_burst", intField(d, &c.DNS.ClientBurst, checkCount)},
+			{"timeout", d.duration(&c.DNS.Timeout)},
+		}),
+		{"upstream_deny", list(d, &c.UpstreamDeny, parsePrefix)},
 		d.section("ca", []field{
 			{"dir", d.str(&c.CA.Dir)},
 		}),
@@ -581,6 +601,7 @@ func (d *decoder) routeSchema(r *Route) []field {
 		{"allow_upgrade", list(d, &r.AllowUpgrade, parseUpgrade)},
 		{"max_body", intField(d, &r.MaxBody, checkMaxBody)},
 		{"on_oversized_response", d.str(&r.OnOversizedResponse)},
+		{"validate_arguments", d.boolean(&r.ValidateArguments)},
 		{"rule_set", d.str(&r.RuleSet)},
 	}
 }
@@ -683,6 +704,15 @@ func (d *decoder) ruleSchema(r *Rule) []field {
 				{"max_keys", intField(d, &rl.MaxKeys, checkMaxKeys)},
 			})
 		}},
+		{"redact", func(v *yaml.Node, key string) bool {
+			rd := &Redact{}
+			r.Redact = rd
+			return d.mapping(v, key, []field{
+				{"paths", list(d, &rd.Paths, parseRedactPath)},
+				{"patterns", list(d, &rd.Patterns, parseRedactPattern)},
+				{"marker", d.str(&rd.Marker)},
+			})
+		}},
 	}
 }
 
@@ -731,6 +761,48 @@ func parseRate(n *yaml.Node) (float64, string) {
 	return r, checkRate(r)
 }
 
+// pool decodes a VIP pool prefix of the given family.
+func (d *decoder) pool(dst *netip.Prefix, v6 bool) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && strings.TrimSpace(v.Value) == "" {
+			return true // no pool of this family (how an unset pool is written back)
+		}
+		p, msg := parsePrefix(v)
+		if msg == "" {
+			msg = checkPool(p, v6)
+		}
+		if msg != "" {
+			d.fail(v, key, msg)
+			return false
+		}
+		*dst = p
+		return true
+	}
+}
+
+// parseDNSListen accepts "10.0.0.1:53", "[fd00::1]:53", or a bare address
+// (port 53).
+func parseDNSListen(n *yaml.Node) (netip.AddrPort, string) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return netip.AddrPort{}, "expected an address such as 10.0.0.1:53 or \"[fd00::1]:53\", got " + describe(n) + ipv6Hint(n)
+	}
+	s := strings.TrimSpace(n.Value)
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return netip.AddrPort{}, fmt.Sprintf("%s: an address with a zone is not supported", quote(n.Value))
+		}
+		return netip.AddrPortFrom(a, 53), ""
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Sprintf("invalid address %s: expected ADDRESS or ADDRESS:PORT, IPv6 in brackets", quote(n.Value))
+	}
+	if ap.Port() == 0 {
+		return netip.AddrPort{}, fmt.Sprintf("%s: port must be between 1 and 65535", quote(n.Value))
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), ""
+}
+
 func parseString(n *yaml.Node) (string, string) {
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
 		return "", "expected a string, got " + describe(n)
@@ -755,6 +827,33 @@ func parseSNI(n *yaml.Node) (string, string) {
 }
 
 // parseUpgrade lower-cases ASCII only, for the reason parseSNI gives.
+// parseRedactPath takes a JSON path such as $.result.content[*].text; the policy package
+// compiles it (and reports a bad one with the rule's position).
+func parseRedactPath(n *yaml.Node) (string, string) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return "", "expected a JSON path such as $.result.content[*].text or $..password, got " + describe(n)
+	}
+	if !strings.HasPrefix(n.Value, "$") {
+		return "", "a JSON path starts with $ (the JSON-RPC message), e.g. $.params.arguments.token"
+	}
+	return n.Value, ""
+}
+
+// parseRedactPattern takes a regular expression (RE2 syntax).
+func parseRedactPattern(n *yaml.Node) (string, string) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return "", "expected a regular expression (RE2), got " + describe(n)
+	}
+	re, err := regexp.Compile(n.Value)
+	if err != nil {
+		return "", "not a regular expression (RE2): " + err.Error()
+	}
+	if re.MatchString("") {
+		return "", "the pattern matches the empty string, so it would mark every string"
+	}
+	return n.Value, ""
+}
+
 func parseUpgrade(n *yaml.Node) (string, string) {
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
 		return "", "expected a protocol name such as websocket, got " + describe(n)
@@ -779,6 +878,7 @@ func (c *Config) resolvePaths(dir string) {
 		return filepath.Join(dir, p)
 	}
 	c.CA.Dir = resolve(c.CA.Dir)
+	c.DNS.StateDir = resolve(c.DNS.StateDir)
 	for i, p := range c.Upstream.ExtraCAs {
 		c.Upstream.ExtraCAs[i] = resolve(p)
 	}

@@ -69,11 +69,11 @@ func (c *Config) validate() Errors {
 	// The eBPF program sees every connect of its cgroup, so there empty
 	// means everything; the other mechanisms install rules per prefix and
 	// port, and steering a whole host by accident is not a default.
-	if len(c.Intercept.Destinations) == 0 && c.Mechanism != EBPF {
+	if len(c.Intercept.Destinations) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS {
 		v.check("intercept.destinations", "required: list the prefixes whose traffic is intercepted, e.g. [10.0.0.0/8]")
 	}
 	v.prefixes("intercept.destinations", c.Intercept.Destinations)
-	if len(c.Intercept.Ports) == 0 && c.Mechanism != EBPF {
+	if len(c.Intercept.Ports) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS {
 		v.check("intercept.ports", "required: list the ports to intercept, e.g. [80, 443, \"3000-3010\"]")
 	}
 	v.ports("intercept.ports", c.Intercept.Ports)
@@ -103,6 +103,9 @@ func (c *Config) validate() Errors {
 	case c.EBPF.Cgroup != "":
 		v.check("ebpf.cgroup", checkCgroup(c.EBPF.Cgroup))
 	}
+
+	v.dns(c)
+	v.prefixes("upstream_deny", c.UpstreamDeny)
 
 	v.check("ca.dir", checkPath(c.CA.Dir))
 	for i, p := range c.Upstream.ExtraCAs {
@@ -136,6 +139,115 @@ func (c *Config) validate() Errors {
 	v.check("log.level", checkLogLevel(c.Log.Level))
 	v.check("log.flows", checkLogFlows(c.Log.Flows))
 	return v.errs
+}
+
+// dns checks the dns section: its values always, what the mechanism needs
+// only when it is dns (other mechanisms ignore the section).
+func (v *validator) dns(c *Config) {
+	d := c.DNS
+	on := c.Mechanism == DNS
+	for i, a := range d.Listen {
+		key := fmt.Sprintf("dns.listen[%d]", i)
+		if j := slices.Index(d.Listen[:i], a); j >= 0 {
+			v.check(key, fmt.Sprintf("duplicate of dns.listen[%d] (%s)", j, a))
+		}
+	}
+	for i, n := range d.Names {
+		key := fmt.Sprintf("dns.names[%d]", i)
+		if j := slices.Index(d.Names[:i], n); j >= 0 {
+			v.check(key, fmt.Sprintf("duplicate of dns.names[%d] (%s)", j, quote(n)))
+			continue
+		}
+		v.check(key, checkSNI(n))
+	}
+	if d.Pools.V4.IsValid() {
+		v.check("dns.pools.v4", checkPool(d.Pools.V4, false))
+	}
+	if d.Pools.V6.IsValid() {
+		v.check("dns.pools.v6", checkPool(d.Pools.V6, true))
+	}
+	v.prefixes("dns.clients", d.Clients)
+	pools := []netip.Prefix{d.Pools.V4, d.Pools.V6}
+	inPool := func(a netip.Addr) netip.Prefix {
+		for _, p := range pools {
+			if p.IsValid() && p.Contains(a.Unmap()) {
+				return p
+			}
+		}
+		return netip.Prefix{}
+	}
+	for i, a := range d.Upstream {
+		if p := inPool(a.Addr()); p.IsValid() {
+			v.check(fmt.Sprintf("dns.upstream[%d]", i), fmt.Sprintf("%s is inside the VIP pool %s", a.Addr(), p))
+		}
+	}
+	for i, a := range d.Listen {
+		if p := inPool(a.Addr()); p.IsValid() {
+			v.check(fmt.Sprintf("dns.listen[%d]", i), fmt.Sprintf("%s is inside the VIP pool %s", a.Addr(), p))
+		}
+	}
+	for i, p := range d.Clients {
+		for _, pool := range pools {
+			if pool.IsValid() && p.IsValid() && p.Overlaps(pool) {
+				v.check(fmt.Sprintf("dns.clients[%d]", i), fmt.Sprintf("%s overlaps the VIP pool %s", p, pool))
+			}
+		}
+	}
+	v.check("dns.ttl", checkBetween(d.TTL.Duration, time.Second, 24*time.Hour))
+	v.check("dns.hold", checkBetween(d.Hold.Duration, time.Minute, 365*24*time.Hour))
+	v.check("dns.timeout", checkBetween(d.Timeout.Duration, 10*time.Millisecond, time.Minute))
+	v.check("dns.state_dir", checkPath(d.StateDir))
+	v.check("dns.max_names", checkCount(int64(d.MaxNames)))
+	v.check("dns.cache_size", checkCount(int64(d.CacheSize)))
+	v.check("dns.client_burst", checkCount(int64(d.ClientBurst)))
+	v.check("dns.client_rate", checkRate(d.ClientRate))
+	if !on {
+		return
+	}
+	if min := d.TTL.Duration + c.Limits.IdleTimeout.Duration; d.Quarantine.Duration <= min {
+		v.checkAlt("dns.quarantine", "dns.ttl", fmt.Sprintf("must be longer than dns.ttl + limits.idle_timeout (%s): a client may still hold the answer and a flow may still start to a freed VIP", min))
+	}
+	if len(d.Listen) == 0 {
+		v.checkAlt("dns.listen", "mechanism", `required with mechanism dns: the addresses the DNS server answers on, e.g. ["10.0.0.1:53"]`)
+	}
+	if len(d.Names) == 0 {
+		v.checkAlt("dns.names", "mechanism", `required with mechanism dns: the names to intercept, e.g. [mcp.example.com, "*.mcp.example.com"]`)
+	}
+	if !d.Pools.V4.IsValid() && !d.Pools.V6.IsValid() {
+		v.checkAlt("dns.pools", "mechanism", "required with mechanism dns: at least one VIP pool, e.g. v4: 198.18.0.0/15")
+	}
+	if len(d.Upstream) == 0 {
+		v.checkAlt("dns.upstream", "mechanism", `required with mechanism dns: the resolvers queried for everything else, e.g. ["10.0.0.53:53"]`)
+	}
+	if len(d.Clients) == 0 {
+		v.checkAlt("dns.clients", "mechanism", "required with mechanism dns: the client prefixes allowed to query (the server is never an open resolver)")
+	}
+}
+
+func checkBetween(d, lo, hi time.Duration) string {
+	if d < lo || d > hi {
+		return fmt.Sprintf("must be between %s and %s, got %s", lo, hi, d)
+	}
+	return ""
+}
+
+// checkPool accepts a VIP pool of the right family with room for a few VIPs.
+func checkPool(p netip.Prefix, v6 bool) string {
+	switch {
+	case !p.IsValid():
+		return "invalid prefix"
+	case v6 && p.Addr().Is4():
+		return fmt.Sprintf("%s is IPv4; v6 takes an IPv6 prefix", p)
+	case !v6 && !p.Addr().Is4():
+		return fmt.Sprintf("%s is not IPv4; v4 takes an IPv4 prefix", p)
+	case p != p.Masked():
+		return fmt.Sprintf("%s has host bits set; write %s", p, p.Masked())
+	case p.Addr().IsLoopback() || p.Addr().IsLinkLocalUnicast() || p.Addr().IsMulticast() || p.Addr().IsUnspecified():
+		return fmt.Sprintf("%s is loopback, link-local, multicast or unspecified space; pick a private or reserved range routed to the appliance", p)
+	case p.Bits() > p.Addr().BitLen()-2:
+		return fmt.Sprintf("%s is too small: give at least a /%d", p, p.Addr().BitLen()-2)
+	}
+	return ""
 }
 
 func (v *validator) prefixes(key string, ps []netip.Prefix) {
@@ -221,6 +333,9 @@ func (v *validator) route(c *Config, key string, r Route) {
 		if r.OnOversizedResponse != "" {
 			v.check(key+".on_oversized_response", "only meaningful with level 2 (bodies are not read below it)")
 		}
+		if r.ValidateArguments && levelOK {
+			v.checkAlt(key+".validate_arguments", levelKey, "needs level 2: arguments are in the body, which is not read below it")
+		}
 	}
 	level := r.LevelOrDefault()
 	upKey := key + ".allow_upgrade"
@@ -257,6 +372,15 @@ func (v *validator) route(c *Config, key string, r Route) {
 	}
 	if tlsOK && r.PlaintextUpstreamTrustedNetwork && r.TLS != TLSTerminate {
 		v.checkAlt(key+".plaintext_upstream_trusted_network", tlsKey, "plaintext_upstream_trusted_network applies to tls: terminate routes only (it lets the decrypted stream go upstream in plaintext)")
+	}
+	if rules, ok := c.RuleSets[r.RuleSet]; ok && levelOK && r.LevelOrDefault() < 2 {
+		for i, rule := range rules {
+			if rule.Action == ActionRedact {
+				v.checkAlt(key+".rule_set", levelKey, fmt.Sprintf("rule set %s has a redact rule (%s, rule_sets.%s[%d]), which needs level 2: bodies are not read below it",
+					quote(r.RuleSet), quote(rule.Name), r.RuleSet, i))
+				break
+			}
+		}
 	}
 	if _, ok := c.RuleSets[r.RuleSet]; r.RuleSet != "" && !ok {
 		msg := fmt.Sprintf("unknown rule set %s: rule_sets defines none", quote(r.RuleSet))
@@ -311,9 +435,19 @@ func (v *validator) ruleSets(c *Config) {
 				v.check(key+".name", checkName(r.Name))
 			}
 			actionKey, rlKey := key+".action", key+".rate_limit"
-			actionMsg := checkOneOf(r.Action, ActionAllow, ActionDeny, ActionRateLimit)
+			actionMsg := checkOneOf(r.Action, ActionAllow, ActionDeny, ActionRateLimit, ActionRedact)
 			if r.Action == "" {
-				actionMsg = "required: allow, deny or rate_limit"
+				actionMsg = "required: allow, deny, rate_limit or redact"
+			}
+			switch redactKey := key + ".redact"; {
+			case r.Action == ActionRedact && r.Redact == nil:
+				v.checkAlt(redactKey, actionKey, "required when action is redact: give paths and/or patterns (and optionally marker)")
+			case actionMsg == "" && r.Action != ActionRedact && r.Redact != nil:
+				v.checkAlt(redactKey, actionKey, fmt.Sprintf("applies to action: redact only, and this rule's action is %s", r.Action))
+			case r.Redact != nil && len(r.Redact.Paths) == 0 && len(r.Redact.Patterns) == 0:
+				v.check(redactKey, "give at least one of paths (JSON paths such as $.result.content[*].text) and patterns (regular expressions)")
+			case r.Redact != nil && len(r.Redact.Marker) > 128:
+				v.check(redactKey+".marker", "at most 128 bytes")
 			}
 			v.check(actionKey, actionMsg)
 			v.check(key+".reason", checkReason(r.Reason))

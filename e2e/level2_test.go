@@ -103,8 +103,9 @@ func TestLevel2(t *testing.T) {
 	a := startAppliance(t, "nftables-tproxy", cfg)
 	applianceCA := exportCA(t, cfg)
 	for _, p := range peers {
-		if got := p.run(applianceCA); got != direct[p.name] {
-			t.Errorf("%s through Level 2 differs from direct:\n%s\nwant\n%s", p.name, got, direct[p.name])
+		// Surface control: the tools the lab's rules deny (denied_*) are not advertised.
+		if got, want := canonical(t, p.run(applianceCA)), withoutDenied(t, direct[p.name]); got != want {
+			t.Errorf("%s through Level 2 differs from direct (without denied_*):\n%s\nwant\n%s", p.name, got, want)
 		}
 	}
 

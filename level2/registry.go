@@ -16,6 +16,9 @@ type Sessions struct {
 	max   int
 	order *list.List // of *session, most recent first
 	byKey map[string]*list.Element
+	// schemas are the tool input schemas learnt from tools/list (validate_arguments), bounded
+	// and expiring on their own.
+	schemas *schemaStore
 }
 
 // DefaultSessions bounds a Sessions built with 0.
@@ -41,7 +44,16 @@ func NewSessions(max int) *Sessions {
 	if max <= 0 {
 		max = DefaultSessions
 	}
-	return &Sessions{max: max, order: list.New(), byKey: map[string]*list.Element{}}
+	return &Sessions{max: max, order: list.New(), byKey: map[string]*list.Element{},
+		schemas: newSchemaStore(0, 0)}
+}
+
+// toolSchemas is the appliance's memory of tool input schemas (nil without a registry).
+func (s *Sessions) toolSchemas() *schemaStore {
+	if s == nil {
+		return nil
+	}
+	return s.schemas
 }
 
 // get returns the session for key, creating it when create is set; nil otherwise. Call with mu.

@@ -46,8 +46,21 @@ type Flow struct {
 	Options
 	// Sessions is shared by every flow of the appliance (nil: no cross-connection memory).
 	Sessions *Sessions
-	// Record receives one Record per JSON-RPC message; it must not block.
+	// Record receives one Record per JSON-RPC message; it must not block. It may be called from
+	// a goroutine of Level 2's own (the record of a blocked server request is written once the
+	// server was answered).
 	Record func(*Record)
+	// ValidateArguments checks tools/call arguments against the input schema the server listed
+	// for the tool (the route's validate_arguments); invalid arguments get JSON-RPC error -32602
+	// naming the appliance, and the server never sees the call.
+	ValidateArguments bool
+	// Post sends one HTTP/1.1 request to this flow's server over a new upstream connection (the
+	// bypass mark set, TLS re-originated as the flow's own upstream is) and reads its response;
+	// a status other than 2xx is an error. Level 2 uses it to answer a blocked server→client
+	// request on the client's behalf (a 2025-x server waits for an answer). target is the request
+	// target (path and query); headers include Host. Nil: blocked server requests are dropped
+	// unanswered and the record says so.
+	Post func(ctx context.Context, target string, headers []exchange.Header, body []byte) error
 }
 
 // Record is one JSON-RPC message as Level 2 saw it and judged it.
@@ -70,6 +83,8 @@ type Record struct {
 	// BytesUp and BytesDown are the HTTP exchange's bytes, on the record of its first
 	// client→server message (0 on the others, so that sums over the log stay right).
 	BytesUp, BytesDown int64
+
+	cursor bool // a list request for a later page (params.cursor)
 }
 
 // stateKey is where the exchange keeps Level 2's per-exchange state.
@@ -89,7 +104,13 @@ type xstate struct {
 	byID       map[string]*Record // requests by id
 	answered   bool               // answered locally
 	messages   int                // records emitted or owed for this exchange
+	server     string             // the server's identity: destination, SNI and Host
+	endpoint   string             // 2024-11-05 GET stream: where its endpoint event says to POST
 }
+
+// schemaKey is where the tool schemas of this exchange's server and session are remembered: per
+// session, or per server for a stateless one.
+func (st *xstate) schemaKey() string { return st.server + "|" + st.session }
 
 // State returns Level 2's state of x, or nil when Level 2 did not see x.
 func stateOf(x *exchange.Exchange) *xstate {
@@ -139,6 +160,7 @@ func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 		st.version = v
 	}
 	st.acceptSSE, st.acceptJSON = accepts(h)
+	st.server = s.serverIdentity(h)
 	// Responses must be readable: ask the server for identity encoding (Level 2 may modify
 	// messages; this changes no MCP semantics). A server that compresses anyway is decoded.
 	if _, ok := h.Get("Accept-Encoding"); ok {
@@ -191,6 +213,9 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 			}
 			st.byID[r.ID] = r
 		}
+		if _, ok := m.param("cursor"); ok {
+			r.cursor = true
+		}
 		if m.Method == "initialize" {
 			st.initialize = true
 			st.clientInfo = m.ClientInfo()
@@ -223,9 +248,11 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 	// message; forwarding part of it would change what the client sent).
 	var denied *Record
 	var dec policy.Decision
+	decs := make([]policy.Decision, len(msgs))
 	for i, m := range msgs {
 		r := st.reqs[i]
-		d := s.evaluate(x, st, m, r, ClientToServer, nil)
+		d := s.evaluate(x, st, m, r, ClientToServer, nil, nil)
+		decs[i] = d
 		r.Decision, r.Rule, r.Reason = d.Action, d.Rule, d.Reason
 		if d.Action != policy.ActionAllow && denied == nil {
 			denied, dec = r, d
@@ -234,6 +261,12 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 	if denied != nil {
 		return s.refuse(x, st, msgs, batch, denied, dec)
 	}
+	if s.f.ValidateArguments {
+		if res, done := s.validateArguments(x, st, msgs, batch); done {
+			return res
+		}
+	}
+	s.transformRequests(x, st, msgs, batch, decs)
 	if st.legacy {
 		// 2024-11-05: the answers come on the GET stream, another connection.
 		for _, r := range st.reqs {
@@ -252,6 +285,11 @@ func (s *stage) refuse(x *exchange.Exchange, st *xstate, msgs []*Message, batch 
 	if d.Action == policy.ActionRateLimited {
 		code, msg = CodeRateLimited, "rate limited by "+Intermediary+" policy"
 	}
+	return s.refuseWith(x, st, msgs, batch, denied, d, code, msg)
+}
+
+// refuseWith answers like refuse, with the given JSON-RPC code and message.
+func (s *stage) refuseWith(x *exchange.Exchange, st *xstate, msgs []*Message, batch bool, denied *Record, d policy.Decision, code int, msg string) exchange.Result {
 	for _, r := range st.reqs {
 		if r != denied && r.Decision == policy.ActionAllow {
 			r.Decision, r.Rule = denied.Decision, denied.Rule
@@ -359,7 +397,7 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 		s.unreadableResponse(x, st, "response is not JSON-RPC: "+err.Error())
 		return exchange.Continue
 	}
-	out, changed := s.responses(x, st, msgs)
+	out, changed := s.responses(context.Background(), x, st, msgs, false)
 	if changed {
 		if batch {
 			x.SetResponseBody(joinBatch(out))
@@ -373,7 +411,7 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 	return exchange.Continue
 }
 
-func (s *stage) Event(_ context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
+func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
 	st := stateOf(x)
 	if st == nil || !ev.HasData {
 		return exchange.Continue
@@ -383,6 +421,7 @@ func (s *stage) Event(_ context.Context, x *exchange.Exchange, ev *exchange.Even
 		// (other connections) to this stream.
 		if sid := legacySession(ev.Data); sid != "" {
 			st.session, st.legacy = hashKey(sid), true
+			st.endpoint = endpointTarget(ev.Data)
 		}
 		return exchange.Continue
 	}
@@ -396,20 +435,33 @@ func (s *stage) Event(_ context.Context, x *exchange.Exchange, ev *exchange.Even
 			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Err: "event is not JSON-RPC: " + err.Error()})
 		return exchange.Continue
 	}
-	out, changed := s.responses(x, st, msgs)
+	out, changed := s.responses(ctx, x, st, msgs, true)
 	if changed {
-		d := out[0]
-		if batch {
-			d = joinBatch(out)
+		kept := out[:0:0]
+		for _, o := range out {
+			if o != nil {
+				kept = append(kept, o)
+			}
 		}
-		ev.Replace(encodeEvent(ev, d))
+		switch {
+		case len(kept) == 0:
+			// A blocked server→client request: the client never sees it (the server was
+			// answered on its behalf).
+			ev.Drop()
+		case batch:
+			ev.Replace(encodeEvent(ev, joinBatch(kept)))
+		default:
+			ev.Replace(encodeEvent(ev, kept[0]))
+		}
 	}
 	return exchange.Continue
 }
 
 // responses records and judges server→client messages; it returns the messages' bytes, changed
-// where policy replaced a response with an error.
-func (s *stage) responses(x *exchange.Exchange, st *xstate, msgs []*Message) ([][]byte, bool) {
+// where policy replaced a response with an error, filtered a list, or redacted something. In a
+// stream, a nil entry is a message to drop (a blocked server→client request, answered to the
+// server on the client's behalf).
+func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate, msgs []*Message, stream bool) ([][]byte, bool) {
 	out := make([][]byte, len(msgs))
 	changed := false
 	for i, m := range msgs {
@@ -439,24 +491,146 @@ func (s *stage) responses(x *exchange.Exchange, st *xstate, msgs []*Message) ([]
 					s.f.Sessions.SetVersion(st.session, v)
 				}
 			}
-			d := s.evaluate(x, st, m, req, ServerToClient, req)
+			d := s.evaluate(x, st, m, req, ServerToClient, req, nil)
 			if d.Action != policy.ActionAllow && m.Kind == KindResponse {
 				// Policy on a result: the client gets an error naming the appliance instead,
 				// never a made-up result.
 				out[i] = errorBody(m.ID, CodeDenied, "result withheld by "+Intermediary+" policy", d.Rule, d.Reason, 0)
 				changed = true
 				req.Decision, req.Rule, req.Reason = d.Action, d.Rule, "result withheld: "+d.Reason
+				continue
+			}
+			if m.Kind != KindResponse {
+				if o, ok := s.redact(out[i], d, "error", req); ok {
+					out[i], changed = o, true
+				}
+				continue
+			}
+			if o, ok := s.surface(x, st, m, req); ok {
+				out[i], changed = o, true
+			}
+			if o, ok := s.redact(out[i], d, "result", req); ok {
+				out[i], changed = o, true
 			}
 		default:
-			// A server→client request (sampling, elicitation, roots, ping) or notification:
-			// recorded; surface control judges them.
+			// A server→client request (sampling, elicitation, roots, ping) or notification.
 			r := s.newRecord(x, st, m, ServerToClient)
-			r.Decision = policy.ActionAllow
 			st.messages++
+			if m.Kind == KindNotification && m.Method == "notifications/tools/list_changed" {
+				s.f.Sessions.toolSchemas().forget(st.schemaKey())
+			}
+			var extra func(map[string]any)
+			kind := ""
+			if m.Kind == KindRequest {
+				tool := st.tool()
+				extra = serverRequestInput(m.Method, m.Params, tool)
+				if serverRequestKinds[m.Method] != "" {
+					kind = kindOf(m.Method, m.Params)
+					if tool != "" {
+						r.Name = level1.RedactURI(tool)
+					}
+				}
+			}
+			d := s.evaluate(x, st, m, r, ServerToClient, nil, extra)
+			r.Decision, r.Rule, r.Reason = d.Action, d.Rule, d.Reason
+			if kind != "" {
+				r.Reason = kind + " request from the server: " + r.Reason
+			}
+			if d.Action != policy.ActionAllow && stream {
+				out[i], changed = nil, true
+				if m.Kind == KindRequest {
+					r.Reason += "; dropped, the server was answered with JSON-RPC error " + fmt.Sprint(CodeDenied)
+					s.answerServer(ctx, x, st, m, r, d)
+					continue
+				}
+				r.Reason += "; dropped"
+			} else if o, ok := s.redact(out[i], d, "params", r); ok {
+				out[i], changed = o, true
+			}
 			s.emit(r)
 		}
 	}
 	return out, changed
+}
+
+// surface applies surface control to an allowed result: a list loses what this client may not
+// use (and its schemas are learnt for validate_arguments), an input_required result is judged
+// request by request. It returns the new message when it changed.
+func (s *stage) surface(x *exchange.Exchange, st *xstate, m *Message, req *Record) ([]byte, bool) {
+	if req.Method == "tools/list" && s.f.ValidateArguments {
+		s.f.Sessions.toolSchemas().learn(st.schemaKey(), !req.cursor, toolSchemas(m.Result))
+	}
+	kinds, isList := listMethods[req.Method]
+	if isList {
+		p := s.newProber(x, st, ClientToServer)
+		if p == nil {
+			return nil, false
+		}
+		f := filterList(m.Raw, kinds, versionAtLeast(st.version, version2026), p.allowed)
+		if len(f.hidden) == 0 {
+			return nil, false
+		}
+		appendReason(req, describeFiltered(req.Method, f))
+		return f.out, true
+	}
+	irs, ok := inputRequests(m.Result)
+	if !ok {
+		return nil, false
+	}
+	// 2026-07-28 multi round-trip: every input request is a server→client request, judged and
+	// recorded as one; a blocked one turns the whole result into an error for the client (the
+	// server cannot be answered for it: the client would retry with its answers).
+	tool := req.Name
+	var blocked *policy.Decision
+	var blockedKey string
+	for _, ir := range irs {
+		im := &Message{Kind: KindRequest, Method: ir.method, Params: ir.params}
+		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: "input_request", ID: ir.key, Method: ir.method,
+			Name: level1.RedactURI(tool), Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target)}
+		d := s.evaluate(x, st, im, r, ServerToClient, nil, serverRequestInput(ir.method, ir.params, tool))
+		r.Decision, r.Rule = d.Action, d.Rule
+		r.Reason = kindOf(ir.method, ir.params) + " input request " + oneLine(ir.key) + " (input_required of " + req.Method + "): " + d.Reason
+		if kindOf(ir.method, ir.params) == "" {
+			r.Reason = "input request " + oneLine(ir.key) + " (" + ir.method + "): " + d.Reason
+		}
+		if d.Action != policy.ActionAllow && blocked == nil {
+			blocked, blockedKey = &d, ir.key
+			r.Reason += "; the client gets an error instead of the input_required result"
+		}
+		st.messages++
+		s.emit(r)
+	}
+	if blocked == nil {
+		return nil, false
+	}
+	req.Decision, req.Rule = blocked.Action, blocked.Rule
+	req.Reason = "input_required result withheld: input request " + oneLine(blockedKey) + " denied: " + blocked.Reason
+	return errorBody(m.ID, CodeDenied, "input request denied by "+Intermediary+" policy", blocked.Rule, blocked.Reason, 0), true
+}
+
+// redact applies the redact rules of d to msg (scope: the member patterns scan). It notes on r
+// what was redacted (rules and paths, never values).
+func (s *stage) redact(msg []byte, d policy.Decision, scope string, r *Record) ([]byte, bool) {
+	if len(d.Redactions) == 0 {
+		return nil, false
+	}
+	out, hits, n := redactJSON(msg, d.Redactions, scope)
+	if n == 0 {
+		return nil, false
+	}
+	appendReason(r, describeHits(hits, n))
+	if r.Decision == "" || r.Decision == policy.ActionAllow {
+		r.Rule = hits[0].rule
+	}
+	return out, true
+}
+
+func appendReason(r *Record, s string) {
+	if r.Reason == "" || r.Reason == policy.ReasonNoMatch {
+		r.Reason = s
+		return
+	}
+	r.Reason += "; " + s
 }
 
 func (s *stage) unreadableResponse(x *exchange.Exchange, st *xstate, why string) {
@@ -490,6 +664,14 @@ func (s *stage) Done(x *exchange.Exchange) {
 	st.reqs = nil
 }
 
+// rules is the rule set that judges now, or nil (allow all).
+func (s *stage) rules() Evaluator {
+	if s.f.Rules == nil {
+		return nil
+	}
+	return s.f.Rules()
+}
+
 func (s *stage) emit(r *Record) {
 	if s.f.Record != nil {
 		s.f.Record(r)
@@ -500,11 +682,10 @@ func (s *stage) emit(r *Record) {
 
 // evaluate judges one message. For a response, req is the request it answers (its method and
 // name are the response's as far as rules are concerned).
-func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record, dir string, req *Record) policy.Decision {
-	if s.f.Rules == nil {
-		return policy.Decision{Action: policy.ActionAllow}
-	}
-	rs := s.f.Rules()
+// extra adds facts of surface control (the tool a server request was made for, an elicitation's
+// mode).
+func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record, dir string, req *Record, extra func(map[string]any)) policy.Decision {
+	rs := s.rules()
 	if rs == nil {
 		return policy.Decision{Action: policy.ActionAllow}
 	}
@@ -559,6 +740,12 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record
 		if m.Error != nil {
 			mcp["error"] = map[string]any{"code": m.Error.Code, "message": m.Error.Message}
 		}
+	}
+	if extra != nil {
+		extra(mcp)
+	}
+	if dir == ClientToServer && (m.Kind == KindRequest) && isRetry(m) {
+		mcp["retry"] = true
 	}
 	in := &policy.Input{
 		Client: s.f.Client, Conn: s.f.Conn, MCP: mcp, FailOpen: s.f.FailOpen, ServerMessage: dir == ServerToClient,

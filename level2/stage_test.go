@@ -209,14 +209,21 @@ func TestDenyByToolAndArgumentWithoutMCPHeaders(t *testing.T) {
 	if got := u.last.Load().([]byte); string(got) != call(9, "echo", `{"text":"hi"}`) {
 		t.Fatalf("the server got %q, not the client's bytes", got)
 	}
-	recs := h.recs()
+	// Records are written when an exchange ends, just after the client has its response: wait.
+	var recs []*Record
 	var denied, allowed int
-	for _, r := range recs {
-		if r.Method == "tools/call" && r.Decision == policy.ActionDeny && (r.Name == "denied_delete" || r.Name == "read_file" || r.Name == "denied_x") {
-			denied++
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		recs, denied, allowed = h.recs(), 0, 0
+		for _, r := range recs {
+			if r.Method == "tools/call" && r.Decision == policy.ActionDeny && (r.Name == "denied_delete" || r.Name == "read_file" || r.Name == "denied_x") {
+				denied++
+			}
+			if r.Method == "tools/call" && r.Name == "echo" && r.Decision == policy.ActionAllow && r.Status == 200 && r.ID == "9" {
+				allowed++
+			}
 		}
-		if r.Method == "tools/call" && r.Name == "echo" && r.Decision == policy.ActionAllow && r.Status == 200 && r.ID == "9" {
-			allowed++
+		if denied == 3 && allowed == 1 {
+			break
 		}
 	}
 	if denied != 3 || allowed != 1 {

@@ -9,6 +9,12 @@
 // go on to the following rules, so a limit can sit in front of the allow/deny list. When no rule
 // matches, the request is allowed.
 //
+// A fourth action, redact, decides nothing: a redact rule whose `when` is true adds its compiled
+// redact block (JSON paths, RE2 patterns, marker) to Decision.Redactions and evaluation goes on,
+// so a later deny still denies; Level 2 applies the blocks to the message. Input.Probe asks what
+// the rules would decide about a message that is not being sent (a listed tool a client might
+// call): rate_limit rules, which would spend a token, and redact rules are skipped.
+//
 // # Absent fields
 //
 // Absent facts are normal, not errors: MCP clients older than protocol 2026-07-28 send no

@@ -61,6 +61,8 @@ type RuleSpec struct {
 	Action    string // RuleAllow, RuleDeny or RuleRateLimit
 	Reason    string // optional; a default naming the rule is used when empty
 	RateLimit *RateLimit
+	// Redact is the redact block of a RuleRedact rule: what to hide in the message it matches.
+	Redact *Redact
 	// Pos is where the `when` expression starts and KeyPos where the rate limit key starts, so
 	// that errors point into the YAML file rather than into the expression.
 	Pos, KeyPos Pos
@@ -87,6 +89,11 @@ type Input struct {
 	// written for requests (`mcp.method == "tools/call"`) must neither deny the results of the
 	// calls it allowed nor spend rate-limit tokens on them.
 	ServerMessage bool
+
+	// Probe asks what the rules would decide about a message that is not being sent: Level 2
+	// asks it for every entry of a tools/list (would a call to this tool be denied to this
+	// client?). A probe skips rate_limit rules, spending no tokens, and redact rules.
+	Probe bool
 }
 
 // RuleError is one rule that failed to evaluate for one request.
@@ -114,6 +121,10 @@ type Decision struct {
 	// Input.FailOpen). When such a rule decided (fail closed), it is the last entry and Rule
 	// names it.
 	Errors []RuleError
+	// Redactions are the redact blocks of every redact rule that matched before the decision, in
+	// rule order. A redact rule does not decide: evaluation goes on past it, and a later deny
+	// still denies.
+	Redactions []*Redaction
 }
 
 // Option adjusts a Set at compile time.
@@ -141,6 +152,7 @@ type rule struct {
 	reason string
 	when   cel.Program // nil: always
 	rl     *rateRule   // only for RuleRateLimit
+	redact *Redaction  // only for RuleRedact
 	// paths are the constant field paths (mcp.method, http.headers["x"]) the rule reads; they
 	// turn CEL's bare "no such key: method" into the "mcp.method" the decision log reports.
 	paths []fieldPath
@@ -265,7 +277,27 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 		if spec.RateLimit != nil {
 			fail(spec.Pos, "rate_limit block given but action is %q, not %q", spec.Action, RuleRateLimit)
 		}
+		if spec.Redact != nil {
+			fail(spec.Pos, "redact block given but action is %q, not %q", spec.Action, RuleRedact)
+		}
+	case RuleRedact:
+		if spec.RateLimit != nil {
+			fail(spec.Pos, "rate_limit block given but action is %q, not %q", spec.Action, RuleRateLimit)
+		}
+		if spec.Redact == nil {
+			fail(spec.Pos, "action %q needs a redact block (paths and/or patterns)", RuleRedact)
+			break
+		}
+		red, msgs := compileRedact(spec.Redact)
+		for _, m := range msgs {
+			fail(spec.Pos, "%s", m)
+		}
+		red.Rule = spec.Name
+		r.redact = red
 	case RuleRateLimit:
+		if spec.Redact != nil {
+			fail(spec.Pos, "redact block given but action is %q, not %q", spec.Action, RuleRedact)
+		}
 		rl := spec.RateLimit
 		if rl == nil {
 			fail(spec.Pos, "action %q needs a rate_limit block (key, rate, burst)", RuleRateLimit)
@@ -298,9 +330,9 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 			}
 		}
 	case "":
-		fail(spec.Pos, "missing action (want %s, %s or %s)", RuleAllow, RuleDeny, RuleRateLimit)
+		fail(spec.Pos, "missing action (want %s, %s, %s or %s)", RuleAllow, RuleDeny, RuleRateLimit, RuleRedact)
 	default:
-		fail(spec.Pos, "unknown action %q (want %s, %s or %s)", spec.Action, RuleAllow, RuleDeny, RuleRateLimit)
+		fail(spec.Pos, "unknown action %q (want %s, %s, %s or %s)", spec.Action, RuleAllow, RuleDeny, RuleRateLimit, RuleRedact)
 	}
 
 	if strings.TrimSpace(spec.When) != "" {
@@ -327,6 +359,8 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 			r.reason = "denied by rule " + r.name
 		case RuleRateLimit:
 			r.reason = "rate limit " + r.name + " exceeded"
+		case RuleRedact:
+			r.reason = "redacted by rule " + r.name
 		}
 	}
 	if len(errs) > 0 {
@@ -476,6 +510,9 @@ func (s *Set) Evaluate(in *Input) Decision {
 		if in.ServerMessage && !r.readsServer {
 			continue
 		}
+		if in.Probe && (r.rl != nil || r.redact != nil) {
+			continue
+		}
 		if r.when != nil {
 			out, _, err := r.when.Eval(act)
 			if err != nil {
@@ -502,6 +539,10 @@ func (s *Set) Evaluate(in *Input) Decision {
 		case RuleDeny:
 			d.Action, d.Rule, d.Reason = ActionDeny, r.name, r.reason
 			return d
+		case RuleRedact:
+			// Not a verdict: the caller hides what the rule selects, later rules still decide.
+			d.Redactions = append(d.Redactions, r.redact)
+			continue
 		case RuleRateLimit:
 			key, errMsg := s.bucketKey(&d, r, in, act)
 			if errMsg != "" {
@@ -524,7 +565,8 @@ func (s *Set) Evaluate(in *Input) Decision {
 }
 
 // ruleFailed records that r failed to evaluate and reports whether that decides the request:
-// it does for a deny or rate_limit rule unless the caller asked to fail open. An allow rule
+// it does for a deny, rate_limit or redact rule unless the caller asked to fail open (a redact
+// rule that cannot tell whether to hide something denies rather than let it through). An allow rule
 // that fails is skipped, since an error must never grant what the rule would have.
 func ruleFailed(d *Decision, r *rule, in *Input, msg string) bool {
 	e := RuleError{Rule: r.name, Err: shortErr(msg)}

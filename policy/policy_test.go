@@ -357,7 +357,7 @@ func TestCompileErrors(t *testing.T) {
 		{
 			name:  "unknown action",
 			rules: []RuleSpec{{Name: "r6", When: `true`, Action: "block", Pos: pos}},
-			want:  []string{`mcpintercept.yaml:12:11: rule r6: unknown action "block" (want allow, deny or rate_limit)`},
+			want:  []string{`mcpintercept.yaml:12:11: rule r6: unknown action "block" (want allow, deny, rate_limit or redact)`},
 		},
 		{
 			name: "bad key expression points at the key",

@@ -82,6 +82,20 @@ step "Level 2: the TypeScript client calls denied_delete and echo with a forbidd
 (cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call echo '{"text":"a forbidden word"}')
 (cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call echo '{"text":"fine"}')
 
+step "Level 2 surface control: the Go SDK client lists the tools of :3011; denied_delete, which the rules deny, is not advertised (a direct run lists it)"
+ip netns exec mcpi-client bin/mcpclient -url http://10.200.2.2:3011/mcp | python3 -c 'import json,sys; print("  tools:", ", ".join(json.load(sys.stdin)["tools"]))'
+
+step "Level 2 surface control: server-everything asks the client for a sampling completion; allowed for lab-agent, blocked for lab-agent-untrusted (the server gets a JSON-RPC error from mcpintercept and ends the call itself)"
+(cd e2e/node && ip netns exec mcpi-client node sampling-client.mjs http://10.200.2.2:3013/mcp --name lab-agent --call trigger-sampling-request '{"prompt":"say hi","maxTokens":5}') | python3 -c 'import json,sys; r=json.load(sys.stdin); print("  lab-agent:", json.dumps(r["call"])[:150], "| sampling requests served:", r["served"]["sampling"])'
+(cd e2e/node && ip netns exec mcpi-client node sampling-client.mjs http://10.200.2.2:3013/mcp --name lab-agent-untrusted --call trigger-sampling-request '{"prompt":"say hi","maxTokens":5}') | python3 -c 'import json,sys; r=json.load(sys.stdin); print("  lab-agent-untrusted:", json.dumps(r["call"])[:150], "| sampling requests served:", r["served"]["sampling"])'
+
+step "Level 2 surface control: a secret in a tool result is redacted (rule redact-canary); the log says where, never what"
+(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call echo '{"text":"the key is CANARY-demo1234"}')
+
+step "Level 2 surface control: validate_arguments; add with a string argument is refused with -32602 before the server sees it, a valid one passes"
+(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --list-call add '{"a":"two","b":3}') | python3 -c 'import json,sys; print("  ", json.dumps(json.load(sys.stdin)["call"]))'
+(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --list-call add '{"a":2,"b":3}') | python3 -c 'import json,sys; print("  ", json.dumps(json.load(sys.stdin)["call"]))'
+
 step "Level 2 + terminate: Go SDK client -> https://mcp.lab.test:8444/mcp"
 ip netns exec mcpi-client bin/mcpclient -url https://mcp.lab.test:8444/mcp -ca "$WORK/appliance-ca.pem" | head -8
 

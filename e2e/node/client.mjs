@@ -9,6 +9,9 @@
 //                                  steps and print how many progress notifications arrived
 //   node client.mjs URL --call TOOL JSON
 //                                  call one tool and print {tool, is_error, text, error}
+//   node client.mjs URL --list-call TOOL JSON
+//                                  list the tools first (in the same session), then call one tool;
+//                                  prints {tools, call: {tool, is_error, text, error}}
 //   --sse (anywhere)               use the legacy HTTP+SSE transport (protocol 2024-11-05 style:
 //                                  GET the stream, POST to the endpoint it announces)
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -24,13 +27,18 @@ if (!url) {
 }
 
 const progressSteps = argv[3] === "--progress" ? Number(argv[4]) : 0;
-const callTool = argv[3] === "--call" ? { name: argv[4], args: JSON.parse(argv[5] || "{}") } : null;
+const callTool = argv[3] === "--call" || argv[3] === "--list-call" ? { name: argv[4], args: JSON.parse(argv[5] || "{}") } : null;
+const listFirst = argv[3] === "--list-call";
 
 const client = new Client({ name: "mcpintercept-lab-node-client", version: "1.0.0" });
 const transport = legacy ? new SSEClientTransport(new URL(url)) : new StreamableHTTPClientTransport(new URL(url));
 try {
   await client.connect(transport);
   if (callTool) {
+    let tools;
+    if (listFirst) {
+      tools = (await client.listTools()).tools.map((t) => t.name).sort();
+    }
     let out;
     try {
       const r = await client.callTool({ name: callTool.name, arguments: callTool.args }, undefined, { timeout: 15000 });
@@ -39,7 +47,7 @@ try {
       // A JSON-RPC error from the server (or from an intermediary that names itself in data).
       out = { tool: callTool.name, error: { code: err?.code, message: String(err?.message), data: err?.data } };
     }
-    console.log(JSON.stringify(out));
+    console.log(JSON.stringify(listFirst ? { tools, call: out } : out));
     await client.close();
     process.exit(0);
   }

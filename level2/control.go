@@ -1,0 +1,127 @@
+package level2
+
+import (
+	"net/url"
+	"strings"
+
+	"mcpintercept/exchange"
+	"mcpintercept/policy"
+)
+
+// Request-side surface control: arguments checked against the tool's schema, capabilities policy
+// would refuse withheld, redaction; then the body re-framed when any of them changed it.
+
+// CodeInvalidParams is JSON-RPC's Invalid params, the answer to arguments that do not match the
+// tool's input schema (error.data names the appliance: the server never saw the call).
+const CodeInvalidParams = -32602
+
+// ruleValidate names the check in records and error.data.
+const ruleValidate = "validate_arguments"
+
+// validateArguments refuses a body whose tools/call arguments do not match the input schema the
+// server listed for the tool in this session (or, for a stateless server, to any client). A
+// tool whose schema is not known, or cannot be compiled, is not checked.
+func (s *stage) validateArguments(x *exchange.Exchange, st *xstate, msgs []*Message, batch bool) (exchange.Result, bool) {
+	store := s.f.Sessions.toolSchemas()
+	if store == nil {
+		return exchange.Continue, false
+	}
+	for i, m := range msgs {
+		if m.Kind != KindRequest || m.Method != "tools/call" {
+			continue
+		}
+		ts := store.lookup(st.schemaKey(), m.Name())
+		if ts == nil {
+			continue
+		}
+		problem, checked := ts.validate(m.Arguments())
+		if !checked || problem == "" {
+			continue
+		}
+		r := st.reqs[i]
+		why := "arguments of " + r.Name + " do not match its input schema: " + problem
+		r.Decision, r.Rule, r.Reason = policy.ActionDeny, ruleValidate, why
+		d := policy.Decision{Action: policy.ActionDeny, Rule: ruleValidate, Reason: why}
+		return s.refuseWith(x, st, msgs, batch, r, d, CodeInvalidParams, "invalid params (checked by "+Intermediary+"): "+problem), true
+	}
+	return exchange.Continue, false
+}
+
+// transformRequests applies what policy asked of allowed requests: client capabilities withheld
+// (2026-07-28) and redactions. The body is re-framed when anything changed; the Mcp-Name and
+// Mcp-Param-* headers follow the body.
+func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*Message, batch bool, decs []policy.Decision) {
+	var p *prober
+	changed := false
+	out := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Raw
+		r := st.reqs[i]
+		if m.Kind == KindRequest && versionAtLeast(st.version, version2026) {
+			if p == nil {
+				p = s.newProber(x, st, ServerToClient)
+			}
+			if p != nil {
+				if o, removed := withholdCapabilities(out[i], m, p); len(removed) > 0 {
+					out[i], changed = o, true
+					appendReason(r, "client capabilities withheld from the server: "+strings.Join(removed, ", "))
+				}
+			}
+		}
+		if o, ok := s.redact(out[i], decs[i], "params", r); ok {
+			out[i], changed = o, true
+			if !batch {
+				if after, err := DecodeMessage(o, DecodeOptions{MaxSize: int(s.maxBody())}); err == nil {
+					syncMCPHeaders(x, m, after, decs[i].Redactions)
+				}
+			}
+		}
+	}
+	if !changed {
+		return
+	}
+	if batch {
+		x.SetRequestBody(joinBatch(out))
+	} else {
+		x.SetRequestBody(out[0])
+	}
+	if ce, ok := x.Req.Get("Content-Encoding"); ok && !isIdentity(ce) {
+		// The new body is written decoded.
+		x.DelRequestHeader("Content-Encoding")
+	}
+}
+
+// serverIdentity names the server of an exchange for the schema memory: the destination, the
+// SNI and the Host the client asked for.
+func (s *stage) serverIdentity(h *exchange.Head) string {
+	var b strings.Builder
+	if v, ok := s.f.Conn["orig_dst"].(string); ok {
+		b.WriteString(v)
+	}
+	b.WriteByte('|')
+	if v, ok := s.f.Conn["sni"].(string); ok {
+		b.WriteString(v)
+	}
+	b.WriteByte('|')
+	if v, ok := h.Get("Host"); ok {
+		b.WriteString(strings.ToLower(v))
+	}
+	return b.String()
+}
+
+// endpointTarget is the request target (path and query) of a 2024-11-05 endpoint event's URL.
+func endpointTarget(data string) string {
+	data = strings.TrimSpace(data)
+	u, err := url.Parse(data)
+	if err != nil {
+		return ""
+	}
+	t := u.EscapedPath()
+	if t == "" {
+		t = "/"
+	}
+	if u.RawQuery != "" {
+		t += "?" + u.RawQuery
+	}
+	return t
+}

@@ -1,0 +1,493 @@
+package level2
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"mcpintercept/exchange"
+	"mcpintercept/level1"
+	"mcpintercept/policy"
+)
+
+// Surface control: what the client is offered equals what policy lets it use. List results lose
+// the entries a call to which policy would deny this client; server→client requests (sampling,
+// elicitation, roots) are judged like client requests, with mcp.direction "server_to_client".
+
+// listKind is one kind of entry a list result holds: the result member with the array, the entry
+// member that names it, and the request policy judges for it.
+type listKind struct {
+	member, nameKey, probeMethod string
+}
+
+var (
+	toolsKind     = listKind{"tools", "name", "tools/call"}
+	promptsKind   = listKind{"prompts", "name", "prompts/get"}
+	resourcesKind = listKind{"resources", "uri", "resources/read"}
+	templatesKind = listKind{"resourceTemplates", "uriTemplate", "resources/read"}
+)
+
+// listMethods are the requests whose results are filtered; only responses to them (correlated by
+// id) are rewritten, so a tools/call result that happens to hold a "tools" array is left alone.
+var listMethods = map[string][]listKind{
+	"tools/list":               {toolsKind},
+	"prompts/list":             {promptsKind},
+	"resources/list":           {resourcesKind},
+	"resources/templates/list": {templatesKind},
+	// 2026-07-28: what discovery returns is filtered the same way, wherever it lists entries.
+	"server/discover": {toolsKind, promptsKind, resourcesKind, templatesKind},
+}
+
+// version2026 is the first version with caching hints (ttlMs, cacheScope) and multi round-trip
+// requests (input_required).
+const version2026 = "2026-07-28"
+
+// filtered is what filterList did to one result.
+type filtered struct {
+	out    []byte
+	total  int
+	hidden []string // names hidden, in order
+	rules  []string // the rules that hid them, each once
+}
+
+// filterList rebuilds the response message raw without the entries allowed refuses. When it
+// hid something and the result carries caching hints, or addScope is set (2026-07-28), the
+// result's cacheScope becomes "private": the page now depends on who asked. ttlMs, nextCursor
+// and every other member are kept as sent.
+func filterList(raw []byte, kinds []listKind, addScope bool, allowed func(method, name string) (bool, string)) filtered {
+	f := filtered{out: raw}
+	rm := memberSpan(raw, "result")
+	if !rm.found || !isObject(raw[rm.valStart:rm.valEnd]) {
+		return f
+	}
+	base := rm.valStart
+	result := raw[rm.valStart:rm.valEnd]
+	var edits []edit
+	for _, k := range kinds {
+		am := memberSpan(result, k.member)
+		if !am.found {
+			continue
+		}
+		arr := result[am.valStart:am.valEnd]
+		if len(arr) == 0 || arr[0] != '[' {
+			continue
+		}
+		els := elements(arr)
+		kept := make([][]byte, 0, len(els))
+		hid := false
+		for _, e := range els {
+			entry := arr[e[0]:e[1]]
+			f.total++
+			name, ok := "", false
+			if isObject(entry) {
+				name, ok = stringMember(entry, k.nameKey)
+			}
+			if ok {
+				if yes, rule := allowed(k.probeMethod, name); !yes {
+					hid = true
+					f.hidden = append(f.hidden, name)
+					if rule != "" && !contains(f.rules, rule) {
+						f.rules = append(f.rules, rule)
+					}
+					continue
+				}
+			}
+			kept = append(kept, entry)
+		}
+		if !hid {
+			continue
+		}
+		var b bytes.Buffer
+		b.Grow(len(arr))
+		b.WriteByte('[')
+		joinRaw(&b, kept)
+		b.WriteByte(']')
+		edits = append(edits, edit{base + am.valStart, base + am.valEnd, b.Bytes()})
+	}
+	if len(edits) == 0 {
+		return f
+	}
+	cs := memberSpan(result, "cacheScope")
+	_, hasTTL := member(result, "ttlMs")
+	switch {
+	case cs.found:
+		edits = append(edits, edit{base + cs.valStart, base + cs.valEnd, []byte(`"private"`)})
+	case addScope || hasTTL:
+		edits = append(edits, edit{base + 1, base + 1, []byte(`"cacheScope":"private",`)})
+	}
+	f.out = splice(raw, edits)
+	return f
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// describeFiltered is the record's account of a filtered list.
+func describeFiltered(method string, f filtered) string {
+	names := f.hidden
+	more := 0
+	if len(names) > 8 {
+		names, more = names[:8], len(names)-8
+	}
+	for i, n := range names {
+		names[i] = level1.RedactURI(n)
+	}
+	s := fmt.Sprintf("surface: %s hid %d of %d entries (%s", method, len(f.hidden), f.total, strings.Join(names, ", "))
+	if more > 0 {
+		s += fmt.Sprintf(", +%d more", more)
+	}
+	s += ")"
+	if len(f.rules) > 0 {
+		s += " by " + strings.Join(f.rules, ", ")
+	}
+	return s
+}
+
+// probe asks the rules whether a request this client has not sent would be allowed: a call to a
+// listed tool, or a server→client request the client's capabilities would let through. No
+// rate-limit token is spent (policy.Input.Probe).
+type prober struct {
+	s   *stage
+	x   *exchange.Exchange
+	st  *xstate
+	rs  Evaluator
+	mcp map[string]any
+	in  policy.Input
+}
+
+func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober {
+	rs := s.rules()
+	if rs == nil {
+		return nil
+	}
+	p := &prober{s: s, x: x, st: st, rs: rs, mcp: map[string]any{"direction": dir, "kind": KindRequest.String()}}
+	if st.version != "" {
+		p.mcp["version"] = st.version
+	}
+	if st.session != "" {
+		p.mcp["session"] = st.session
+	}
+	if st.clientInfo != nil {
+		p.mcp["client_info"] = st.clientInfo
+	} else if _, ci := s.f.Sessions.Lookup(st.session); ci != nil {
+		p.mcp["client_info"] = ci
+	}
+	p.in = policy.Input{Client: s.f.Client, Conn: s.f.Conn, MCP: p.mcp, FailOpen: s.f.FailOpen, Probe: true,
+		ServerMessage: dir == ServerToClient,
+		HTTP:          map[string]any{"method": x.Req.Method, "path": pathOf(x.Req.Target)}}
+	if info := level1.InfoOf(x); info != nil {
+		p.in.HTTP["headers"] = info.Headers
+	}
+	return p
+}
+
+// allowed judges method on name (a tool, prompt or resource).
+func (p *prober) allowed(method, name string) (bool, string) {
+	p.mcp["method"] = method
+	p.mcp["name"] = name
+	d := p.rs.Evaluate(&p.in)
+	return d.Action == "" || d.Action == policy.ActionAllow, d.Rule
+}
+
+// ---- server→client requests ----
+
+// serverRequestKinds are the server→client requests surface control judges, by method.
+var serverRequestKinds = map[string]string{
+	"sampling/createMessage": "sampling",
+	"elicitation/create":     "elicitation",
+	"roots/list":             "roots",
+}
+
+// elicitationMode is an elicitation request's mode ("form" when absent, as the spec defaults).
+func elicitationMode(params []byte) string {
+	if isObject(params) {
+		if m, ok := stringMember(params, "mode"); ok && m != "" {
+			return m
+		}
+	}
+	return "form"
+}
+
+// kindOf names a server request for the record: sampling, elicitation (form|url), roots.
+func kindOf(method string, params []byte) string {
+	k := serverRequestKinds[method]
+	if k == "elicitation" {
+		k += " (" + elicitationMode(params) + ")"
+	}
+	return k
+}
+
+// tool is the tool (or prompt, or resource) whose request the exchange carries: the context of
+// a server→client request made while answering it.
+func (st *xstate) tool() string {
+	for _, r := range st.reqs {
+		switch r.Method {
+		case "tools/call", "prompts/get", "resources/read":
+			return r.Name
+		}
+	}
+	return ""
+}
+
+// serverRequestInput adds what policy reads of a server→client request.
+func serverRequestInput(method string, params []byte, tool string) func(map[string]any) {
+	return func(mcp map[string]any) {
+		if tool != "" {
+			mcp["tool"] = tool
+			mcp["name"] = tool
+		}
+		if method == "elicitation/create" {
+			mcp["mode"] = elicitationMode(params)
+		}
+	}
+}
+
+// postTimeout bounds the appliance's own answer to a server.
+const postTimeout = 10 * time.Second
+
+// answerServer answers a blocked server→client request to the server on the client's behalf
+// (2025-x: a dropped request would leave the server waiting): a JSON-RPC error naming the
+// appliance, POSTed with the client's session headers over a new connection (Flow.Post). The
+// record r is written once the answer went out (or failed).
+func (s *stage) answerServer(ctx context.Context, x *exchange.Exchange, st *xstate, m *Message, r *Record, d policy.Decision) {
+	body := errorBody(m.ID, CodeDenied, "request denied by "+Intermediary+" policy", d.Rule, d.Reason, 0)
+	if s.f.Post == nil {
+		r.Err = "the server was not answered (no way to reach it from Level 2)"
+		s.emit(r)
+		return
+	}
+	target := x.Req.Target
+	if st.endpoint != "" {
+		target = st.endpoint
+	}
+	hdrs := []exchange.Header{
+		{Name: "Content-Type", Value: "application/json"},
+		{Name: "Accept", Value: "application/json, text/event-stream"},
+	}
+	for _, name := range []string{"Host", "Authorization", "Mcp-Session-Id", "MCP-Protocol-Version"} {
+		if v, ok := x.Req.Get(name); ok {
+			hdrs = append(hdrs, exchange.Header{Name: name, Value: v})
+		}
+	}
+	post := s.f.Post
+	record := s.f.Record
+	go func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postTimeout)
+		defer cancel()
+		if err := post(pctx, target, hdrs, body); err != nil {
+			r.Err = "answering the server failed: " + oneLine(err.Error())
+		}
+		if record != nil {
+			record(r)
+		}
+	}()
+}
+
+// capabilities a 2026-07-28 request can carry in _meta, and the server→client request each one
+// lets the server make (multi round-trip input requests).
+var capabilityRequests = []struct{ capability, method, mode string }{
+	{"sampling", "sampling/createMessage", ""},
+	{"elicitation", "elicitation/create", "form"},
+	{"elicitation", "elicitation/create", "url"},
+	{"roots", "roots/list", ""},
+}
+
+// withholdCapabilities removes from a 2026-07-28 request's client capabilities what policy would
+// refuse the server anyway (a sampling capability when sampling is blocked for this client and
+// tool), so that the server does not ask (the spec forbids input requests for capabilities the
+// client did not declare). It returns the new message and what it removed; raw when nothing.
+func withholdCapabilities(raw []byte, m *Message, p *prober) ([]byte, []string) {
+	switch m.Method {
+	case "tools/call", "prompts/get", "resources/read":
+	default:
+		return raw, nil
+	}
+	pm := memberSpan(raw, "params")
+	if !pm.found || !isObject(raw[pm.valStart:pm.valEnd]) {
+		return raw, nil
+	}
+	params := raw[pm.valStart:pm.valEnd]
+	mm := memberSpan(params, "_meta")
+	if !mm.found || !isObject(params[mm.valStart:mm.valEnd]) {
+		return raw, nil
+	}
+	meta := params[mm.valStart:mm.valEnd]
+	cm := memberSpan(meta, metaClientCapabilities)
+	if !cm.found || !isObject(meta[cm.valStart:cm.valEnd]) {
+		return raw, nil
+	}
+	caps := meta[cm.valStart:cm.valEnd]
+	base := pm.valStart + mm.valStart + cm.valStart
+	tool := m.Name()
+	p.mcp["tool"], p.mcp["name"] = tool, tool
+	defer delete(p.mcp, "tool")
+	defer delete(p.mcp, "mode")
+	refused := map[string]bool{}
+	why := map[string]string{}
+	for _, c := range capabilityRequests {
+		if _, ok := member(caps, c.capability); !ok {
+			continue
+		}
+		p.mcp["method"] = c.method
+		if c.mode != "" {
+			p.mcp["mode"] = c.mode
+		} else {
+			delete(p.mcp, "mode")
+		}
+		d := p.rs.Evaluate(&p.in)
+		if d.Action != "" && d.Action != policy.ActionAllow {
+			key := c.capability
+			if c.mode != "" {
+				key += "." + c.mode
+			}
+			refused[key], why[key] = true, d.Rule
+		}
+	}
+	if len(refused) == 0 {
+		return raw, nil
+	}
+	var removed []string
+	note := func(k string) { removed = append(removed, k+" (rule "+why[k]+")") }
+	newCaps := rebuildObject(caps, func(key string, val []byte) ([]byte, bool) {
+		switch key {
+		case "sampling", "roots":
+			if refused[key] {
+				note(key)
+				return nil, false
+			}
+		case "elicitation":
+			if !refused["elicitation.form"] && !refused["elicitation.url"] {
+				break
+			}
+			_, hasForm := member(val, "form")
+			_, hasURL := member(val, "url")
+			// An elicitation capability without modes means form only (2025-11-25).
+			formOn := hasForm || !hasURL
+			formLeft := formOn && !refused["elicitation.form"]
+			urlLeft := hasURL && !refused["elicitation.url"]
+			switch {
+			case !formLeft && !urlLeft:
+				if formOn && refused["elicitation.form"] {
+					note("elicitation.form")
+				}
+				if hasURL && refused["elicitation.url"] {
+					note("elicitation.url")
+				}
+				return nil, false
+			case formOn && !formLeft:
+				note("elicitation.form")
+				return rebuildObject(val, func(k string, v []byte) ([]byte, bool) { return v, k != "form" }), true
+			case hasURL && !urlLeft:
+				note("elicitation.url")
+				return rebuildObject(val, func(k string, v []byte) ([]byte, bool) { return v, k != "url" }), true
+			}
+		}
+		return val, true
+	})
+	if len(removed) == 0 {
+		return raw, nil
+	}
+	return splice(raw, []edit{{base, base + len(caps), newCaps}}), removed
+}
+
+// rebuildObject writes a validated object again with the members keep returns false for left
+// out and the values it returns in place of the others (keys and values otherwise as sent).
+func rebuildObject(obj []byte, keep func(key string, val []byte) ([]byte, bool)) []byte {
+	var b bytes.Buffer
+	b.Grow(len(obj))
+	b.WriteByte('{')
+	n := 0
+	i := skipWS(obj, 1)
+	for i < len(obj) && obj[i] == '"' {
+		ks := i
+		ke := skipString(obj, i)
+		i = skipWS(obj, ke)
+		i = skipWS(obj, i+1)
+		ve := skipValue(obj, i)
+		if v, ok := keep(keyText(obj[ks:ke]), obj[i:ve]); ok {
+			if n > 0 {
+				b.WriteByte(',')
+			}
+			b.Write(obj[ks:ke])
+			b.WriteByte(':')
+			b.Write(v)
+			n++
+		}
+		i = skipWS(obj, ve)
+		if i >= len(obj) || obj[i] != ',' {
+			break
+		}
+		i = skipWS(obj, i+1)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// inputRequest is one entry of an input_required result's inputRequests.
+type inputRequest struct {
+	key    string
+	method string
+	params []byte
+}
+
+// inputRequests returns the input requests of a 2026-07-28 input_required result (also when a
+// tasks/get result carries them), in the order sent; ok reports an input_required result.
+func inputRequests(result []byte) ([]inputRequest, bool) {
+	if !isObject(result) {
+		return nil, false
+	}
+	rt, _ := stringMember(result, "resultType")
+	ir, has := member(result, "inputRequests")
+	if rt != "input_required" && !(has && isObject(ir)) {
+		return nil, false
+	}
+	var out []inputRequest
+	if !has || !isObject(ir) {
+		return out, true
+	}
+	i := skipWS(ir, 1)
+	for i < len(ir) && ir[i] == '"' {
+		ke := skipString(ir, i)
+		key := keyText(ir[i:ke])
+		i = skipWS(ir, ke)
+		i = skipWS(ir, i+1)
+		ve := skipValue(ir, i)
+		v := ir[i:ve]
+		req := inputRequest{key: key}
+		if isObject(v) {
+			req.method, _ = stringMember(v, "method")
+			req.params, _ = member(v, "params")
+		}
+		out = append(out, req)
+		i = skipWS(ir, ve)
+		if i >= len(ir) || ir[i] != ',' {
+			break
+		}
+		i = skipWS(ir, i+1)
+	}
+	return out, true
+}
+
+// isRetry reports a multi round-trip retry: a request carrying inputResponses or requestState.
+func isRetry(m *Message) bool {
+	if _, ok := m.param("inputResponses"); ok {
+		return true
+	}
+	_, ok := m.param("requestState")
+	return ok
+}
+
+// versionAtLeast compares MCP versions (dates in ISO form compare as strings).
+func versionAtLeast(v, min string) bool { return v != "" && v >= min }
+
+// rawID is a JSON id for an error response (the id as sent).
+func rawID(m *Message) json.RawMessage { return m.ID }

@@ -1,0 +1,100 @@
+package level2
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"mcpintercept/policy"
+)
+
+// BenchmarkListFilter1000: a tools/list of 1,000 tools (every tenth denied by name) filtered for
+// one client, with the lab's rule shapes: one probe per tool.
+func BenchmarkListFilter1000(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"jsonrpc":"2.0","id":1,"result":{"tools":[`)
+	for i := range 1000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		name := fmt.Sprintf("tool_%d", i)
+		if i%10 == 0 {
+			name = fmt.Sprintf("denied_%d", i)
+		}
+		fmt.Fprintf(&sb, `{"name":%q,"description":"does thing %d","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}}`, name, i)
+	}
+	sb.WriteString(`],"nextCursor":"next"}}`)
+	raw := []byte(sb.String())
+	set, err := policy.Compile([]policy.RuleSpec{
+		{Name: "deny-denied-tools", When: `mcp.method == "tools/call" && mcp.name.startsWith("denied_")`, Action: "deny"},
+		{Name: "deny-forbidden-echo", When: `mcp.method == "tools/call" && mcp.name == "echo" && "text" in mcp.arguments && mcp.arguments.text.contains("forbidden")`, Action: "deny"},
+		{Name: "tools-call-rate", When: `mcp.method == "tools/call"`, Action: "rate_limit", RateLimit: &policy.RateLimit{Key: "client.address", Rate: 50, Burst: 200}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mcp := map[string]any{"direction": ClientToServer, "kind": "request"}
+	in := policy.Input{Client: map[string]any{"address": "10.200.1.2"}, MCP: mcp, Probe: true}
+	allowed := func(method, name string) (bool, string) {
+		mcp["method"], mcp["name"] = method, name
+		d := set.Evaluate(&in)
+		return d.Action == policy.ActionAllow, d.Rule
+	}
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		msgs, _, err := Decode(raw, DecodeOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		f := filterList(msgs[0].Raw, listMethods["tools/list"], true, allowed)
+		if len(f.hidden) != 100 {
+			b.Fatalf("hid %d", len(f.hidden))
+		}
+	}
+}
+
+// BenchmarkRedact1MiB: the added latency of redaction on a 1 MiB tools/call result (one canary
+// among 64 text blocks of 16 KiB), decode included as Level 2 does it.
+func BenchmarkRedact1MiB(b *testing.B) {
+	var sb bytes.Buffer
+	sb.WriteString(`{"jsonrpc":"2.0","id":1,"result":{"content":[`)
+	block := strings.Repeat("lorem ipsum dolor sit amet ", 16<<10/27)
+	for i := range 64 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		text := block
+		if i == 32 {
+			text = block[:1000] + "CANARY-0123456789abcdef" + block[1000:]
+		}
+		fmt.Fprintf(&sb, `{"type":"text","text":%q}`, text)
+	}
+	sb.WriteString(`]}}`)
+	raw := sb.Bytes()
+	reds := []*policy.Redaction{{Rule: "redact-canary", Marker: "[REDACTED]", Patterns: []*regexp.Regexp{regexp.MustCompile(`CANARY-[0-9A-Za-z]+`)}}}
+	b.Run("decode only", func(b *testing.B) {
+		b.SetBytes(int64(len(raw)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := Decode(raw, DecodeOptions{MaxSize: 4 << 20}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode and redact", func(b *testing.B) {
+		b.SetBytes(int64(len(raw)))
+		b.ReportAllocs()
+		for b.Loop() {
+			msgs, _, err := Decode(raw, DecodeOptions{MaxSize: 4 << 20})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, _, n := redactJSON(msgs[0].Raw, reds, "result"); n != 1 {
+				b.Fatalf("%d redactions", n)
+			}
+		}
+	})
+}
