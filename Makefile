@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all build deps test test-unit test-e2e generate lab-up lab-down demo bench fuzz vet clean
+.PHONY: all build deps test test-unit test-e2e generate lab-up lab-down demo bench fuzz vet clean deb dist
 
 all: build
 
@@ -55,12 +55,23 @@ fuzz:
 	@set -e; for t in config:FuzzParse tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
 		exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
 		level1:FuzzDecodeHeaderValue level1:FuzzGuards level1:FuzzRedactURI policy:FuzzCompile \
-		level2:FuzzDecode level2:FuzzDecodeBody level2:FuzzStage telemetry:FuzzFlowRecordEncoding; do \
+		level2:FuzzDecode level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
+		telemetry:FuzzFlowRecordEncoding intercept:FuzzDNSQuery; do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$$pkg/; done
 
 vet:
 	$(GO) vet ./...
+
+# The Debian package (packaging/build.sh, dpkg-deb): static binary, hardened systemd unit, example
+# configs as conffiles, service user, postinst that starts nothing. bin/mcpintercept_VERSION_ARCH.deb,
+# VERSION from `git describe`.
+deb:
+	packaging/build.sh deb bin
+
+# The .deb, a tarball of the same files (bin/mcpintercept-VERSION-linux-ARCH.tar.gz) and bin/SHA256SUMS.
+dist:
+	packaging/build.sh dist bin
 
 clean:
 	rm -rf $(BIN)

@@ -13,6 +13,7 @@ import (
 
 	"mcpintercept/config"
 	"mcpintercept/flowconn"
+	"mcpintercept/origin"
 	"mcpintercept/policy"
 	"mcpintercept/tlsmitm"
 )
@@ -59,7 +60,14 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) outcome {
 	rt := e.routing.Load()
 	// DNS interception plugs in here: a route matching by name will match f.origin.Host (the
 	// name behind the VIP) as well as the SNI.
-	route := selectRoute(rt.Routes, f.client, f.orig, f.sni)
+	// A route's sni match also matches the name the client resolved (DNS steering knows it before
+	// any byte; the mechanism has already refused a TLS SNI that differs from it).
+	route := selectRoute(rt.Routes, f.client, f.orig, func() string {
+		if f.origin.Host != "" {
+			return f.origin.Host
+		}
+		return f.sni()
+	})
 
 	if route == DefaultRoute {
 		// No route matched: also a TLS flow without SNI, or with one no sni: route names.
@@ -205,10 +213,23 @@ func (e *Engine) dial(ctx context.Context, f *flow, d Disposition) (*net.TCPConn
 	uc, err := e.opt.Dialer.DialContext(dctx, "tcp", f.orig.String())
 	cancel()
 	if err != nil {
+		var rr interface{ RefuseReason() string }
+		if errors.As(err, &rr) {
+			// The upstream deny list (loopback, link-local, metadata, the VIP pools): a refusal,
+			// not an unreachable destination.
+			return nil, refusal(d, "upstream_deny", "upstream: "+err.Error(), rr.RefuseReason()), false
+		}
 		return nil, upstreamFailure(d, "", "upstream: "+dialReason(err), "dial"), false
 	}
 	up := uc.(*net.TCPConn)
 	f.up = up
+	if f.origin.Host != "" {
+		// The destination was a name (DNS steering): the record and the rules see the address it
+		// resolved to and was dialled at, not the virtual IP.
+		if ap, err := origin.AddrPortOf(up.RemoteAddr()); err == nil {
+			f.orig = ap
+		}
+	}
 	if !f.fc.setUpstream(up) { // drained while dialling
 		out := forwarded(d, 0, "", "shutdown")
 		out.reset = true

@@ -305,7 +305,14 @@ func (e *Engine) run(ctx context.Context, f *flow) (out outcome) {
 
 	o, err := e.opt.Steering.Origin(f.c)
 	if err != nil {
-		return e.refuse(f, "no_original_destination", err)
+		// A mechanism that refuses on purpose (DNS: an SNI that is not the name behind the VIP,
+		// a VIP bound to no name) says why; anything else is a lost original destination.
+		reason := "no_original_destination"
+		var rr interface{ RefuseReason() string }
+		if errors.As(err, &rr) {
+			reason = rr.RefuseReason()
+		}
+		return e.refuse(f, reason, err)
 	}
 	if o.Mechanism == "" {
 		o.Mechanism = e.opt.Mechanism

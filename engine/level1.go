@@ -36,7 +36,11 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 	// refuses before any policy runs).
 	opt.AllowUpgrade = route.AllowUpgrade
 	opt.StrictMCPHeaders = route.StrictMCPHeaders
-	if tlsMode == Terminate {
+	if f.origin.Host != "" {
+		// DNS steering: the client reached this flow by a name; a request must not name another
+		// host (421), in plaintext as in TLS.
+		opt.ExpectedHost = f.origin.Host
+	} else if tlsMode == Terminate {
 		// The route was chosen by the SNI (or, without one, by the destination): a request must
 		// not name another host inside that TLS session (421 otherwise).
 		opt.ExpectedHost = f.sniName

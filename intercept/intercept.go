@@ -65,6 +65,8 @@ func New(cfg *config.Config) (Mechanism, error) {
 		return &external{cfg: cfg}, nil
 	case config.EBPF:
 		return newEBPFFromConfig(cfg)
+	case config.DNS:
+		return newDNSFromConfig(cfg)
 	default:
 		return nil, fmt.Errorf("mechanism %q is not available in this build", cfg.Mechanism)
 	}
@@ -74,7 +76,7 @@ func New(cfg *config.Config) (Mechanism, error) {
 // the accepted socket's local address is a foreign address (the original destination).
 func Transparent(cfg *config.Config) bool {
 	switch cfg.Mechanism {
-	case config.NftablesTProxy:
+	case config.NftablesTProxy, config.DNS:
 		return true
 	case config.External:
 		return cfg.External.OriginalDst == "local-address"
@@ -98,7 +100,7 @@ func Recovery(cfg *config.Config) string {
 	case config.EBPF:
 		return "eBPF cgroup/connect4 and cgroup/connect6 on the steered cgroup record the original destination and the process (pid, uid, gid, comm, cgroup id) in socket storage and rewrite the destination to the loopback listener; a sockops program moves the record onto the accepted socket, where the engine reads it by file descriptor"
 	case config.DNS:
-		return "DNS answers map names to virtual IPs; the original name and port come from the VIP table"
+		return "the appliance's DNS server answers the configured names with virtual IPs (VIPs) from its pools; nftables tproxy steers the pools to a transparent listener, whose accepted socket's local address is the VIP and port; the VIP table gives the name behind it (the engine's Origin.Host), a TLS client must send that name as its SNI, and the name is resolved through the upstream resolvers when the appliance dials (its addresses checked against upstream_deny) on the port the client used"
 	}
 	return "unknown"
 }

@@ -20,6 +20,8 @@ func newIptables(cfg *config.Config) Mechanism { return unsupported{config.Iptab
 
 func newEBPFFromConfig(cfg *config.Config) (Mechanism, error) { return nil, errNotLinux }
 
+func newDNSFromConfig(cfg *config.Config) (Mechanism, error) { return nil, errNotLinux }
+
 func listenTargets(cfg *config.Config) (v4, v6 netip.Addr) { return }
 
 type unsupported struct{ name config.Mechanism }
