@@ -95,7 +95,8 @@ type Appliance struct {
 	flows    *telemetry.FlowLog // nil when the flow log is off
 	flowFile *os.File
 	eng      *engine.Engine
-	caFile   string // the CA certificate, when it is loaded (terminate routes can be served)
+	caFile   string           // the CA certificate, when it is loaded (terminate routes can be served)
+	opened   intercept.Opener // the mechanism's own resources (dns: VIP table, DNS sockets)
 
 	mu        sync.Mutex // orders Reload, Start and Stop
 	sets      engine.CompiledRuleSets
@@ -147,6 +148,19 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 
 	a.metrics = telemetry.NewMetrics()
 	a.setKeep(cfg)
+	if o, ok := a.mech.(intercept.Opener); ok {
+		if err := o.Open(ctx, a.metrics.Registry, log.With("component", "dns")); err != nil {
+			return nil, err
+		}
+		a.opened = o
+	}
+	// Every mechanism's upstream dials pass upstream_deny; dns dials the name behind a VIP.
+	dialer, err := intercept.NewUpstreamDialer(cfg, a.mech,
+		intercept.BypassDialer(cfg.Steering.BypassMark, cfg.Limits.ConnectTimeout.Duration),
+		a.metrics.Registry, log.With("component", "dialer"))
+	if err != nil {
+		return nil, err
+	}
 	if !opt.NoAdmin && cfg.Admin.Listen != "off" && cfg.Admin.Listen != "" {
 		a.admin, err = telemetry.NewAdmin(cfg.Admin.Listen, a.metrics, func() any { return Declaration(cfg) }, log.With("component", "admin"))
 		if err != nil {
@@ -185,7 +199,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 	a.eng = engine.New(engine.Options{
 		Mechanism: string(a.mech.Name()),
 		Steering:  a.mech,
-		Dialer:    intercept.BypassDialer(cfg.Steering.BypassMark, cfg.Limits.ConnectTimeout.Duration),
+		Dialer:    dialer,
 		Limits:    limitsOf(cfg),
 		Flows:     a.sink(),
 		Metrics:   a.metrics,
@@ -291,6 +305,7 @@ func (a *Appliance) Start(ctx context.Context) error {
 	}
 	a.info("ready", args...)
 	close(a.ready)
+	sdReady()
 	return nil
 }
 
@@ -342,6 +357,7 @@ func (a *Appliance) Metrics() *telemetry.Metrics { return a.metrics }
 func (a *Appliance) Reload(path string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	defer sdReloading()()
 	if a.opt.Routing != nil {
 		err := errors.New("routing was fixed at start-up")
 		a.log.Error("reload refused; keeping the running configuration", "err", err)
@@ -381,6 +397,7 @@ func (a *Appliance) Stop(ctx context.Context) error {
 		return nil
 	}
 	a.stopped = true
+	sdStopping()
 	if a.admin != nil {
 		a.admin.SetReady(false)
 	}
@@ -442,6 +459,12 @@ func (a *Appliance) release() {
 		a.admin = nil
 	}
 	a.closeListeners()
+	if a.opened != nil {
+		if err := a.opened.Close(); err != nil {
+			a.log.Warn("close "+string(a.mech.Name()), "err", err)
+		}
+		a.opened = nil
+	}
 }
 
 func (a *Appliance) closeListeners() {

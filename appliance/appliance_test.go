@@ -81,6 +81,8 @@ intercept:
   ports: [80, 443, "3000-3010", 8080, 8443, 9443]
 limits: {drain_timeout: 5s}
 admin: {listen: "off"}
+# The fake upstreams of these tests listen on loopback, which the default upstream_deny refuses.
+upstream_deny: [169.254.169.254/32]
 routes:
   - name: lab-passthrough
     match: {ports: [9443]}
@@ -276,7 +278,7 @@ func TestNewRefusesBeforeInstalling(t *testing.T) {
 		ownListens bool // the test hands New a listener, which New must close
 	}{
 		{name: "rule that does not compile", src: strings.Replace(labLike, `mcp.method == "tools/call" &&`, `mcp.nope( &&`, 1),
-			configErr: true, want: "c0.yaml:22:24: rule deny-denied-tools", ownListens: true},
+			configErr: true, want: "c0.yaml:24:24: rule deny-denied-tools", ownListens: true},
 		{name: "listen port in use", src: strings.Replace(labLike, "port: 15001", fmt.Sprintf("port: %d", busyPort), 1),
 			want: "in use"},
 		{name: "extra CA missing", src: strings.Replace(labLike, "tls: passthrough", "tls: terminate", 1) +

@@ -23,7 +23,7 @@ func Check(cfg *config.Config) error {
 func Declaration(cfg *config.Config) telemetry.Declaration {
 	if cfg == nil || cfg.Path == "" {
 		var ms []telemetry.Interception
-		for _, m := range []config.Mechanism{config.NftablesTProxy, config.IptablesRedirect, config.EBPF, config.External} {
+		for _, m := range []config.Mechanism{config.NftablesTProxy, config.IptablesRedirect, config.EBPF, config.DNS, config.External} {
 			c := config.Default(m)
 			ms = append(ms, telemetry.Interception{Mechanism: string(m), OriginalDestination: intercept.Recovery(c)})
 			if m == config.External {

@@ -70,7 +70,7 @@ func TestDeclaration(t *testing.T) {
 		recovery  string
 		levels    []int
 	}{
-		{name: "build", nilConfig: true, mechs: []string{"nftables-tproxy", "iptables-redirect", "ebpf", "external", "external"},
+		{name: "build", nilConfig: true, mechs: []string{"nftables-tproxy", "iptables-redirect", "ebpf", "dns", "external", "external"},
 			levels: telemetry.BuildCapabilities.Levels},
 		{name: "lab config", mechs: []string{"external"}, inEffect: true, recovery: "local address", levels: []int{1}},
 		{name: "--mechanism iptables-redirect", override: config.IptablesRedirect, mechs: []string{"iptables-redirect"}, inEffect: true,
