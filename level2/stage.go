@@ -223,6 +223,11 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 		if pv := m.ProtocolVersion(); pv != "" && m.Method != "initialize" {
 			st.version = pv
 		}
+		if st.clientInfo == nil && m.Kind == KindRequest {
+			// 2026-07-28 carries clientInfo in each request's _meta: keep it for what the
+			// server asks of the client in this exchange (input requests, withheld capabilities).
+			st.clientInfo = m.ClientInfo()
+		}
 	}
 	for _, r := range st.reqs {
 		if r.Version == "" {

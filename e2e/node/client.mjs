@@ -12,6 +12,9 @@
 //   node client.mjs URL --list-call TOOL JSON
 //                                  list the tools first (in the same session), then call one tool;
 //                                  prints {tools, call: {tool, is_error, text, error}}
+//   --all-pages (anywhere)         list every page of tools (follow nextCursor until the server
+//                                  sends none); without it only the first page is listed, as
+//                                  client.listTools() does. The summary then also has "pages".
 //   --sse (anywhere)               use the legacy HTTP+SSE transport (protocol 2024-11-05 style:
 //                                  GET the stream, POST to the endpoint it announces)
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -19,7 +22,8 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
 
 const legacy = process.argv.includes("--sse");
-const argv = process.argv.filter((a) => a !== "--sse");
+const allPages = process.argv.includes("--all-pages");
+const argv = process.argv.filter((a) => a !== "--sse" && a !== "--all-pages");
 const url = argv[2];
 if (!url) {
   console.error("usage: node client.mjs URL [--sse] [--progress N | --call TOOL JSON]");
@@ -30,6 +34,21 @@ const progressSteps = argv[3] === "--progress" ? Number(argv[4]) : 0;
 const callTool = argv[3] === "--call" || argv[3] === "--list-call" ? { name: argv[4], args: JSON.parse(argv[5] || "{}") } : null;
 const listFirst = argv[3] === "--list-call";
 
+// listTools lists the first page, or with --all-pages every page (bounded, in case a cursor
+// loops), and counts the pages.
+let pages = 0;
+async function listTools() {
+  const tools = [];
+  let cursor;
+  do {
+    const r = await client.listTools(cursor === undefined ? undefined : { cursor });
+    pages++;
+    tools.push(...r.tools);
+    cursor = allPages ? r.nextCursor : undefined;
+  } while (cursor !== undefined && pages < 1000);
+  return { tools };
+}
+
 const client = new Client({ name: "mcpintercept-lab-node-client", version: "1.0.0" });
 const transport = legacy ? new SSEClientTransport(new URL(url)) : new StreamableHTTPClientTransport(new URL(url));
 try {
@@ -37,7 +56,7 @@ try {
   if (callTool) {
     let tools;
     if (listFirst) {
-      tools = (await client.listTools()).tools.map((t) => t.name).sort();
+      tools = (await listTools()).tools.map((t) => t.name).sort();
     }
     let out;
     try {
@@ -62,7 +81,7 @@ try {
     await client.close();
     process.exit(0);
   }
-  const { tools } = await client.listTools();
+  const { tools } = await listTools();
   const names = tools.map((t) => t.name).sort();
   const calls = [];
   const echo = tools.find((t) => t.name === "echo");
@@ -78,7 +97,9 @@ try {
     }
   }
   const info = client.getServerVersion();
-  console.log(JSON.stringify({ server: info?.name, tools: names, calls }, null, 2));
+  const summary = { server: info?.name, tools: names, calls };
+  if (allPages) summary.pages = pages;
+  console.log(JSON.stringify(summary, null, 2));
   await client.close();
 } catch (err) {
   console.error(`mcp client: ${err?.stack || err}`);

@@ -21,6 +21,15 @@
 //
 //	mcpclient -url http://10.200.2.2:8080/mcp [-calls 1] [-timeout 20s] [-ca ca.pem]
 //	mcpclient -url URL -tool progress -args '{"steps":5}'
+//	mcpclient -url URL -tool ask_model -answer [-name lab-agent-untrusted]
+//
+// -answer declares the sampling and elicitation capabilities and answers
+// those requests (server→client on 2025-x, input requests of an
+// input_required result on 2026-07-28, which the SDK retries on its own)
+// with fixed results: a sampling request gets "a canned completion from the
+// lab client" (model lab-model), an elicitation gets accept with
+// {"name":"lab user"}; the -tool output then counts them under "served".
+// -name sets clientInfo.name (policy reads it as mcp.client_info.name).
 package main
 
 import (
@@ -62,6 +71,8 @@ type options struct {
 	args            string
 	protocolVersion string
 	headers         headerFlag
+	name            string
+	answer          bool
 }
 
 func main() {
@@ -75,6 +86,8 @@ func main() {
 	flag.StringVar(&o.protocolVersion, "protocol-version", "", "protocol version to ask for (default: the SDK's latest, which tries server/discover and falls back to initialize)")
 	flag.Var(&o.headers, "header", `extra HTTP request header "Name: value", repeatable`)
 	flag.StringVar(&dialNetwork, "dial-network", "tcp", `network for every dial: "tcp6" keeps an IPv4-mapped address (::ffff:a.b.c.d) on an IPv6 socket`)
+	flag.StringVar(&o.name, "name", "mcpintercept-e2e-client", "clientInfo.name")
+	flag.BoolVar(&o.answer, "answer", false, "declare sampling and elicitation and answer them with fixed results (counted in the -tool output)")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -99,13 +112,19 @@ func run(o options) error {
 	defer cancel()
 
 	var progress progressCounter
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcpintercept-e2e-client", Version: "1.0.0"}, &mcp.ClientOptions{
+	copts := &mcp.ClientOptions{
 		// No roots, sampling or elicitation: a server (server-everything)
 		// must not register capability-dependent tools or call back, so
 		// the tool list and traffic stay the same from run to run.
 		Capabilities:                &mcp.ClientCapabilities{},
 		ProgressNotificationHandler: progress.handle,
-	})
+	}
+	if o.answer {
+		served = &servedCounts{}
+		copts.CreateMessageHandler = served.sample
+		copts.ElicitationHandler = served.elicit
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: o.name, Version: "1.0.0"}, copts)
 	transport := &mcp.StreamableClientTransport{Endpoint: o.url, HTTPClient: httpClient}
 	cs, err := client.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: o.protocolVersion})
 	if err != nil {
@@ -397,6 +416,31 @@ type oneReport struct {
 	Error                 *jsonrpc.Error      `json:"error,omitempty"`
 	TransportError        string              `json:"transport_error,omitempty"`
 	ProgressNotifications int                 `json:"progress_notifications"`
+	Served                *servedCounts       `json:"served,omitempty"`
+}
+
+// served counts the requests -answer answered (nil without -answer).
+var served *servedCounts
+
+type servedCounts struct {
+	mu          sync.Mutex
+	Sampling    int `json:"sampling"`
+	Elicitation int `json:"elicitation"`
+}
+
+func (s *servedCounts) sample(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	s.mu.Lock()
+	s.Sampling++
+	s.mu.Unlock()
+	return &mcp.CreateMessageResult{Role: "assistant", Model: "lab-model", StopReason: "endTurn",
+		Content: &mcp.TextContent{Text: "a canned completion from the lab client"}}, nil
+}
+
+func (s *servedCounts) elicit(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	s.mu.Lock()
+	s.Elicitation++
+	s.mu.Unlock()
+	return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "lab user"}}, nil
 }
 
 func callOne(ctx context.Context, cs *mcp.ClientSession, tool, argsJSON string, progress *progressCounter) error {
@@ -424,6 +468,11 @@ func callOne(ctx context.Context, cs *mcp.ClientSession, tool, argsJSON string, 
 		rep.TransportError = callErr.Error()
 	}
 	rep.ProgressNotifications = progress.settle(100*time.Millisecond, time.Second)
+	if served != nil {
+		served.mu.Lock()
+		defer served.mu.Unlock()
+		rep.Served = served
+	}
 
 	out, err := json.Marshal(rep)
 	if err != nil {

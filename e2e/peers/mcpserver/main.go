@@ -6,12 +6,22 @@
 // forwarded as they arrive) and whoami (the client address as this server
 // saw it, to check transparency), plus one resource and one prompt.
 //
+// Test-only additions, all off by default: -extra-tools N registers N more
+// tools (odd ones named denied_extra_NN, even ones extra_NN) and -page-size N
+// sets the SDK's page size for list results, so that a test can list more
+// tools than one page holds; -input-required adds ask_model and ask_user,
+// tools that answer a 2026-07-28 call with an input_required result (a
+// sampling, resp. elicitation, input request and a signed requestState) and
+// the retry that carries the answer and the state unchanged with the final
+// result (older clients are asked by the SDK itself, server→client).
+//
 // Every HTTP request is logged to stderr as one line before it is handled,
 // so a test can tell whether a request reached the server. Once every
 // listener is bound it prints "READY <addr>" per listener on stdout.
 //
 //	mcpserver -listen 10.200.2.2:8080,[fd00:200:2::2]:8080 [-path /mcp]
 //	          [-stateless] [-response auto|json|sse] [-tls-cert F -tls-key F] [-name mcpserver] [-h2c]
+//	          [-extra-tools N] [-page-size N] [-input-required]
 package main
 
 import (
@@ -64,6 +74,9 @@ type options struct {
 	name          string
 	localhostProt bool
 	h2c           bool
+	extraTools    int
+	pageSize      int
+	inputRequired bool
 }
 
 func main() {
@@ -77,6 +90,9 @@ func main() {
 	flag.StringVar(&o.name, "name", "mcpserver", "server name reported in serverInfo")
 	flag.BoolVar(&o.localhostProt, "localhost-protection", false, "keep the SDK's DNS-rebinding check (403 for a non-loopback Host on a loopback listener); off by default so any Host the client used is served")
 	flag.BoolVar(&o.h2c, "h2c", false, "also speak HTTP/2 over cleartext (h2c), both by `Upgrade: h2c` and with prior knowledge, as an attacker's server behind a Level 1 route might")
+	flag.IntVar(&o.extraTools, "extra-tools", 0, "register this many more tools: odd ones denied_extra_NN, even ones extra_NN (to list more than one page)")
+	flag.IntVar(&o.pageSize, "page-size", 0, "page size of list results (0: the SDK's default, 1000)")
+	flag.BoolVar(&o.inputRequired, "input-required", false, "add ask_model and ask_user, tools that ask the client through 2026-07-28 input_required results (sampling, elicitation)")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -103,6 +119,9 @@ func run(o options, logger *slog.Logger) error {
 	default:
 		return fmt.Errorf("-response %q: want json, sse or auto", o.response)
 	}
+	if o.extraTools < 0 || o.extraTools > 10000 || o.pageSize < 0 {
+		return errors.New("-extra-tools must be 0..10000 and -page-size >= 0")
+	}
 	if !strings.HasPrefix(o.path, "/") {
 		return fmt.Errorf("-path %q must start with /", o.path)
 	}
@@ -110,7 +129,13 @@ func run(o options, logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	server := newMCPServer(o.name)
+	server := newMCPServer(o.name, &mcp.ServerOptions{PageSize: o.pageSize})
+	addExtraTools(server, o.extraTools)
+	if o.inputRequired {
+		if err := addInputRequiredTools(server); err != nil {
+			return err
+		}
+	}
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:                  o.stateless,
 		JSONResponse:               jsonResponse,
@@ -221,8 +246,8 @@ func textResult(s string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
 }
 
-func newMCPServer(name string) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: name, Version: "1.0.0"}, nil)
+func newMCPServer(name string, opts *mcp.ServerOptions) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: name, Version: "1.0.0"}, opts)
 
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Echoes the text argument."},
 		func(_ context.Context, _ *mcp.CallToolRequest, in echoArgs) (*mcp.CallToolResult, any, error) {
