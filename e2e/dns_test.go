@@ -16,8 +16,12 @@ import (
 
 // The dns mechanism end to end (issue 12; the draft names "DNS-based interception" among the
 // ways traffic reaches a Transparent intermediary, "Transparent Mode"). mcpi-client resolves
-// through the appliance (a per-namespace resolv.conf); the upstream is dnsupstream in
-// mcpi-server; only the VIP pool is steered, never the server's real addresses.
+// through the appliance (a per-namespace resolv.conf); the upstream is the lab's DNS server
+// (dnsmasq, which scripts/lab.sh up starts in mcpi-server on 10.200.2.2:53, UDP and TCP, logging
+// every query to .lab/dns/dnsmasq.log); only the VIP pool is steered, never the server's real
+// addresses. The lab server covers every case, truncation included (big.lab.test: 40 TXT strings
+// of 200 bytes, truncated over UDP, whole over TCP), so the test starts no DNS server of its own;
+// dnsupstream serves only as its DNS client (`dnsupstream query`).
 
 const dnsPool = "198.18.0.0/24"
 
@@ -44,7 +48,7 @@ func dnsLabConfig(t *testing.T, caDir, stateDir string) string {
 	return s
 }
 
-// dnsPeer builds (once) the lab DNS peer.
+// dnsPeer builds (once) the lab DNS peer (the test's DNS client).
 func dnsPeer(t *testing.T) string {
 	t.Helper()
 	p := bin("dnsupstream")
@@ -134,13 +138,49 @@ func withoutDeniedTools(s string) string {
 	return strings.Join(keep, "\n")
 }
 
+// labDNSLog returns what the lab DNS server logged from now on ("query[TYPE] NAME from ADDR"
+// lines, dnsmasq log-queries=extra).
+func labDNSLog(t *testing.T) func() string {
+	t.Helper()
+	path := filepath.Join(repoRoot, ".lab", "dns", "dnsmasq.log")
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("the lab DNS server (scripts/lab.sh up) has no query log: %v", err)
+	}
+	from := st.Size()
+	return func() string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(b)) < from {
+			return ""
+		}
+		return string(b[from:])
+	}
+}
+
 func TestDNS(t *testing.T) {
 	needLab(t)
-	peer := dnsPeer(t)
-	up := startT(t, nsServer, peer, "serve", "-listen", "10.200.2.2:53,[fd00:200:2::2]:53", "-ttl", "60")
-	if err := up.waitFor("READY", 20*time.Second); err != nil {
-		t.Fatal(err)
+	// The lab's DNS server answers the lab names directly (what the appliance forwards to).
+	for _, c := range []struct{ server, name, typ, want string }{
+		{"10.200.2.2:53", "mcp.lab.test", "A", "A 10.200.2.2"},
+		{"[fd00:200:2::2]:53", "mcp.lab.test", "AAAA", "AAAA fd00:200:2::2"},
+		{"10.200.2.2:53", "plain.lab.test", "A", "A 10.200.2.2"},
+		{"10.200.2.2:53", "rebind.lab.test", "A", "A 127.0.0.1"},
+		{"10.200.2.2:53", "meta.lab.test", "A", "A 169.254.169.254"},
+	} {
+		for _, tcp := range []bool{false, true} {
+			var extra []string
+			if tcp {
+				extra = []string{"-tcp"}
+			}
+			if r := dnsQuery(t, nsServer, c.server, c.name, c.typ, extra...); r.Rcode != "NOERROR" || len(r.Answers) != 1 || r.Answers[0] != c.want {
+				t.Fatalf("lab DNS server %s %s %s (tcp %v): %+v, want %s", c.server, c.name, c.typ, tcp, r, c.want)
+			}
+		}
 	}
+	upstreamLog := labDNSLog(t)
 	tlsServer(t)
 	goServer(t)
 
@@ -188,11 +228,17 @@ func TestDNS(t *testing.T) {
 	if r := dnsQuery(t, nsClient, "10.200.1.1:53", "big.lab.test", "TXT", "-tcp"); r.Truncated || len(r.Answers) != 40 {
 		t.Errorf("big.lab.test over TCP: truncated %v, %d answers, want 40", r.Truncated, len(r.Answers))
 	}
-	if !strings.Contains(up.stdout.String(), "Q tcp big.lab.test TXT") {
-		t.Errorf("the appliance did not retry the truncated answer over TCP upstream:\n%s", up.stdout)
+	// 40 answers (8 KB) can only have come over TCP upstream: the lab server answers at most
+	// 1232 bytes over UDP (edns-packet-max) and truncates the rest.
+	if log := upstreamLog(); !strings.Contains(log, "query[TXT] big.lab.test from 10.200.2.1") {
+		t.Errorf("big.lab.test did not reach the upstream from the appliance:\n%s", log)
 	}
-	if strings.Contains(up.stdout.String(), "Q udp mcp.lab.test A") || strings.Contains(up.stdout.String(), "HTTPS") {
-		t.Errorf("an intercepted query reached the upstream:\n%s", up.stdout)
+	// Nothing intercepted reached the upstream (before any flow: the dialer resolves
+	// mcp.lab.test upstream when it dials, which is what it should do).
+	for _, q := range []string{"query[A] mcp.lab.test ", "query[AAAA] mcp.lab.test ", "query[HTTPS]", "query[SVCB]", "tools.mcp.lab.test"} {
+		if log := upstreamLog(); strings.Contains(log, q) {
+			t.Errorf("an intercepted query (%s) reached the upstream:\n%s", q, log)
+		}
 	}
 	// Never an open resolver: mcpi-server is outside dns.clients.
 	if r := dnsQuery(t, nsServer, "10.200.1.1:53", "mcp.lab.test", "A"); r.Rcode != "REFUSED" || len(r.Answers) != 0 {
@@ -240,7 +286,7 @@ func TestDNS(t *testing.T) {
 		}
 	}
 
-	// Metrics: queries by type and outcome, VIPs, rebinding refusals.
+	// Metrics: queries by type and outcome, VIPs, cache hits, rebinding refusals.
 	metrics := runT(t, 10*time.Second, nsAppliance, "curl", "-s", "http://127.0.0.1:9464/metrics")
 	for _, want := range []string{
 		`mcpintercept_dns_queries_total{outcome="vip",type="A"}`,
@@ -248,11 +294,18 @@ func TestDNS(t *testing.T) {
 		`mcpintercept_dns_queries_total{outcome="nodata",type="AAAA"}`,
 		`mcpintercept_dns_queries_total{outcome="refused",type="A"} 1`,
 		`mcpintercept_upstream_denied_total{source="dns"} 2`,
+		`mcpintercept_dns_queries_total{outcome="forwarded",type="A"}`,
 		`mcpintercept_dns_vips 4`,
+		`mcpintercept_dns_vips_allocated_total 4`,
+		`mcpintercept_dns_cache_hits_total `,
+		`mcpintercept_dns_cache_misses_total `,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	if strings.Contains(metrics, "mcpintercept_dns_cache_hits_total 0\n") {
+		t.Errorf("no cache hit counted (the dialer resolves mcp.lab.test for every flow, TTL 60s)")
 	}
 
 	recs := a.stopGracefully(t)

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the demo, the tests and the benchmark need on a fresh Debian 12 machine, and only
-# what is missing: apt packages (iproute2, iputils-ping, nftables, iptables), the Node peers of the
-# end-to-end tests (npm ci in e2e/node, from the committed lockfile), the MCP conformance suite with
-# Node 22 (npm ci in e2e/conformance), and the Go modules.
+# what is missing: apt packages (iproute2, iputils-ping, nftables, iptables, openssl, curl, and
+# dnsmasq-base for the lab's DNS server in mcpi-server), the Node peers of the end-to-end tests
+# (npm ci in e2e/node, from the committed lockfile), the MCP conformance suite with Node 22 (npm ci
+# in e2e/conformance), and the Go modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 say() { echo "deps: $*" >&2; }
 
 missing=()
-for pair in ip:iproute2 ping:iputils-ping nft:nftables iptables:iptables openssl:openssl curl:curl; do
+for pair in ip:iproute2 ping:iputils-ping nft:nftables iptables:iptables openssl:openssl curl:curl dnsmasq:dnsmasq-base; do
 	cmd=${pair%%:*} pkg=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 done
