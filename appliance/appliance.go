@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -92,8 +91,8 @@ type Appliance struct {
 
 	metrics  *telemetry.Metrics
 	admin    *telemetry.Admin
-	flows    *telemetry.FlowLog // nil when the flow log is off
-	flowFile *os.File
+	flows    *telemetry.FlowLog      // nil when the flow log is off
+	flowFile *telemetry.RotatingFile // log.flows when it is a file
 	eng      *engine.Engine
 	caFile   string           // the CA certificate, when it is loaded (terminate routes can be served)
 	opened   intercept.Opener // the mechanism's own resources (dns: VIP table, DNS sockets)
@@ -230,15 +229,16 @@ func httpOptionsOf(cfg *config.Config) level1.Options {
 	}
 }
 
-// openFlowLog opens log.flows: "off", "stdout" (Options.Stdout) or a file appended to.
+// openFlowLog opens log.flows: "off", "stdout" (Options.Stdout) or a file appended to, rotated
+// by size (log.flows_max_size, log.flows_max_files) and reopened by ReopenFlowLog.
 func (a *Appliance) openFlowLog() error {
 	var out io.Writer
-	switch a.cfg.Log.Flows {
-	case "off":
-	case "stdout", "":
+	switch l := a.cfg.Log; l.Flows {
+	case config.Off:
+	case config.FlowsStdout, "":
 		out = a.opt.Stdout
 	default:
-		f, err := os.OpenFile(a.cfg.Log.Flows, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		f, err := telemetry.OpenRotatingFile(l.Flows, l.FlowsMaxSize, l.FlowsMaxFiles, a.log.With("component", "flowlog"))
 		if err != nil {
 			return fmt.Errorf("flow log: %w", err)
 		}
@@ -247,6 +247,24 @@ func (a *Appliance) openFlowLog() error {
 	if out != nil {
 		a.flows = telemetry.NewFlowLog(out, 8192, a.log.With("component", "flowlog"), a.metrics.LogDropped.Inc)
 	}
+	return nil
+}
+
+// ReopenFlowLog closes and reopens the flow log file (SIGUSR1, sent by logrotate's postrotate
+// after it renamed the file): the records logged before go to the renamed file, the later ones
+// to a new file at log.flows; none is lost. Without a flow log file it does nothing.
+func (a *Appliance) ReopenFlowLog() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.flows == nil || a.flowFile == nil {
+		a.log.Info("flow log: not a file; nothing to reopen", "flows", a.cfg.Log.Flows)
+		return nil
+	}
+	if err := a.flows.Reopen(); err != nil {
+		a.log.Error("flow log: reopen failed; records are dropped until the file opens (retried every second)", "file", a.flowFile.Path(), "err", err)
+		return fmt.Errorf("reopen flow log: %w", err)
+	}
+	a.log.Info("flow log reopened", "file", a.flowFile.Path())
 	return nil
 }
 

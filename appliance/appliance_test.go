@@ -410,3 +410,90 @@ func TestReloadFixedRouting(t *testing.T) {
 		t.Errorf("Reload on a fixed routing: %v", err)
 	}
 }
+
+// TestReopenFlowLog: log.flows as a file is opened with its rotation settings and reopened on
+// request (SIGUSR1 after logrotate renamed it): one record in the renamed file, then the new file
+// rotating by size; every flow's record is in exactly one file. Without a file it is a no-op.
+func TestReopenFlowLog(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "flows.jsonl")
+	cfg := writeConfig(t, filepath.Join(dir, "lab.yaml"), labLike+"log: {flows: "+path+"}\n")
+	if cfg.Log.FlowsMaxSize != config.DefaultFlowsMaxSize || cfg.Log.FlowsMaxFiles != config.DefaultFlowsMaxFiles {
+		t.Fatalf("rotation %d × %d, want the defaults", cfg.Log.FlowsMaxSize, cfg.Log.FlowsMaxFiles)
+	}
+	cfg.Log.FlowsMaxSize = 1 // below what a file accepts: every record after the first rotates
+	cfg.Log.FlowsMaxFiles = 3
+	mech := &fakeMech{dst: echoServer(t)}
+	ln := loopbackListener(t)
+	var logs syncBuffer
+	a, err := New(context.Background(), cfg, Options{Log: NewLogger("info", &logs), Mechanism: mech,
+		Listeners: []*net.TCPListener{ln}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(context.Background())
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	lines := func(name string) int {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		return strings.Count(string(b), "\n")
+	}
+	// flow echoes through the appliance and waits until its record is in the file at name.
+	flow := func(msg, name string) {
+		t.Helper()
+		before := lines(name)
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(msg))
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		for deadline := time.Now().Add(5 * time.Second); lines(name) == before; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no record for %q in %s", msg, name)
+			}
+		}
+	}
+	flow("one", "flows.jsonl")
+	if err := os.Rename(path, path+"-logrotate"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ReopenFlowLog(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "flow log reopened") {
+		t.Errorf("no reopen line:\n%s", logs.String())
+	}
+	flow("two", "flows.jsonl")
+	flow("three", "flows.jsonl.1") // the size limit moved "two" to .1
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for name, bytesUp := range map[string]int64{"flows.jsonl-logrotate": 3, "flows.jsonl.1": 3, "flows.jsonl": 5} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec telemetry.FlowRecord
+		if strings.Count(string(b), "\n") != 1 || json.Unmarshal(b, &rec) != nil || rec.BytesUp != bytesUp {
+			t.Errorf("%s: %q, want one record of %d bytes up", name, b, bytesUp)
+		}
+	}
+
+	// stdout: nothing to reopen.
+	cfg = writeConfig(t, filepath.Join(dir, "stdout.yaml"), labLike)
+	b, err := New(context.Background(), cfg, Options{Mechanism: &fakeMech{}, Stdout: io.Discard,
+		Listeners: []*net.TCPListener{loopbackListener(t)}, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop(context.Background())
+	if err := b.ReopenFlowLog(); err != nil {
+		t.Errorf("ReopenFlowLog with the flow log on stdout: %v", err)
+	}
+}

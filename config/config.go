@@ -99,6 +99,10 @@ const (
 	// DefaultRateLimitKeys is how many distinct keys (token buckets) one
 	// rate_limit rule keeps.
 	DefaultRateLimitKeys = 10000
+	// DefaultFlowsMaxSize × (DefaultFlowsMaxFiles + 1) bounds a flow log file and its rotated
+	// files: 600 MiB, some 1.5 million requests at ~410 bytes each.
+	DefaultFlowsMaxSize  = 100 << 20
+	DefaultFlowsMaxFiles = 5
 )
 
 // Bounds of the TLS, HTTP and certificate settings.
@@ -692,6 +696,30 @@ type Admin struct {
 type Log struct {
 	Level string `yaml:"level"` // debug|info|warn|error
 	Flows string `yaml:"flows"` // FlowsStdout, Off, or a file path
+	// FlowsMaxSize and FlowsMaxFiles are the flow log file's built-in rotation (a file only):
+	// past FlowsMaxSize bytes the file becomes FLOWS.1 (FLOWS.1 becomes FLOWS.2, …) and at most
+	// FlowsMaxFiles rotated files are kept. FlowsMaxSize 0 turns it off, leaving rotation to
+	// logrotate (SIGUSR1 reopens the file).
+	FlowsMaxSize  int64 `yaml:"flows_max_size,omitempty"`
+	FlowsMaxFiles int   `yaml:"flows_max_files,omitempty"`
+}
+
+// FlowsFile reports whether Flows names a file (rather than FlowsStdout or Off).
+func (l Log) FlowsFile() bool { return l.Flows != FlowsStdout && l.Flows != Off && l.Flows != "" }
+
+// MarshalYAML writes the rotation keys for a file only, and flows_max_size even when it is 0
+// (which turns the default rotation off), so that a written-out config reads back the same.
+func (l Log) MarshalYAML() (any, error) {
+	out := struct {
+		Level         string `yaml:"level"`
+		Flows         string `yaml:"flows"`
+		FlowsMaxSize  *int64 `yaml:"flows_max_size,omitempty"`
+		FlowsMaxFiles int    `yaml:"flows_max_files,omitempty"`
+	}{Level: l.Level, Flows: l.Flows, FlowsMaxFiles: l.FlowsMaxFiles}
+	if l.FlowsFile() {
+		out.FlowsMaxSize = &l.FlowsMaxSize
+	}
+	return out, nil
 }
 
 // LogLevels lists the accepted Log.Level values.
@@ -832,6 +860,15 @@ func applyDefaults(c *Config, set func(key string) bool) {
 	}
 	if !set("log.flows") {
 		c.Log.Flows = FlowsStdout
+	}
+	// Rotation applies to a file only; an explicit flows_max_size: 0 leaves it to logrotate.
+	if c.Log.FlowsFile() {
+		if !set("log.flows_max_size") {
+			c.Log.FlowsMaxSize = DefaultFlowsMaxSize
+		}
+		if !set("log.flows_max_files") && c.Log.FlowsMaxSize > 0 {
+			c.Log.FlowsMaxFiles = DefaultFlowsMaxFiles
+		}
 	}
 }
 

@@ -252,6 +252,46 @@ func TestParseValid(t *testing.T) {
 			},
 		},
 		{
+			name: "a flow log file rotates by default; stdout does not",
+			src:  minimal + "log: {flows: /var/log/mcpintercept/flows.jsonl}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Log.FlowsMaxSize != DefaultFlowsMaxSize || c.Log.FlowsMaxFiles != DefaultFlowsMaxFiles {
+					t.Errorf("rotation = %d × %d, want the defaults", c.Log.FlowsMaxSize, c.Log.FlowsMaxFiles)
+				}
+				if d := Default(NftablesTProxy); d.Log.FlowsMaxSize != 0 || d.Log.FlowsMaxFiles != 0 {
+					t.Errorf("stdout has rotation %d × %d", d.Log.FlowsMaxSize, d.Log.FlowsMaxFiles)
+				}
+			},
+		},
+		{
+			name: "flow log sizes: bytes or binary units",
+			src:  minimal + "log: {flows: f.jsonl, flows_max_size: \" 2 GiB \", flows_max_files: 1000}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Log.FlowsMaxSize != 2<<30 || c.Log.FlowsMaxFiles != 1000 {
+					t.Errorf("rotation = %d × %d", c.Log.FlowsMaxSize, c.Log.FlowsMaxFiles)
+				}
+			},
+		},
+		{
+			name: "flows_max_size 0 leaves rotation to logrotate",
+			src:  minimal + "log: {flows: f.jsonl, flows_max_size: 0}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Log.FlowsMaxSize != 0 || c.Log.FlowsMaxFiles != 0 {
+					t.Errorf("rotation = %d × %d", c.Log.FlowsMaxSize, c.Log.FlowsMaxFiles)
+				}
+				roundTrip(t, c) // the explicit 0 is written out, not lost to the default
+			},
+		},
+		{
+			name: "flow log size in plain bytes",
+			src:  minimal + "log: {flows: f.jsonl, flows_max_size: 1048576}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Log.FlowsMaxSize != 1<<20 || c.Log.FlowsMaxFiles != DefaultFlowsMaxFiles {
+					t.Errorf("rotation = %d × %d", c.Log.FlowsMaxSize, c.Log.FlowsMaxFiles)
+				}
+			},
+		},
+		{
 			name: "anchors and aliases are followed",
 			src:  "intercept:\n  destinations: &nets [10.0.0.0/8]\n  ports: [&p 8080]\nlisten: {port: *p}\n",
 			check: func(t *testing.T, c *Config) {
@@ -705,6 +745,17 @@ func TestParseErrors(t *testing.T) {
 		{name: "log level", src: minimal + "log: {level: INFO}\n", want: []wantErr{{4, "log.level", `unknown level "INFO" (valid: debug, info, warn, error)`}}},
 		{name: "log flows empty", src: minimal + "log: {flows: \"\"}\n", want: []wantErr{{4, "log.flows", "must be"}}},
 		{name: "log flows with a tab", src: minimal + "log: {flows: \"\\tx\\ny\"}\n", want: []wantErr{{4, "log.flows", "contains the control character U+0009"}}},
+		{name: "rotation of stdout", src: minimal + "log: {flows_max_size: 100MiB}\n", want: []wantErr{{4, "log.flows_max_size", `only meaningful when log.flows is a file, not "stdout"`}}},
+		{name: "rotated files of no file", src: minimal + "log: {flows: \"off\", flows_max_files: 3}\n", want: []wantErr{{4, "log.flows_max_files", `only meaningful when log.flows is a file, not "off"`}}},
+		{name: "flow log size too small", src: minimal + "log: {flows: f.jsonl, flows_max_size: 1KiB}\n", want: []wantErr{{4, "log.flows_max_size", "must be 0 (no built-in rotation) or between 1MiB (1048576) and 1TiB, got 1024"}}},
+		{name: "flow log size too large", src: minimal + "log: {flows: f.jsonl, flows_max_size: 2TiB}\n", want: []wantErr{{4, "log.flows_max_size", "got 2199023255552"}}},
+		{name: "flow log size overflows", src: minimal + "log: {flows: f.jsonl, flows_max_size: 9999999999TiB}\n", want: []wantErr{{4, "log.flows_max_size", `"9999999999TiB" is out of range`}}},
+		{name: "flow log size in decimal units", src: minimal + "log: {flows: f.jsonl, flows_max_size: 100MB}\n", want: []wantErr{{4, "log.flows_max_size", `invalid size "100MB": write bytes, or a whole number with KiB, MiB, GiB or TiB, e.g. "100MiB"`}}},
+		{name: "flow log size fraction", src: minimal + "log: {flows: f.jsonl, flows_max_size: 1.5GiB}\n", want: []wantErr{{4, "log.flows_max_size", `invalid size "1.5GiB"`}}},
+		{name: "flow log size as a list", src: minimal + "log: {flows: f.jsonl, flows_max_size: [1]}\n", want: []wantErr{{4, "log.flows_max_size", `expected a size such as "100MiB", got a list`}}},
+		{name: "no rotated files", src: minimal + "log: {flows: f.jsonl, flows_max_files: 0}\n", want: []wantErr{{4, "log.flows_max_files", "must be between 1 and 1000, got 0"}}},
+		{name: "too many rotated files", src: minimal + "log: {flows: f.jsonl, flows_max_files: 1001}\n", want: []wantErr{{4, "log.flows_max_files", "must be between 1 and 1000, got 1001"}}},
+		{name: "rotated files without a size", src: minimal + "log: {flows: f.jsonl, flows_max_size: 0, flows_max_files: 3}\n", want: []wantErr{{4, "log.flows_max_files", "only meaningful with log.flows_max_size (0 turns the built-in rotation off)"}}},
 		{name: "admin listen with a line break", src: minimal + "admin: {listen: \"\\nx:1\"}\n", want: []wantErr{{4, "admin.listen", "contains the control character U+000A"}}},
 
 		// CA, upstream TLS, TLS and HTTP limits.
@@ -1300,6 +1351,9 @@ func TestFullExampleUsesEveryKey(t *testing.T) {
 		{"admin.listen", c.Admin.Listen, d.Admin.Listen},
 		{"log.level", c.Log.Level, d.Log.Level},
 		{"log.flows", c.Log.Flows, d.Log.Flows},
+		// The defaults of a flow log file (Default logs to stdout, which has no rotation).
+		{"log.flows_max_size", c.Log.FlowsMaxSize, int64(DefaultFlowsMaxSize)},
+		{"log.flows_max_files", c.Log.FlowsMaxFiles, DefaultFlowsMaxFiles},
 		{"ebpf.cgroup", c.EBPF.Cgroup, d.EBPF.Cgroup},
 		{"ca.dir", c.CA.Dir, d.CA.Dir},
 		{"dns.ttl", c.DNS.TTL, d.DNS.TTL},

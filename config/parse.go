@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -414,6 +415,8 @@ func (d *decoder) schema(c *Config) []field {
 		d.section("log", []field{
 			{"level", d.str(&c.Log.Level)},
 			{"flows", d.str(&c.Log.Flows)},
+			{"flows_max_size", d.size(&c.Log.FlowsMaxSize, checkFlowsMaxSize)},
+			{"flows_max_files", intField(d, &c.Log.FlowsMaxFiles, checkFlowsMaxFiles)},
 		}),
 	}
 }
@@ -904,6 +907,58 @@ func parseInt(n *yaml.Node) (int64, string) {
 		return 0, fmt.Sprintf("invalid integer %s", quote(n.Value))
 	}
 	return i, ""
+}
+
+// size reads a byte count: an integer, or a string with a binary unit ("100MiB").
+func (d *decoder) size(dst *int64, check func(int64) string) func(*yaml.Node, string) bool {
+	return func(v *yaml.Node, key string) bool {
+		n, msg := parseSize(v)
+		if msg == "" {
+			msg = check(n)
+		}
+		if msg != "" {
+			d.fail(v, key, msg)
+			return false
+		}
+		*dst = n
+		return true
+	}
+}
+
+// sizeUnits are the units parseSize accepts, binary multiples only: "MB" is refused rather than
+// guessed at.
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}}
+
+func parseSize(n *yaml.Node) (int64, string) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" {
+		return parseInt(n)
+	}
+	bad := func() (int64, string) {
+		return 0, fmt.Sprintf(`invalid size %s: write bytes, or a whole number with KiB, MiB, GiB or TiB, e.g. "100MiB"`, quote(n.Value))
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return 0, `expected a size such as "100MiB", got ` + describe(n)
+	}
+	s := strings.TrimSpace(n.Value)
+	for _, u := range sizeUnits {
+		num, ok := strings.CutSuffix(s, u.suffix)
+		if !ok {
+			continue
+		}
+		num = strings.TrimSpace(num)
+		if num == "" || strings.Trim(num, "0123456789") != "" || len(num) > 1 && num[0] == '0' {
+			return bad()
+		}
+		v, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || v > math.MaxInt64/u.mult {
+			return 0, fmt.Sprintf("%s is out of range", quote(n.Value))
+		}
+		return v * u.mult, ""
+	}
+	return bad()
 }
 
 func parseDuration(n *yaml.Node) (time.Duration, string) {

@@ -138,6 +138,7 @@ func (c *Config) validate() Errors {
 	v.check("admin.listen", checkAdminListen(c.Admin.Listen))
 	v.check("log.level", checkLogLevel(c.Log.Level))
 	v.check("log.flows", checkLogFlows(c.Log.Flows))
+	v.logRotation(c.Log)
 	return v.errs
 }
 
@@ -600,6 +601,45 @@ func checkLogFlows(s string) string {
 	}
 	return checkControl(s)
 }
+
+// logRotation checks the flow log file's rotation keys, which only a file has.
+func (v *validator) logRotation(l Log) {
+	if !l.FlowsFile() {
+		notFile := fmt.Sprintf("only meaningful when log.flows is a file, not %s", quote(l.Flows))
+		if l.FlowsMaxSize != 0 {
+			v.check("log.flows_max_size", notFile)
+		}
+		if l.FlowsMaxFiles != 0 {
+			v.check("log.flows_max_files", notFile)
+		}
+		return
+	}
+	v.check("log.flows_max_size", checkFlowsMaxSize(l.FlowsMaxSize))
+	switch {
+	case l.FlowsMaxSize > 0:
+		v.check("log.flows_max_files", checkFlowsMaxFiles(int64(l.FlowsMaxFiles)))
+	case l.FlowsMaxFiles != 0:
+		v.checkAlt("log.flows_max_files", "log.flows_max_size",
+			"only meaningful with log.flows_max_size (0 turns the built-in rotation off)")
+	}
+}
+
+// Bounds of the flow log rotation: a limit under 1 MiB would rotate several times a second under
+// load; more than 1000 files is no longer a bound anyone reads.
+const (
+	minFlowsMaxSize  = 1 << 20
+	maxFlowsMaxSize  = 1 << 40
+	maxFlowsMaxFiles = 1000
+)
+
+func checkFlowsMaxSize(n int64) string {
+	if n != 0 && (n < minFlowsMaxSize || n > maxFlowsMaxSize) {
+		return fmt.Sprintf("must be 0 (no built-in rotation) or between 1MiB (%d) and 1TiB, got %d", int64(minFlowsMaxSize), n)
+	}
+	return ""
+}
+
+func checkFlowsMaxFiles(n int64) string { return between(n, 1, maxFlowsMaxFiles) }
 
 // checkControl rejects control characters (line breaks and tabs included)
 // where they can only be a mistake: file paths and addresses. They would

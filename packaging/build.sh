@@ -36,11 +36,12 @@ stage() {
 	local r=$1
 	install -d -m 0755 "$r"
 	install -d "$r/usr/bin" "$r/lib/systemd/system" "$r/usr/lib/sysusers.d" "$r/etc/mcpintercept" \
-		"$r/usr/share/mcpintercept" "$r/usr/share/doc/mcpintercept/examples"
+		"$r/etc/logrotate.d" "$r/usr/share/mcpintercept" "$r/usr/share/doc/mcpintercept/examples"
 	CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -buildid=" -o "$r/usr/bin/mcpintercept" ./cmd/mcpintercept
 	install -m 0644 packaging/systemd/mcpintercept.service "$r/lib/systemd/system/"
 	install -m 0644 packaging/sysusers.d/mcpintercept.conf "$r/usr/lib/sysusers.d/"
 	install -m 0644 packaging/etc/mcpintercept/mcpintercept.yaml packaging/etc/mcpintercept/gateway.yaml "$r/etc/mcpintercept/"
+	install -m 0644 packaging/logrotate/mcpintercept "$r/etc/logrotate.d/mcpintercept"
 	install -m 0755 scripts/gateway.sh "$r/usr/share/mcpintercept/gateway.sh"
 	install -m 0644 README.md "$r/usr/share/doc/mcpintercept/README.md"
 	install -m 0644 packaging/systemd/ebpf.conf "$r/usr/share/doc/mcpintercept/examples/ebpf.conf"

@@ -4,6 +4,7 @@
 package telemetry
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"strconv"
@@ -182,15 +183,23 @@ func appendJSONString(b []byte, s string) []byte {
 
 // FlowLog writes records as JSON Lines to an io.Writer from its own goroutine, one write per line
 // (so each line is flushed at once). Write never blocks: when the queue is full the record is
-// dropped and counted, because a slow log consumer must not stall forwarding.
+// dropped and counted, because a slow log consumer must not stall forwarding. When the writer is
+// a Reopener (a RotatingFile), Reopen has the writer goroutine reopen it between two records.
 type FlowLog struct {
 	w       io.Writer
 	q       chan FlowRecord
+	reopen  chan chan error
 	done    chan struct{}
 	once    sync.Once
 	log     *slog.Logger
 	dropped func()
 }
+
+// Reopener is a flow log writer that can close and reopen its file (after logrotate renamed it).
+type Reopener interface{ Reopen() error }
+
+// ErrFlowLogClosed is Reopen's error once the flow log is closed.
+var ErrFlowLogClosed = errors.New("flow log is closed")
 
 // NewFlowLog starts the writer goroutine; Close stops it after writing what is queued.
 // onDrop is called for every dropped record (a metric increment); it may be nil.
@@ -201,7 +210,8 @@ func NewFlowLog(w io.Writer, queue int, log *slog.Logger, onDrop func()) *FlowLo
 	if onDrop == nil {
 		onDrop = func() {}
 	}
-	f := &FlowLog{w: w, q: make(chan FlowRecord, queue), done: make(chan struct{}), log: log, dropped: onDrop}
+	f := &FlowLog{w: w, q: make(chan FlowRecord, queue), reopen: make(chan chan error),
+		done: make(chan struct{}), log: log, dropped: onDrop}
 	go f.run()
 	return f
 }
@@ -215,26 +225,71 @@ func (f *FlowLog) Write(r FlowRecord) {
 	}
 }
 
-func (f *FlowLog) run() {
-	defer close(f.done)
-	buf := make([]byte, 0, 1024)
-	failing := false
-	for r := range f.q {
-		buf = append(r.AppendJSON(buf[:0]), '\n')
-		if _, err := f.w.Write(buf); err != nil {
-			// Once per failure streak: a gone reader must not turn into a log flood.
-			if !failing {
-				f.log.Error("flow log: write failed; records are dropped until it works again", "err", err)
-			}
-			failing = true
-			f.dropped()
-			continue
-		}
-		failing = false
+// Reopen has the writer goroutine reopen its file between two records and returns the result:
+// the records queued before the call go to the old file, the later ones to the new file, none is
+// lost or split. It
+// blocks the caller (never Write) until the record being written is done; it is a no-op for a
+// writer that is not a Reopener (stdout).
+func (f *FlowLog) Reopen() error {
+	if _, ok := f.w.(Reopener); !ok {
+		return nil
+	}
+	req := make(chan error, 1)
+	select {
+	case f.reopen <- req:
+		return <-req
+	case <-f.done:
+		return ErrFlowLogClosed
 	}
 }
 
-// Close flushes the queue and stops the writer. Write must not be called after Close.
+func (f *FlowLog) run() {
+	defer close(f.done)
+	w := lineWriter{FlowLog: f, buf: make([]byte, 0, 1024)}
+	for {
+		select {
+		case req := <-f.reopen:
+			// What was queued before the reopen goes to the file it was logged into.
+			for n := len(f.q); n > 0; n-- {
+				w.write(<-f.q)
+			}
+			err := f.w.(Reopener).Reopen()
+			if err == nil {
+				w.failing = false
+			}
+			req <- err
+		case r, ok := <-f.q:
+			if !ok {
+				return
+			}
+			w.write(r)
+		}
+	}
+}
+
+// lineWriter is the writer goroutine's state.
+type lineWriter struct {
+	*FlowLog
+	buf     []byte
+	failing bool
+}
+
+func (w *lineWriter) write(r FlowRecord) {
+	w.buf = append(r.AppendJSON(w.buf[:0]), '\n')
+	if _, err := w.w.Write(w.buf); err != nil {
+		// Once per failure streak: a gone reader must not turn into a log flood.
+		if !w.failing {
+			w.log.Error("flow log: write failed; records are dropped until it works again", "err", err)
+		}
+		w.failing = true
+		w.dropped()
+		return
+	}
+	w.failing = false
+}
+
+// Close flushes the queue and stops the writer. Write must not be called after Close; the writer
+// itself (a file) is the caller's to close, after Close.
 func (f *FlowLog) Close() {
 	f.once.Do(func() { close(f.q) })
 	<-f.done

@@ -9,7 +9,9 @@
 //	mcpintercept ca init|export [--config FILE | --dir DIR]
 //	mcpintercept exec [--config FILE] [--level 1] [--user NAME|UID] -- CMD [ARGS...]
 //
-// run, exec and cleanup need Linux; check, declare and ca work everywhere.
+// run, exec and cleanup need Linux; check, declare and ca work everywhere. Signals to run: SIGINT
+// and SIGTERM drain and stop, SIGHUP reloads routes and rules, SIGUSR1 reopens the flow log file
+// (for logrotate).
 package main
 
 import (
@@ -46,6 +48,7 @@ func usage(w io.Writer) {
 
 commands:
   run --config FILE [--mechanism NAME]     steer, intercept and forward until SIGINT/SIGTERM
+                                           (SIGHUP reloads routes and rules, SIGUSR1 reopens the flow log file)
   check --config FILE [--mechanism NAME]   validate a configuration and exit
   cleanup                                  remove every rule, route and table mcpintercept could have installed
   declare [--config FILE] [--mechanism NAME]
@@ -245,6 +248,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// SIGUSR1 reopens the flow log file (logrotate's postrotate sends it after renaming the file:
+	// `systemctl kill -s USR1 mcpintercept`); unhandled, it too would kill the daemon.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 
 	// A CPU profile of the whole run, for performance work: MCPINTERCEPT_CPUPROFILE=FILE.
 	if f := os.Getenv("MCPINTERCEPT_CPUPROFILE"); f != "" {
@@ -275,6 +283,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			waiting = false
 		case <-hup:
 			app.Reload("") // logs what it did, or why it kept the running configuration
+		case <-usr1:
+			app.ReopenFlowLog() // logs the reopen, or why it failed
 		}
 	}
 	// Steering that could not be removed is logged with the way out (`mcpintercept cleanup`).
