@@ -33,6 +33,9 @@ type RotatingFile struct {
 	// once per retryOpen instead of on every line. rotateFailedAt is the same for the renames.
 	failedAt       time.Time
 	rotateFailedAt time.Time
+	// special: PATH is not a regular file (/dev/null, a FIFO, a terminal): it is never rotated,
+	// since renaming it would replace a device with a plain file.
+	special bool
 }
 
 // retryOpen spaces the attempts to open a file that could not be opened, or to rotate a file that
@@ -76,6 +79,7 @@ func (r *RotatingFile) open() error {
 		return err
 	}
 	r.f, r.size, r.failedAt = f, st.Size(), time.Time{}
+	r.special = !st.Mode().IsRegular()
 	return nil
 }
 
@@ -93,7 +97,7 @@ func (r *RotatingFile) Write(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if r.maxSize > 0 && r.size > 0 && r.size+int64(len(p)) > r.maxSize &&
+	if r.maxSize > 0 && !r.special && r.size > 0 && r.size+int64(len(p)) > r.maxSize &&
 		time.Since(r.rotateFailedAt) >= retryOpen {
 		if err := r.rotate(); err != nil {
 			if r.f == nil {

@@ -251,7 +251,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	// SIGUSR1 reopens the flow log file (logrotate's postrotate sends it after renaming the file:
 	// `systemctl kill -s USR1 mcpintercept`); unhandled, it too would kill the daemon.
 	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
+	notifyReopen(usr1)
 	defer signal.Stop(usr1)
 
 	// A CPU profile of the whole run, for performance work: MCPINTERCEPT_CPUPROFILE=FILE.

@@ -1,0 +1,12 @@
+//go:build !windows
+
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// notifyReopen relays SIGUSR1 (reopen the flow log) to c.
+func notifyReopen(c chan os.Signal) { signal.Notify(c, syscall.SIGUSR1) }

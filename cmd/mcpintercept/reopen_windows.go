@@ -1,0 +1,6 @@
+package main
+
+import "os"
+
+// notifyReopen does nothing on Windows, which has no SIGUSR1 (and `run` is Linux-only anyway).
+func notifyReopen(chan os.Signal) {}
