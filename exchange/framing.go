@@ -144,7 +144,14 @@ func NewReader(r io.Reader, l Limits) *Reader {
 	rd := &Reader{src: source{r: r}, size: size, l: l}
 	if sc, ok := r.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
-			rd.w = newWaiter(rc)
+			if rd.w = newWaiter(rc); rd.w != nil {
+				rd.w.r = rd
+				// The waiter's reads bypass the connection's Read; a wrapper that keeps an
+				// activity time (flowconn) is told of them.
+				if t, ok := r.(interface{ Touch(int) }); ok {
+					rd.src.touch = t.Touch
+				}
+			}
 		}
 	}
 	return rd
@@ -191,9 +198,9 @@ func (r *Reader) discard() {
 
 // await blocks until at least one byte is buffered. With nothing buffered it waits without a read
 // buffer, taking one only once bytes are there, so a connection waiting for its next message
-// holds none. On a plain socket it waits for readability and then reads whatever arrived in one
-// read; elsewhere (TLS, wrapped connections) it reads one byte on its own first, which splits that
-// read in two, so it only does that before a head (split), never inside a body, where each read
+// holds none. On a plain socket it reads whatever arrived in one raw read, taking the buffer only
+// for the read that finds bytes (waiter.fill). Elsewhere (TLS, wrapped connections) it reads one
+// byte on its own first, which splits that read in two, so it only does that before a head (split), never inside a body, where each read
 // must be written on whole; a body then keeps its buffer while it waits.
 func (r *Reader) await(split bool) error {
 	if r.br != nil && r.br.Buffered() > 0 {
@@ -201,11 +208,7 @@ func (r *Reader) await(split bool) error {
 	}
 	if r.w != nil && r.src.n == 0 {
 		r.release()
-		if err := r.w.wait(); err != nil {
-			return err
-		}
-		_, err := r.b().Peek(1)
-		return err
+		return r.w.fill()
 	}
 	if !split {
 		_, err := r.b().Peek(1)
@@ -240,9 +243,17 @@ type source struct {
 	one [1]byte
 	n   int   // 1 while one holds a byte not yet handed on
 	err error // returned by the read that brought that byte, for the read after it
+	// raw is set while the waiter fills the buffer: Read is then one non-blocking read(2) on fd
+	// (see waiter), and touch, when set, reports the bytes to the connection's activity time.
+	raw   bool
+	fd    int
+	touch func(int)
 }
 
 func (s *source) Read(p []byte) (int, error) {
+	if s.raw {
+		return s.rawRead(p)
+	}
 	if s.n == 0 {
 		if err := s.err; err != nil {
 			s.err = nil

@@ -82,6 +82,15 @@ func (c *Conn) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// Touch records n bytes read past Read, straight from the socket SyscallConn gives (exchange
+// fills its buffer that way); Conns wrapped inside c are told too, as their Read would have been.
+func (c *Conn) Touch(n int) {
+	c.touch(n)
+	if in, ok := c.Conn.(*Conn); ok {
+		in.Touch(n)
+	}
+}
+
 func (c *Conn) touch(n int) {
 	if n > 0 && c.last != nil {
 		c.last.Store(time.Now().UnixNano())
