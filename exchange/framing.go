@@ -1403,6 +1403,9 @@ func unhex(c byte) int {
 	return -1
 }
 
+// EqualFold compares ASCII case-insensitively without allocating (header names and tokens).
+func EqualFold(a, b string) bool { return equalFold(a, b) }
+
 // equalFold compares ASCII case-insensitively without allocating.
 func equalFold(a, b string) bool {
 	if len(a) != len(b) {

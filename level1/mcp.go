@@ -336,6 +336,12 @@ func isJSON(ct string) bool {
 // range text/event-stream, text/* or */*, with any q-value but 0 (RFC 9110 §12.5.1: q=0 means
 // "not acceptable").
 func acceptsEventStream(v string) bool {
+	return acceptsRange(v, "text/event-stream", "text/*", "*/*")
+}
+
+// acceptsRange reports whether one Accept field value lists one of ranges with a q-value other
+// than 0.
+func acceptsRange(v string, ranges ...string) bool {
 	ok := false
 	forEachToken(v, func(t string) {
 		if ok {
@@ -343,7 +349,11 @@ func acceptsEventStream(v string) bool {
 		}
 		mt, params, _ := strings.Cut(t, ";")
 		mt = strings.TrimSpace(mt)
-		if !equalFold(mt, "text/event-stream") && !equalFold(mt, "text/*") && mt != "*/*" {
+		listed := false
+		for _, r := range ranges {
+			listed = listed || equalFold(mt, r)
+		}
+		if !listed {
 			return
 		}
 		for params != "" {
@@ -357,6 +367,17 @@ func acceptsEventStream(v string) bool {
 		ok = true
 	})
 	return ok
+}
+
+// Accepts reports whether any Accept line of h admits one of the media ranges (q=0 excluded), the
+// one reading of Accept that Level 1 and Level 2 share.
+func Accepts(h *exchange.Head, ranges ...string) bool {
+	for _, hd := range h.Headers {
+		if equalFold(hd.Name, "Accept") && acceptsRange(hd.Value, ranges...) {
+			return true
+		}
+	}
+	return false
 }
 
 // qZero reports a q-value of 0 ("0", "0.", "0.000").

@@ -239,25 +239,8 @@ func refuse(x *exchange.Exchange, v exchange.Verdict) exchange.Result {
 	return exchange.Stop
 }
 
-// equalFold compares ASCII case-insensitively without allocating.
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
+// equalFold is exchange's ASCII case-insensitive comparison (one definition for the pipeline).
+func equalFold(a, b string) bool { return exchange.EqualFold(a, b) }
 
 // forEachToken calls fn for each non-empty element of a comma-separated list, trimmed of OWS.
 func forEachToken(v string, fn func(string)) {

@@ -867,27 +867,10 @@ func pathOf(target string) string {
 	return target
 }
 
+// accepts reads the request's Accept lines the way Level 1 does (one parser for both levels).
 func accepts(h *exchange.Head) (sse, json bool) {
-	for _, hd := range h.Headers {
-		if !strings.EqualFold(hd.Name, "Accept") {
-			continue
-		}
-		for _, part := range strings.Split(hd.Value, ",") {
-			mt, params := ParseMediaType(strings.TrimSpace(part))
-			if q, ok := params["q"]; ok && strings.Trim(q, "0.") == "" {
-				continue
-			}
-			switch mt {
-			case "text/event-stream", "text/*", "*/*":
-				sse = true
-			}
-			switch mt {
-			case "application/json", "application/*", "*/*":
-				json = true
-			}
-		}
-	}
-	return sse, json
+	return level1.Accepts(h, "text/event-stream", "text/*", "*/*"),
+		level1.Accepts(h, "application/json", "application/*", "*/*")
 }
 
 func isIdentity(ce string) bool {
