@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -393,6 +394,9 @@ func (a *Appliance) Reload(path string) error {
 	if err != nil {
 		a.log.Error("reload refused: invalid policy; keeping the running one", "err", err)
 		return fmt.Errorf("reload refused: invalid policy: %w", err)
+	}
+	if !slices.Equal(next.UpstreamDeny, a.cfg.UpstreamDeny) {
+		a.log.Warn("reload: upstream_deny changed; the dialer keeps the list it started with, restart to apply it")
 	}
 	if UsesTerminate(next) && a.caFile == "" {
 		a.log.Warn("reload: terminate routes were added; the CA is loaded at start-up, restart to serve them")

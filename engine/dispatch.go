@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -85,6 +87,14 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) outcome {
 		}
 	}
 	f.rules = rulesFor(rt, route)
+	if f.origin.Host != "" && route.TLS != Plaintext && f.isTLS() && !sameName(f.sniName, f.origin.Host) {
+		// DNS steering: the client reached this VIP by a name; a ClientHello naming another host
+		// (or none) is refused here, on the hello the flow will actually use, whatever an earlier
+		// look at it saw (a hello stalled past the mechanism's peek, then finished, included).
+		e.refuseLog.warn("sni_mismatch", "closing flow: SNI is not the name behind the VIP", "flow", f.id,
+			"client", f.client.String(), "name", f.origin.Host, "sni", f.sniName)
+		return refusal(Passthrough, route.Name, "SNI "+strconv.Quote(f.sniName)+" is not "+f.origin.Host+", the name the client resolved", "sni_mismatch")
+	}
 	switch route.TLS {
 	case Passthrough:
 		if !f.isTLS() {
@@ -372,4 +382,9 @@ func copyBoth(a, b net.Conn) (up, down int64, reset bool) {
 	a.Close()
 	b.Close()
 	return up, down, resetSeen.Load()
+}
+
+// sameName compares DNS names case-insensitively, ignoring a trailing dot.
+func sameName(a, b string) bool {
+	return a != "" && strings.EqualFold(strings.TrimSuffix(a, "."), strings.TrimSuffix(b, "."))
 }

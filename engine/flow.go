@@ -156,7 +156,9 @@ func (f *flow) seenTLS() Disposition {
 }
 
 // httpMethods are the request-line prefixes that make a plaintext stream HTTP/1.x for Auto.
-var httpMethods = []string{"GET ", "POST ", "PUT ", "DELETE ", "HEAD ", "OPTIONS ", "PATCH "}
+// CONNECT and TRACE are listed so that they reach Level 1, which refuses a protocol switch the
+// route does not allow, instead of being forwarded opaque.
+var httpMethods = []string{"GET ", "POST ", "PUT ", "DELETE ", "HEAD ", "OPTIONS ", "PATCH ", "CONNECT ", "TRACE "}
 
 // looksLikeHTTP reads a few more bytes (at most 8, within the peek timeout) and checks for an
 // HTTP request line. What it reads joins f.peeked, so nothing is lost.

@@ -84,7 +84,8 @@ type Record struct {
 	// client→server message (0 on the others, so that sums over the log stay right).
 	BytesUp, BytesDown int64
 
-	cursor bool // a list request for a later page (params.cursor)
+	cursor bool            // a list request for a later page (params.cursor)
+	rawID  json.RawMessage // the id as sent, to answer with
 }
 
 // stateKey is where the exchange keeps Level 2's per-exchange state.
@@ -129,11 +130,19 @@ func Recorded(x *exchange.Exchange) bool {
 // decides on requests with f's rules, refuses header/body mismatches (SEP-2243), and records every
 // message. It never answers on the server's behalf with a result: a refusal is a JSON-RPC error
 // whose data names the appliance.
-func (f *Flow) Stage() exchange.Stage { return &stage{f: f} }
+func (f *Flow) Stage() exchange.Stage {
+	return &stage{f: f, posts: make(chan struct{}, maxServerAnswers)}
+}
+
+// maxServerAnswers bounds the answers to refused server→client requests in flight per connection:
+// each is a new upstream connection, and a hostile server must not make the appliance open one per
+// request it invents.
+const maxServerAnswers = 4
 
 type stage struct {
 	exchange.Base
-	f *Flow
+	f     *Flow
+	posts chan struct{} // slots for answers to the server in flight
 }
 
 func (s *stage) maxBody() int64 {
@@ -190,6 +199,9 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 	}
 	ctv, _ := h.Get("Content-Type")
 	ct := ParseContentType(ctv)
+	if ct.ForeignCharset {
+		return s.refuseUnreadable(x, st, 415, "charset "+ct.Charset+" cannot be inspected (JSON-RPC bodies are UTF-8)")
+	}
 	if !ct.JSON && !looksJSON(body) {
 		// Not JSON-RPC by its type or its bytes: plain HTTP, judged at Level 1 only. A lenient
 		// server could still parse it as JSON only if it looked like JSON, which it does not.
@@ -211,7 +223,13 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 			if st.byID == nil {
 				st.byID = make(map[string]*Record, len(msgs))
 			}
-			st.byID[r.ID] = r
+			k := idKey(m)
+			if st.byID[k] != nil {
+				// Two requests with one id: their responses could not be told apart, so a result
+				// could be judged as the other request's.
+				return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: duplicate request id "+r.ID+" in a batch")
+			}
+			st.byID[k] = r
 		}
 		if _, ok := m.param("cursor"); ok {
 			r.cursor = true
@@ -366,13 +384,20 @@ func (s *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 	ct := ParseContentType(ctv)
 	switch {
 	case h.NoBody:
+	case !ct.SSE && strings.Contains(strings.ToLower(ctv), "event-stream"):
+		// A client that looks for "event-stream" anywhere in the type would read this as a
+		// stream Level 2 did not frame as one: refuse rather than forward it uninspected.
+		x.Abort("level2: a response type naming event-stream that is not text/event-stream (" + oneLine(ctv) + ")")
+		return exchange.Stop
 	case ct.SSE:
 		if ce, ok := h.Get("Content-Encoding"); ok && !isIdentity(ce) {
 			x.Abort("level2: an encoded event stream (" + ce + ") cannot be inspected")
 			return exchange.Stop
 		}
 		x.WantEvents(int(s.maxBody()))
-	case ct.JSON:
+	case ct.JSON || ct.MediaType == "" || strings.Contains(ct.MediaType, "json"):
+		// JSON, a JSON-like type (application/json-rpc) or none at all: clients parse those, so
+		// Level 2 reads them too (a body that is not JSON then goes through as it came).
 		o := exchange.OverflowClose
 		if s.f.ForwardOversized {
 			o = exchange.OverflowForward
@@ -392,15 +417,19 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 	if ce, ok := x.Resp.Get("Content-Encoding"); ok && !isIdentity(ce) {
 		dec, err := DecodeBody(ce, body, s.maxBody())
 		if err != nil {
-			s.unreadableResponse(x, st, "response body does not decode as "+ce+": "+err.Error())
-			return exchange.Continue
+			return s.refuseResponse(x, st, "response body does not decode as "+ce+": "+err.Error())
 		}
 		body, encoded = dec, true
 	}
+	ctv, _ := x.Resp.Get("Content-Type")
+	if !ParseContentType(ctv).JSON && !looksJSON(body) {
+		return exchange.Continue // not JSON by its type or its bytes: no client reads it as JSON-RPC
+	}
 	msgs, batch, err := Decode(body, DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
 	if err != nil {
-		s.unreadableResponse(x, st, "response is not JSON-RPC: "+err.Error())
-		return exchange.Continue
+		// The strict decoder refused what a lenient client would read (a duplicate key, a lone
+		// surrogate): forwarding it would let the server past every response rule.
+		return s.refuseResponse(x, st, "response refused: "+err.Error())
 	}
 	out, changed := s.responses(context.Background(), x, st, msgs, false)
 	if changed {
@@ -436,8 +465,11 @@ func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 	}
 	msgs, batch, err := Decode(data, DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
 	if err != nil {
-		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionAllow,
-			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Err: "event is not JSON-RPC: " + err.Error()})
+		// JSON the strict decoder refuses (a duplicate key, a lone surrogate) is what a lenient
+		// client would still read: the event is dropped, never forwarded past the response rules.
+		ev.Drop()
+		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
+			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: not strict JSON-RPC: " + oneLine(err.Error())})
 		return exchange.Continue
 	}
 	out, changed := s.responses(ctx, x, st, msgs, true)
@@ -473,7 +505,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 		out[i] = m.Raw
 		switch m.Kind {
 		case KindResponse, KindError:
-			req := st.byID[m.IDText()]
+			req := st.byID[idKey(m)]
 			if req == nil {
 				// Not answering a request of this exchange: a 2024-11-05 stream (the request came
 				// on another connection) or a stray response. Recorded as its own message.
@@ -638,6 +670,20 @@ func appendReason(r *Record, s string) {
 	r.Reason += "; " + s
 }
 
+// refuseResponse replaces a response body Level 2 cannot read with a JSON-RPC error naming the
+// appliance (never the server's bytes uninspected, never a made-up result).
+func (s *stage) refuseResponse(x *exchange.Exchange, st *xstate, why string) exchange.Result {
+	s.unreadableResponse(x, st, why)
+	var id json.RawMessage
+	if len(st.reqs) == 1 && st.reqs[0].ID != "" {
+		id = json.RawMessage(st.reqs[0].rawID)
+	}
+	x.SetResponseBody(errorBody(id, CodeUnreadable, "response refused by "+Intermediary, "level2", why, 0))
+	x.DelResponseHeader("Content-Encoding")
+	x.SetResponseHeader("Content-Type", "application/json")
+	return exchange.Continue
+}
+
 func (s *stage) unreadableResponse(x *exchange.Exchange, st *xstate, why string) {
 	for _, r := range st.reqs {
 		if r.Err == "" {
@@ -772,7 +818,7 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record
 // newRecord starts the record of m.
 func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *Message, dir string) *Record {
 	r := &Record{
-		Time: time.Now(), Direction: dir, Kind: m.Kind.String(), ID: m.IDText(), Method: m.Method,
+		Time: time.Now(), Direction: dir, Kind: m.Kind.String(), ID: m.IDText(), rawID: m.ID, Method: m.Method,
 		Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Decision: policy.ActionAllow,
 	}
 	if dir == ClientToServer {
@@ -782,7 +828,7 @@ func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *Message, dir stri
 		r.Name = level1.RedactURI(n)
 	}
 	if m.Kind == KindResponse || m.Kind == KindError {
-		if req := st.byID[r.ID]; req != nil {
+		if req := st.byID[idKey(m)]; req != nil {
 			r.Method, r.Name = req.Method, req.Name
 		}
 	}
@@ -793,6 +839,18 @@ func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *Message, dir stri
 
 // headerMismatch compares the MCP headers a request carries with its body; "" when they agree.
 func headerMismatch(h *exchange.Head, msgs []*Message, batch bool) string {
+	// A repeated MCP header is a claim with two values; servers disagree on which counts.
+	for _, name := range []string{"Mcp-Method", "Mcp-Name", "MCP-Protocol-Version"} {
+		n := 0
+		for _, hd := range h.Headers {
+			if exchange.EqualFold(hd.Name, name) {
+				n++
+			}
+		}
+		if n > 1 {
+			return name + " header repeated"
+		}
+	}
 	hm, hasM := h.Get("Mcp-Method")
 	hn, hasN := h.Get("Mcp-Name")
 	hv, hasV := h.Get("MCP-Protocol-Version")
@@ -915,4 +973,13 @@ func oneLine(s string) string {
 		s = s[:160]
 	}
 	return s
+}
+
+// idKey correlates a response with its request: the string id "1" and the number 1 are different
+// ids (keyed apart), and a string id is compared unescaped, as the server decoded it.
+func idKey(m *Message) string {
+	if len(m.ID) > 0 && m.ID[0] == '"' {
+		return "s:" + m.IDText()
+	}
+	return "n:" + string(m.ID)
 }

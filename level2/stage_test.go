@@ -552,3 +552,49 @@ func TestResponsePolicy(t *testing.T) {
 	}
 	denial(t, r, "1", CodeDenied, "no-keys-out")
 }
+
+// TestServerSmugglingRefused: the strict decoder applies to what the server sends too. A response
+// body or an SSE event with a duplicate key (which a lenient client would still read, taking the
+// last value) never reaches the client: the body becomes an error naming the appliance, the event
+// is dropped. A response whose type is JSON-like but not application/json is inspected as well.
+func TestServerSmugglingRefused(t *testing.T) {
+	const dup = `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"AKIA-SECRET"}]},"result":{"content":[]}}`
+	for _, c := range []struct{ name, ctype, body string }{
+		{"json body", "application/json", dup},
+		{"json-rpc type", "application/json-rpc", dup},
+		{"no type", "", dup},
+		{"sse event", "text/event-stream", "event: message\ndata: " + dup + "\n\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				if c.ctype != "" {
+					w.Header().Set("Content-Type", c.ctype)
+				} else {
+					w.Header()["Content-Type"] = nil
+				}
+				io.WriteString(w, c.body)
+			})
+			h := newHarness(t, u, nil, Options{}, nil)
+			r := post(t, h.addr, jsonHeaders, call(1, "echo", `{}`))
+			if bytes.Contains(r.body, []byte("AKIA")) {
+				t.Fatalf("a response the strict decoder refuses reached the client: %d %s", r.status, r.body)
+			}
+		})
+	}
+}
+
+// TestRequestClaimsRefused: a repeated Mcp-* header and a body in a charset other than UTF-8 are
+// refused before the server sees them.
+func TestRequestClaimsRefused(t *testing.T) {
+	u := newUpstream(t, echoServer)
+	h := newHarness(t, u, nil, Options{}, nil)
+	if r := post(t, h.addr, jsonHeaders+"Mcp-Method: tools/call\r\nMcp-Name: echo\r\nMcp-Name: denied_delete\r\n", call(1, "echo", `{}`)); r.status != 400 {
+		t.Errorf("repeated Mcp-Name: %d %s, want 400", r.status, r.body)
+	}
+	if r := post(t, h.addr, "Content-Type: application/json; charset=utf-16\r\n", call(2, "echo", `{}`)); r.status != 415 {
+		t.Errorf("utf-16 body: %d %s, want 415", r.status, r.body)
+	}
+	if u.calls.Load() != 0 {
+		t.Fatal("the server saw a refused request")
+	}
+}

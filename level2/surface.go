@@ -280,7 +280,19 @@ func (s *stage) answerServer(ctx context.Context, x *exchange.Exchange, st *xsta
 	}
 	post := s.f.Post
 	record := s.f.Record
+	select {
+	case s.posts <- struct{}{}:
+	default:
+		// Too many answers already in flight on this connection: the request is still dropped
+		// (never served to the client), but this one is not answered.
+		r.Err = "answering the server skipped: too many answers in flight"
+		if record != nil {
+			record(r)
+		}
+		return
+	}
 	go func() {
+		defer func() { <-s.posts }()
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postTimeout)
 		defer cancel()
 		if err := post(pctx, target, hdrs, body); err != nil {
