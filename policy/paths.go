@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strconv"
 
 	"cel.dev/cel-go/cel"
@@ -267,4 +268,90 @@ func bareMCP(a *cel.Ast) bool {
 		}
 	}))
 	return idents > selected
+}
+
+// argKeysOf returns the keys under mcp.arguments that e reads as a constant chain, arguments
+// excluded: mcp.arguments.a.b gives ["a", "b"], mcp.arguments gives []. Unlike chain, a presence
+// test (has(mcp.arguments.admin)) counts as a read, since a peer that folds keys acts on ADMIN
+// while has() sees nothing; and an integer index (mcp.arguments.files[0].path) is dropped, so
+// that arrays on the way are transparent to whoever checks the keys (it then checks the keys of
+// every element, never fewer).
+func argKeysOf(e ast.Expr) ([]string, bool) {
+	var rev []string
+	for cur := e; ; {
+		switch cur.Kind() {
+		case ast.SelectKind:
+			sel := cur.AsSelect()
+			rev = append(rev, sel.FieldName())
+			cur = sel.Operand()
+			continue
+		case ast.CallKind:
+			call := cur.AsCall()
+			args := call.Args()
+			if call.FunctionName() != operators.Index || len(args) != 2 || args[1].Kind() != ast.LiteralKind {
+				return nil, false
+			}
+			switch key := args[1].AsLiteral().(type) {
+			case types.String:
+				rev = append(rev, string(key))
+			case types.Int, types.Uint:
+				// An element of an array: no key of its own.
+			default:
+				return nil, false
+			}
+			cur = args[0]
+			continue
+		case ast.IdentKind:
+			if cur.AsIdent() != varMCP || len(rev) == 0 || rev[len(rev)-1] != "arguments" {
+				return nil, false
+			}
+			keys := make([]string, 0, len(rev)-1)
+			for i := len(rev) - 2; i >= 0; i-- {
+				keys = append(keys, rev[i])
+			}
+			return keys, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// appendArgPaths adds to paths every chain of keys under mcp.arguments that the expression of a
+// reads: selections, constant indexes, presence tests and `"key" in mcp.arguments…`. A read with
+// a computed key (mcp.arguments[x]) or of the whole map names no key and adds nothing.
+func appendArgPaths(paths [][]string, a *cel.Ast) [][]string {
+	if a == nil {
+		return paths
+	}
+	ast.PostOrderVisit(a.NativeRep().Expr(), ast.NewExprVisitor(func(e ast.Expr) {
+		if keys, ok := argKeysOf(e); ok && len(keys) > 0 {
+			paths = appendUniqueKeys(paths, keys)
+			return
+		}
+		if e.Kind() != ast.CallKind {
+			return
+		}
+		call := e.AsCall()
+		args := call.Args()
+		if call.FunctionName() != operators.In || len(args) != 2 || args[0].Kind() != ast.LiteralKind {
+			return
+		}
+		key, ok := args[0].AsLiteral().(types.String)
+		if !ok {
+			return
+		}
+		if keys, ok := argKeysOf(args[1]); ok {
+			paths = appendUniqueKeys(paths, append(keys, string(key)))
+		}
+	}))
+	return paths
+}
+
+func appendUniqueKeys(paths [][]string, keys []string) [][]string {
+	for _, p := range paths {
+		if slices.Equal(p, keys) {
+			return paths
+		}
+	}
+	return append(paths, keys)
 }

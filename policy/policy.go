@@ -142,8 +142,9 @@ func WithClock(now func() time.Time) Option {
 // Set is a compiled, ordered rule set. It is safe for concurrent use; a reload compiles a new
 // Set (see CompileWithState) and the caller swaps it in atomically.
 type Set struct {
-	rules []*rule
-	now   func() time.Time
+	rules    []*rule
+	now      func() time.Time
+	argPaths [][]string // the union of the rules' argPaths
 }
 
 type rule struct {
@@ -162,6 +163,8 @@ type rule struct {
 	// opaqueMCP: the rule uses the mcp map other than through a constant field (`"x" in mcp`,
 	// mcp[k]); Reads then answers yes for every field.
 	opaqueMCP bool
+	// argPaths are the key chains under mcp.arguments the rule reads (see ArgumentPaths).
+	argPaths [][]string
 }
 
 type rateRule struct {
@@ -236,6 +239,11 @@ func CompileWithState(rules []RuleSpec, prev *Set, opts ...Option) (*Set, error)
 	}
 	if o.now != nil {
 		s.now = o.now
+	}
+	for _, r := range s.rules {
+		for _, p := range r.argPaths {
+			s.argPaths = appendUniqueKeys(s.argPaths, p)
+		}
 	}
 
 	// A rule keeps its buckets only while its name and key expression stay the same: a rule
@@ -323,6 +331,7 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 			if prg != nil {
 				r.rl.key = prg
 				r.paths = appendPaths(r.paths, ast)
+				r.argPaths = appendArgPaths(r.argPaths, ast)
 				r.opaqueMCP = r.opaqueMCP || bareMCP(ast)
 				if p, ok := chain(ast.NativeRep().Expr()); ok {
 					r.rl.keyPath = &p
@@ -341,6 +350,7 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 		if prg != nil {
 			r.when = prg
 			r.paths = appendPaths(r.paths, ast)
+			r.argPaths = appendArgPaths(r.argPaths, ast)
 			r.opaqueMCP = r.opaqueMCP || bareMCP(ast)
 		}
 	}
@@ -687,6 +697,19 @@ func (s *Set) Reads(field string) bool {
 		}
 	}
 	return false
+}
+
+// ArgumentPaths returns the chains of keys under mcp.arguments that some rule reads
+// (mcp.arguments.a.b gives ["a", "b"]; array indexes are left out). Level 2 refuses an argument
+// key that folds equal to one of these at its position but is spelled otherwise: a server that
+// matches keys case-insensitively (Go's encoding/json into a struct) would act on "PATH" as
+// on "path", while the rule, reading Level 2's exact map, never sees it. Keys read with a
+// computed name (mcp.arguments[k]) cannot be listed. The caller must not modify the result.
+func (s *Set) ArgumentPaths() [][]string {
+	if s == nil {
+		return nil
+	}
+	return s.argPaths
 }
 
 // JudgesServerMessages reports whether some rule is written for messages from the server (see

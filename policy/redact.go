@@ -49,7 +49,7 @@ type PathSeg struct {
 
 // Path is a compiled JSON path: `$` then steps `.key`, `["key"]`, `[N]`, `[*]` or `.*` (any key
 // or index), and `..key` (that key at any depth below). A path selects a value and everything
-// inside it.
+// inside it; a key step matches every key that folds equal to it (see stepMatches).
 type Path struct {
 	src   string
 	steps []pathStep
@@ -213,7 +213,10 @@ func stepMatches(st pathStep, seg PathSeg) bool {
 	case st.index >= 0:
 		return seg.Index == st.index && seg.Key == ""
 	}
-	return seg.Index < 0 && seg.Key == st.key
+	// A key matches when it folds equal to the step's, as encoding/json matches a key to a
+	// struct field: a server (or client) decoding {"PIN": 1} into a struct reads it as pin,
+	// so $..pin must hide it too. Hiding more than the exact key costs nothing secret.
+	return seg.Index < 0 && (seg.Key == st.key || strings.EqualFold(seg.Key, st.key))
 }
 
 // FormatPath writes a concrete location the way paths are written ($.result.content[0].text),
@@ -280,6 +283,12 @@ func compileRedact(spec *Redact) (*Redaction, []string) {
 		if re.MatchString("") {
 			// It would insert the marker between every two characters of every string.
 			msgs = append(msgs, fmt.Sprintf("redact patterns: %q matches the empty string", src))
+			continue
+		}
+		if re.MatchString(r.Marker) {
+			// The marker would itself be a match: what was hidden would still look unhidden,
+			// and redacting the output again would not be a fixed point.
+			msgs = append(msgs, fmt.Sprintf("redact patterns: %q matches the marker %q", src, r.Marker))
 			continue
 		}
 		r.Patterns = append(r.Patterns, re)

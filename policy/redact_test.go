@@ -94,3 +94,80 @@ func TestPathMatch(t *testing.T) {
 		}
 	}
 }
+
+// A path key matches every spelling a case-insensitive peer reads as that key: encoding/json
+// fills a field tagged "pin" from "PIN" and one tagged "secret" from "ſecret" (U+017F).
+func TestPathMatchFolds(t *testing.T) {
+	p, err := ParsePath("$..secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"secret", "SECRET", "Secret", "ſecret", "SECRET"} {
+		if !p.Match([]PathSeg{{Key: "params", Index: -1}, {Key: k, Index: -1}}) {
+			t.Errorf("$..secret does not select %q", k)
+		}
+	}
+	for _, k := range []string{"secrets", "sécret", "ѕecret"} { // the last one has a Cyrillic dze
+		if p.Match([]PathSeg{{Key: "params", Index: -1}, {Key: k, Index: -1}}) {
+			t.Errorf("$..secret selects %q", k)
+		}
+	}
+}
+
+func TestRedactMarkerMatchesPattern(t *testing.T) {
+	_, err := Compile([]RuleSpec{{Name: "r", Action: RuleRedact, Redact: &Redact{Patterns: []string{`RED`}}}})
+	if err == nil || !strings.Contains(err.Error(), "matches the marker") {
+		t.Fatalf("error %v, want one about the marker", err)
+	}
+}
+
+// TestArgumentPaths: every constant key chain a rule reads under mcp.arguments is listed, in the
+// forms CEL allows, so that Level 2 can refuse case variants of exactly those keys.
+func TestArgumentPaths(t *testing.T) {
+	for _, c := range []struct {
+		when string
+		want [][]string
+	}{
+		{`mcp.method == "tools/call"`, nil},
+		{`mcp.arguments.path.startsWith("/etc")`, [][]string{{"path"}}},
+		{`mcp["arguments"]["path"] == "/"`, [][]string{{"path"}}},
+		{`has(mcp.arguments.admin)`, [][]string{{"admin"}}},
+		{`"path" in mcp.arguments`, [][]string{{"path"}}},
+		{`"b" in mcp.arguments.a`, [][]string{{"a"}, {"a", "b"}}},
+		{`mcp.arguments.a.b == 1`, [][]string{{"a"}, {"a", "b"}}},
+		{`mcp.arguments.files[0].path == "/"`, [][]string{{"files"}, {"files", "path"}}},
+		{`mcp.arguments.x == 1 || mcp.arguments.x == 2`, [][]string{{"x"}}},
+		{`mcp.arguments[mcp.name] == "y"`, nil},
+		{`mcp.name == "arguments"`, nil},
+		{`client.arguments.path == "x"`, nil},
+	} {
+		set, err := Compile([]RuleSpec{{Name: "r", When: c.when, Action: RuleDeny}})
+		if err != nil {
+			t.Fatalf("%s: %v", c.when, err)
+		}
+		got := set.ArgumentPaths()
+		if !equalPaths(got, c.want) {
+			t.Errorf("%s: ArgumentPaths() = %q, want %q", c.when, got, c.want)
+		}
+	}
+	set := mustCompile(t, []RuleSpec{
+		{Name: "a", When: `mcp.arguments.path == "/"`, Action: RuleDeny},
+		{Name: "b", When: `mcp.arguments.path == "/x"`, Action: RuleRedact, Redact: &Redact{Paths: []string{"$..x"}}},
+		{Name: "c", Action: RuleRateLimit, RateLimit: &RateLimit{Key: `mcp.arguments.user`, Rate: 1, Burst: 1}},
+	})
+	if got := set.ArgumentPaths(); !equalPaths(got, [][]string{{"path"}, {"user"}}) {
+		t.Errorf("union over rules: %q", got)
+	}
+}
+
+func equalPaths(a, b [][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if strings.Join(a[i], "\x00") != strings.Join(b[i], "\x00") {
+			return false
+		}
+	}
+	return true
+}
