@@ -54,7 +54,11 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 	// whose upstream never answers, or an upgraded stream that went quiet.
 	_, stop := watchIdle(e.opt.Limits.IdleTimeout, last, client, upstream)
 	defer stop()
-	err := exchange.Serve(ctx, client, upstream, stages, opt.Exchange(), e.opt.Log.With("flow", f.id))
+	xo := opt.Exchange()
+	// Level 2 judges every message: bytes the upstream sends while no request is outstanding
+	// answer nothing it could judge, so they close the flow rather than reach the client raw.
+	xo.CloseUnsolicited = route.Level >= 2
+	err := exchange.Serve(ctx, client, upstream, stages, xo, e.opt.Log.With("flow", f.id))
 	if rec.requests.Load() > 0 {
 		return outcome{recorded: true}
 	}

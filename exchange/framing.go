@@ -34,6 +34,10 @@ var ErrHeaderTooLarge = errors.New("header section too large")
 // ErrBodyTooLarge means ReadBody met a body longer than its max.
 var ErrBodyTooLarge = errors.New("body too large")
 
+// ErrUnsolicited ends a connection whose upstream sent bytes while no request was outstanding
+// (Options.CloseUnsolicited).
+var ErrUnsolicited = errors.New("upstream sent bytes with no request outstanding")
+
 // MalformedError is framing the reader refuses to guess about: a proxy that forwards bytes it
 // parsed differently from the peer behind it is how requests get smuggled past policy. The proxy
 // answers 400 and closes.

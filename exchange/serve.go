@@ -36,6 +36,13 @@ type Options struct {
 	// finished nor refused. Response bodies are not bounded (an SSE stream lives as long as it
 	// likes).
 	BodyTimeout time.Duration
+	// CloseUnsolicited closes the connection when the upstream sends bytes while no request is
+	// outstanding, instead of passing them on. Bytes the client did not ask for answer no request
+	// a stage could judge: a client reads them as the answer to its next request (net/http does),
+	// so where messages are judged (Level 2) they must never be copied raw. Off, they are
+	// forwarded as they came (Level 1 passes transport errors on, such as a 408 before an idle
+	// close).
+	CloseUnsolicited bool
 }
 
 func (o Options) withDefaults() Options {
@@ -875,8 +882,24 @@ func (p *proxy) upstreamEnded(err error) {
 }
 
 // forwardUnsolicited passes on bytes the upstream sent with no request outstanding (typically a
-// 408 before it closes an idle connection): they are not this proxy's to drop.
+// 408 before it closes an idle connection): they are not this proxy's to drop. With
+// CloseUnsolicited they are not passed on: the connection is closed and the error recorded.
 func (p *proxy) forwardUnsolicited() {
+	p.mu.Lock()
+	if p.pending > 0 {
+		// A request was forwarded meanwhile: the bytes are its response's.
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	if p.o.CloseUnsolicited {
+		n := p.ur.br.Buffered()
+		p.log.LogAttrs(p.ctx, slog.LevelWarn, "upstream sent bytes with no request outstanding; closing the connection, nothing forwarded",
+			slog.Int("bytes", n))
+		p.fail(ErrUnsolicited)
+		p.stop(false, false)
+		return
+	}
 	p.log.LogAttrs(p.ctx, slog.LevelDebug, "upstream sent bytes with no request outstanding")
 	p.mu.Lock()
 	defer p.mu.Unlock()

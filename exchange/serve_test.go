@@ -727,3 +727,44 @@ func serveResponse(c net.Conn, resp []byte) {
 		}
 	}
 }
+
+// TestCloseUnsolicited: with CloseUnsolicited, bytes the upstream sends while no request is
+// outstanding (here a whole response written as soon as the connection opened, before the
+// client's request was complete) close the connection and never reach the client; without it
+// they are passed on as they came (Level 1: a 408 before an idle close).
+func TestCloseUnsolicited(t *testing.T) {
+	const unsolicited = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 19\r\n\r\n{\"x\":\"CANARY-123\"}\n"
+	for _, closeIt := range []bool{true, false} {
+		t.Run(strconv.FormatBool(closeIt), func(t *testing.T) {
+			client, cs := tcpPair(t)
+			up, us := tcpPair(t)
+			defer client.Close()
+			defer us.Close()
+			served := make(chan error, 1)
+			go func() {
+				served <- Serve(context.Background(), cs, up, nil, Options{CloseUnsolicited: closeIt}, nil)
+			}()
+			// The client has sent half a head: nothing is outstanding yet.
+			io.WriteString(client, "POST /mcp HTTP/1.1\r\nHost: x\r\n")
+			io.WriteString(us, unsolicited)
+			client.SetReadDeadline(time.Now().Add(testTimeout))
+			if !closeIt {
+				b := make([]byte, len(unsolicited))
+				if _, err := io.ReadFull(client, b); err != nil || string(b) != unsolicited {
+					t.Fatalf("forwarded: %q %v", b, err)
+				}
+				client.Close()
+				us.Close()
+				<-served
+				return
+			}
+			b, _ := io.ReadAll(client)
+			if len(b) != 0 {
+				t.Fatalf("the client got %q", b)
+			}
+			if err := <-served; err != ErrUnsolicited {
+				t.Fatalf("Serve returned %v, want ErrUnsolicited", err)
+			}
+		})
+	}
+}

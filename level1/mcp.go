@@ -109,7 +109,7 @@ func (m *sessionMemo) hashOf(id string) string {
 func classify(h *exchange.Head, memo *sessionMemo) *RequestInfo {
 	info := &RequestInfo{
 		Method: h.Method,
-		Path:   pathOf(h.Target),
+		Path:   PathOf(h.Target),
 		// Sized for a small map (one group of 8): MCP requests rarely carry more non-secret
 		// headers, and a larger hint costs three more allocations per request.
 		Headers: make(map[string]string, min(len(h.Headers), 8)),
@@ -278,9 +278,10 @@ func authScheme(v string) string {
 	return "other"
 }
 
-// pathOf returns the path of a request target: origin-form up to the query, the path part of an
-// absolute-form target, "" for authority-form, "*" for asterisk-form.
-func pathOf(target string) string {
+// PathOf returns the path of a request target: origin-form up to the query, the path part of an
+// absolute-form target, "" for authority-form, "*" for asterisk-form. It is http.path at both
+// levels: a rule on a path must not be bypassed by spelling the target in absolute form.
+func PathOf(target string) string {
 	if i := strings.IndexAny(target, "?#"); i >= 0 {
 		target = target[:i]
 	}

@@ -31,6 +31,9 @@ var ErrBodyTooLarge = errors.New("decoded body too large")
 // type comes back lower-cased ("" when there is none); params is nil when the parameters are
 // malformed, so a bad parameter does not hide a JSON type.
 func ParseMediaType(ct string) (mediatype string, params map[string]string) {
+	// Peers trim more than ASCII space around a header value (a Latin-1 NBSP byte, Unicode
+	// spaces): so does Level 2, before it parses.
+	ct = trimHeaderSpace(ct)
 	mt, p, err := mime.ParseMediaType(ct)
 	if err == nil {
 		return mt, p
@@ -213,4 +216,22 @@ func EncodeBody(encoding string, plain []byte) ([]byte, error) {
 		body = b.Bytes()
 	}
 	return body, nil
+}
+
+// trimHeaderSpace strips lenientSpace runes and the Latin-1 bytes NBSP (0xA0) and NEL (0x85),
+// which a peer reading header bytes as Latin-1 takes for spaces, from both ends of v.
+func trimHeaderSpace(v string) string {
+	for {
+		n := len(v)
+		v = strings.TrimFunc(v, lenientSpace)
+		for len(v) > 0 && (v[0] == 0xa0 || v[0] == 0x85) {
+			v = v[1:]
+		}
+		for len(v) > 0 && (v[len(v)-1] == 0xa0 || v[len(v)-1] == 0x85) {
+			v = v[:len(v)-1]
+		}
+		if len(v) == n {
+			return v
+		}
+	}
 }

@@ -218,7 +218,15 @@ func (s *scanner) message() (*Message, error) {
 	idNull := false
 	if has(memID) {
 		switch v := raw(memID); v[0] {
-		case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		case '"':
+			m.ID = v
+		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			// Peers compare numeric ids as float64 values (the Go SDK truncates to int64): an id
+			// that is not an integer, or past 2^53, could answer another request than Level 2
+			// correlated it with.
+			if _, ok := numericID(v); !ok {
+				return bad("numeric id %.24s is not an integer of magnitude below 2^53", v)
+			}
 			m.ID = v
 		case 'n':
 			idNull = true

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,6 +87,7 @@ type Record struct {
 
 	cursor bool            // a list request for a later page (params.cursor)
 	rawID  json.RawMessage // the id as sent, to answer with
+	key    string          // the id as responses correlate with it (idKey)
 }
 
 // stateKey is where the exchange keeps Level 2's per-exchange state.
@@ -107,6 +109,7 @@ type xstate struct {
 	messages   int                // records emitted or owed for this exchange
 	server     string             // the server's identity: destination, SNI and Host
 	endpoint   string             // 2024-11-05 GET stream: where its endpoint event says to POST
+	eventCR    bool               // the last SSE block ended with a CR (an LF may follow it)
 }
 
 // schemaKey is where the tool schemas of this exchange's server and session are remembered: per
@@ -197,18 +200,27 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 		}
 		body = dec
 	}
-	ctv, _ := h.Get("Content-Type")
+	ctv, repeated := contentTypes(h)
+	if repeated {
+		// Servers disagree on which of two types counts (Go: the first; Node: both, joined).
+		return s.refuseUnreadable(x, st, 400, "Content-Type header repeated")
+	}
 	ct := ParseContentType(ctv)
 	if ct.ForeignCharset {
 		return s.refuseUnreadable(x, st, 415, "charset "+ct.Charset+" cannot be inspected (JSON-RPC bodies are UTF-8)")
 	}
-	if !ct.JSON && !looksJSON(body) {
-		// Not JSON-RPC by its type or its bytes: plain HTTP, judged at Level 1 only. A lenient
-		// server could still parse it as JSON only if it looked like JSON, which it does not.
+	if !ct.JSON && !namesJSON(ctv) && !looksJSON(body) {
+		// Not JSON-RPC by its type, however spelt, or by its bytes, however padded: plain HTTP,
+		// judged at Level 1 only. No supported server parses such a body as JSON.
 		return exchange.Continue
 	}
+	if blank(body) {
+		return exchange.Continue // no message in it: nothing to judge, nothing a server acts on
+	}
 	allowBatch := batchAllowed(st.version, h)
-	msgs, batch, err := Decode(body, DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: allowBatch})
+	// Decoded as the most lenient server reads it (a BOM and Unicode spaces around the JSON
+	// stripped); forwarded as the client sent it.
+	msgs, batch, err := Decode(trimLenient(body), DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: allowBatch})
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) {
 			return s.refuseUnreadable(x, st, 413, "JSON-RPC body over the route's max_body")
@@ -290,11 +302,16 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 		}
 	}
 	s.transformRequests(x, st, msgs, batch, decs)
+	if st.legacy && st.initialize && st.session != "" {
+		// 2024-11-05: the session is the endpoint URL's, known now; no response will carry an
+		// Mcp-Session-Id, so the client's info is kept for its GET stream here.
+		s.f.Sessions.SetClientInfo(st.session, st.clientInfo)
+	}
 	if st.legacy {
 		// 2024-11-05: the answers come on the GET stream, another connection.
 		for _, r := range st.reqs {
 			if r.Kind == KindRequest.String() {
-				s.f.Sessions.AddPending(st.session, r.ID, Pending{Method: r.Method, Name: r.Name})
+				s.f.Sessions.AddPending(st.session, r.key, Pending{Method: r.Method, Name: r.Name})
 			}
 		}
 	}
@@ -380,11 +397,11 @@ func (s *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 			s.f.Sessions.SetClientInfo(st.session, st.clientInfo)
 		}
 	}
-	ctv, _ := h.Get("Content-Type")
+	ctv, _ := contentTypes(h)
 	ct := ParseContentType(ctv)
 	switch {
 	case h.NoBody:
-	case !ct.SSE && strings.Contains(strings.ToLower(ctv), "event-stream"):
+	case !ct.SSE && namesEventStream(ctv):
 		// A client that looks for "event-stream" anywhere in the type would read this as a
 		// stream Level 2 did not frame as one: refuse rather than forward it uninspected.
 		x.Abort("level2: a response type naming event-stream that is not text/event-stream (" + oneLine(ctv) + ")")
@@ -395,7 +412,7 @@ func (s *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 			return exchange.Stop
 		}
 		x.WantEvents(int(s.maxBody()))
-	case ct.JSON || ct.MediaType == "" || strings.Contains(ct.MediaType, "json"):
+	case ct.JSON || ct.MediaType == "" || namesJSON(ctv):
 		// JSON, a JSON-like type (application/json-rpc) or none at all: clients parse those, so
 		// Level 2 reads them too (a body that is not JSON then goes through as it came).
 		o := exchange.OverflowClose
@@ -421,11 +438,16 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 		}
 		body, encoded = dec, true
 	}
-	ctv, _ := x.Resp.Get("Content-Type")
-	if !ParseContentType(ctv).JSON && !looksJSON(body) {
+	ctv, _ := contentTypes(x.Resp)
+	if !ParseContentType(ctv).JSON && !namesJSON(ctv) && !looksJSON(body) {
 		return exchange.Continue // not JSON by its type or its bytes: no client reads it as JSON-RPC
 	}
-	msgs, batch, err := Decode(body, DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	if blank(body) {
+		// An empty answer (202 to a notification or a legacy POST, however typed) carries no
+		// message: it passes as it came.
+		return exchange.Continue
+	}
+	msgs, batch, err := Decode(trimLenient(body), DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
 	if err != nil {
 		// The strict decoder refused what a lenient client would read (a duplicate key, a lone
 		// surrogate): forwarding it would let the server past every response rule.
@@ -433,10 +455,17 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 	}
 	out, changed := s.responses(context.Background(), x, st, msgs, false)
 	if changed {
-		if batch {
-			x.SetResponseBody(joinBatch(out))
-		} else {
-			x.SetResponseBody(out[0])
+		kept := compact(out)
+		switch {
+		case len(kept) == 0:
+			// Every message was a server request policy blocks (dropped, the server answered):
+			// the client's requests of this exchange get an error naming the appliance instead
+			// of an answer the server never gave.
+			x.SetResponseBody(s.unanswered(st, msgs))
+		case batch:
+			x.SetResponseBody(joinBatch(kept))
+		default:
+			x.SetResponseBody(kept[0])
 		}
 		if encoded {
 			x.DelResponseHeader("Content-Encoding")
@@ -447,23 +476,37 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 
 func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
 	st := stateOf(x)
-	if st == nil || !ev.HasData {
+	if st == nil {
 		return exchange.Continue
 	}
-	if ev.Type == "endpoint" {
+	cr := st.eventCR
+	st.eventCR = len(ev.Raw) > 0 && ev.Raw[len(ev.Raw)-1] == '\r'
+	if bareCR(ev.Raw, cr) {
+		// Peers split this stream into different events (the Go SDK ends lines at LF only): what
+		// one of them dispatches cannot be judged for both.
+		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
+			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event stream refused: a bare CR line end, which peers frame differently"})
+		x.Abort("level2: an SSE line ended by a bare CR (peers frame it differently)")
+		return exchange.Stop
+	}
+	if !ev.HasData {
+		return exchange.Continue
+	}
+	data := []byte(ev.Data)
+	if ev.Type == "endpoint" && !looksJSON(data) {
 		// 2024-11-05: the stream announces where to POST; its session id ties the POSTs
-		// (other connections) to this stream.
+		// (other connections) to this stream. An endpoint event whose data is JSON is judged
+		// below like any other: the Go SDK's legacy client decodes every event after the first.
 		if sid := legacySession(ev.Data); sid != "" {
 			st.session, st.legacy = hashKey(sid), true
 			st.endpoint = endpointTarget(ev.Data)
 		}
 		return exchange.Continue
 	}
-	data := []byte(ev.Data)
 	if !looksJSON(data) {
 		return exchange.Continue
 	}
-	msgs, batch, err := Decode(data, DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	msgs, batch, err := Decode(trimLenient(data), DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
 	if err != nil {
 		// JSON the strict decoder refuses (a duplicate key, a lone surrogate) is what a lenient
 		// client would still read: the event is dropped, never forwarded past the response rules.
@@ -511,16 +554,13 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				// on another connection) or a stray response. Recorded as its own message.
 				r := s.newRecord(x, st, m, ServerToClient)
 				if st.legacy {
-					if p, ok := s.f.Sessions.TakePending(st.session, m.IDText()); ok {
+					if p, ok := s.f.Sessions.TakePending(st.session, idKey(m)); ok {
 						r.Method, r.Name = p.Method, p.Name
 					}
 				}
 				st.messages++
 				defer s.emit(r)
 				req = r
-			}
-			if m.Kind == KindError && m.Error != nil {
-				req.Err = fmt.Sprintf("server error %d: %s", m.Error.Code, oneLine(m.Error.Message))
 			}
 			if st.initialize && m.Kind == KindResponse {
 				if v := resultString(m.Result, "protocolVersion"); v != "" {
@@ -529,6 +569,10 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				}
 			}
 			d := s.evaluate(x, st, m, req, ServerToClient, req, nil)
+			if m.Kind == KindError && m.Error != nil {
+				// The record gets the message as the client sees it: redacted first.
+				req.Err = fmt.Sprintf("server error %d: %s", m.Error.Code, oneLine(scrubText(m.Error.Message, d.Redactions)))
+			}
 			if d.Action != policy.ActionAllow && m.Kind == KindResponse {
 				// Policy on a result: the client gets an error naming the appliance instead,
 				// never a made-up result.
@@ -573,7 +617,9 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			if kind != "" {
 				r.Reason = kind + " request from the server: " + r.Reason
 			}
-			if d.Action != policy.ActionAllow && stream {
+			if d.Action != policy.ActionAllow {
+				// In a stream, a JSON body or a batch alike: the client never gets a blocked
+				// server message.
 				out[i], changed = nil, true
 				if m.Kind == KindRequest {
 					r.Reason += "; dropped, the server was answered with JSON-RPC error " + fmt.Sprint(CodeDenied)
@@ -821,6 +867,9 @@ func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *Message, dir stri
 		Time: time.Now(), Direction: dir, Kind: m.Kind.String(), ID: m.IDText(), rawID: m.ID, Method: m.Method,
 		Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Decision: policy.ActionAllow,
 	}
+	if len(m.ID) > 0 {
+		r.key = idKey(m)
+	}
 	if dir == ClientToServer {
 		r.Time = st.start
 	}
@@ -918,12 +967,8 @@ func legacySession(target string) string {
 	return q.Get("session_id")
 }
 
-func pathOf(target string) string {
-	if i := strings.IndexAny(target, "?#"); i >= 0 {
-		return target[:i]
-	}
-	return target
-}
+// pathOf is http.path: Level 1's function, so that both levels read a target alike.
+func pathOf(target string) string { return level1.PathOf(target) }
 
 // accepts reads the request's Accept lines the way Level 1 does (one parser for both levels).
 func accepts(h *exchange.Head) (sse, json bool) {
@@ -936,9 +981,45 @@ func isIdentity(ce string) bool {
 	return ce == "" || strings.EqualFold(ce, "identity")
 }
 
-func looksJSON(b []byte) bool {
-	b = bytes.TrimLeft(b, " \t\r\n")
-	return len(b) > 0 && (b[0] == '{' || b[0] == '[')
+// compact returns the non-nil entries of out (nil: a message dropped).
+func compact(out [][]byte) [][]byte {
+	kept := make([][]byte, 0, len(out))
+	for _, o := range out {
+		if o != nil {
+			kept = append(kept, o)
+		}
+	}
+	return kept
+}
+
+// unanswered is the body for a JSON response whose every message was dropped: an error naming the
+// appliance for each request of the exchange the body did not answer (a batch when several), or
+// nothing when the exchange carried no request.
+func (s *stage) unanswered(st *xstate, msgs []*Message) []byte {
+	answered := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		if m.Kind == KindResponse || m.Kind == KindError {
+			answered[idKey(m)] = true
+		}
+	}
+	const why = "the server answered with a server request that policy blocks"
+	var parts [][]byte
+	for _, r := range st.reqs {
+		if r.Kind != KindRequest.String() || answered[r.key] {
+			continue
+		}
+		if r.Err == "" {
+			r.Err = why
+		}
+		parts = append(parts, errorBody(r.rawID, CodeDenied, "response refused by "+Intermediary+": "+why, "level2", why, 0))
+	}
+	switch len(parts) {
+	case 0:
+		return []byte{}
+	case 1:
+		return parts[0]
+	}
+	return joinBatch(parts)
 }
 
 func joinBatch(parts [][]byte) []byte {
@@ -976,10 +1057,14 @@ func oneLine(s string) string {
 }
 
 // idKey correlates a response with its request: the string id "1" and the number 1 are different
-// ids (keyed apart), and a string id is compared unescaped, as the server decoded it.
+// ids (keyed apart), a string id is compared unescaped, as the server decoded it, and a number by
+// its value (1, 1.0 and 1e0 are one id: the peers read them so; Decode refused the others).
 func idKey(m *Message) string {
 	if len(m.ID) > 0 && m.ID[0] == '"' {
 		return "s:" + m.IDText()
+	}
+	if n, ok := numericID(m.ID); ok {
+		return "n:" + strconv.FormatInt(n, 10)
 	}
 	return "n:" + string(m.ID)
 }

@@ -1,0 +1,125 @@
+package level2
+
+import (
+	"bytes"
+	"math"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"mcpintercept/exchange"
+)
+
+// Level 2 decodes strictly but detects leniently: whatever any supported peer would decode and act
+// on must be judged or refused. The peers and what they forgive, read from their sources:
+//
+//   - Go SDK client: SSE data lines are bytes.TrimSpace'd (every Unicode White_Space rune, so \v,
+//     \f, U+0085, U+00A0, U+2028 …), lines end at LF only (a bare CR is part of a line), events of
+//     any type are decoded on a 2024-11-05 stream; JSON bodies by mime.ParseMediaType.
+//   - TypeScript SDK: a body or response is JSON when its Content-Type *contains*
+//     "application/json" (or "text/event-stream"), whatever surrounds it, and the headers of one
+//     name are joined with ", "; bodies are decoded as UTF-8 with the BOM stripped.
+//   - Python's json: a bytes body's BOM is skipped (utf-8-sig); str.strip() also removes the
+//     information separators U+001C…U+001F.
+//
+// So before Level 2 decides "this is not JSON-RPC", it strips all of that; what remains is decoded
+// with the strict decoder, and a decode error is a refusal, never a pass.
+
+// lenientSpace is every rune some peer trims around a JSON text: Unicode White_Space, the BOM
+// (U+FEFF, also zero-width no-break space), U+180E (White_Space in older Unicode, still trimmed by
+// some JavaScript engines) and the information separators Python's str.strip() removes.
+func lenientSpace(r rune) bool {
+	return unicode.IsSpace(r) || r == '\uFEFF' || r == '\u180E' || (r >= 0x1c && r <= 0x1f)
+}
+
+// trimLenient strips lenientSpace from both ends of b, the way the most forgiving peer would.
+func trimLenient(b []byte) []byte {
+	// Fast path: nothing to strip (the common case for every well-formed body).
+	if len(b) > 0 && b[0] < utf8.RuneSelf && !isASCIISpaceish(b[0]) &&
+		b[len(b)-1] < utf8.RuneSelf && !isASCIISpaceish(b[len(b)-1]) {
+		return b
+	}
+	return bytes.TrimFunc(b, lenientSpace)
+}
+
+func isASCIISpaceish(c byte) bool {
+	return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f)
+}
+
+// looksJSON reports bytes that some peer would parse as a JSON object or array: after the
+// lenient trim they start with '{' or '['.
+func looksJSON(b []byte) bool {
+	b = trimLenient(b)
+	return len(b) > 0 && (b[0] == '{' || b[0] == '[')
+}
+
+// blank reports a body or event value with nothing but lenient space: it carries no message.
+func blank(b []byte) bool { return len(trimLenient(b)) == 0 }
+
+// contentTypes returns every Content-Type value of h joined with ", " (as fetch's Headers.get
+// does), and whether there was more than one.
+func contentTypes(h *exchange.Head) (joined string, repeated bool) {
+	n := 0
+	var b strings.Builder
+	for _, hd := range h.Headers {
+		if exchange.EqualFold(hd.Name, "Content-Type") {
+			if n > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(hd.Value)
+			n++
+		}
+	}
+	return b.String(), n > 1
+}
+
+// namesJSON reports a Content-Type value that a lenient peer reads as JSON: one that mentions
+// "json" anywhere, in any case, with any bytes around it (the TypeScript SDK tests
+// includes("application/json"); "json" anywhere is a superset of that and of every +json type).
+func namesJSON(ct string) bool { return containsFold(ct, "json") }
+
+// namesEventStream reports a Content-Type value that a lenient peer reads as an event stream.
+func namesEventStream(ct string) bool { return containsFold(ct, "event-stream") }
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), sub)
+}
+
+// bareCR reports a CR that is not the first half of a CRLF in an SSE block. The WHATWG parser
+// (Level 2's, and the TypeScript SDK's) ends a line there; the Go SDK's does not (it splits at LF
+// only), so the two read different events from the same bytes: such a stream cannot be judged
+// for both. A CR that ends raw may be completed by an LF at the start of the next block (prevCR
+// says the previous block ended so; then raw must start with that LF).
+func bareCR(raw []byte, prevCR bool) bool {
+	if prevCR && (len(raw) == 0 || raw[0] != '\n') {
+		return true
+	}
+	for i := bytes.IndexByte(raw, '\r'); i >= 0; {
+		if i+1 < len(raw) && raw[i+1] != '\n' {
+			return true
+		}
+		j := bytes.IndexByte(raw[i+1:], '\r')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return false
+}
+
+// maxExactID is where float64, which the Go and TypeScript SDKs decode every numeric id into,
+// stops holding every integer: ids at or past it could be read as another id by a peer.
+const maxExactID = 1 << 53
+
+// numericID reads a JSON number id the way the peers compare it: as a float64. The Go SDK
+// truncates it to an int64 (1.5 is read as 1), JavaScript and Python compare by value (1.0 == 1).
+// Level 2 therefore accepts only ids whose value is an integer below 2^53 in magnitude, whatever
+// their spelling (1, 1.0, 1e0, 10E-1 are the same id), and refuses the rest in both directions.
+func numericID(text []byte) (int64, bool) {
+	f, err := strconv.ParseFloat(string(text), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || f != math.Trunc(f) || math.Abs(f) >= maxExactID {
+		return 0, false
+	}
+	return int64(f), true
+}
