@@ -360,19 +360,42 @@ const (
 	DefaultDNSTimeout     = 2 * time.Second
 )
 
-// DefaultUpstreamDeny is upstream_deny when the file does not set it:
-// unspecified, loopback, link-local (the cloud metadata addresses named first
-// so that a refusal names them) for both families. The dns mechanism adds its
-// VIP pools.
+// DefaultUpstreamDeny is upstream_deny when the file does not set it. The
+// cloud metadata addresses come first so that a refusal names them. IPv6
+// forms that carry an IPv4 address (NAT64 64:ff9b::/96 and 64:ff9b:1::/48,
+// 6to4 2002::/16, Teredo, IPv4-compatible ::a.b.c.d, IPv4-mapped and
+// -translated) need no entry: the dialer checks the IPv4 address they embed
+// against the IPv4 entries (intercept.DenyList.Check). The dns mechanism adds
+// its VIP pools.
+//
+//	prefix                why
+//	169.254.169.254/32    metadata: AWS, GCP, Azure, OCI, OpenStack, DigitalOcean, Hetzner, ...
+//	fd00:ec2::254/128     metadata: AWS IMDS over IPv6 (Nitro)
+//	fd20:ce::254/128      metadata: GCP metadata server over IPv6 (IPv6-only VMs)
+//	100.100.100.200/32    metadata: Alibaba Cloud ECS (not link-local: CGNAT space)
+//	192.0.0.192/32        metadata: Oracle Cloud Classic
+//	168.63.129.16/32      Azure WireServer (host agent: goal state, certificates)
+//	0.0.0.0/8             "this network": 0.0.0.0 connects to the local host on Linux
+//	127.0.0.0/8           loopback: the appliance's own admin and services
+//	169.254.0.0/16        IPv4 link-local (AWS ECS task metadata 169.254.170.2, ...)
+//	::/128                unspecified: connects to the local host
+//	::1/128               loopback
+//	fe80::/10             IPv6 link-local
+//	fec0::/10             IPv6 site-local (deprecated by RFC 3879, still routed by some stacks)
 var DefaultUpstreamDeny = []netip.Prefix{
 	netip.MustParsePrefix("169.254.169.254/32"),
 	netip.MustParsePrefix("fd00:ec2::254/128"),
+	netip.MustParsePrefix("fd20:ce::254/128"),
+	netip.MustParsePrefix("100.100.100.200/32"),
+	netip.MustParsePrefix("192.0.0.192/32"),
+	netip.MustParsePrefix("168.63.129.16/32"),
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("127.0.0.0/8"),
 	netip.MustParsePrefix("169.254.0.0/16"),
 	netip.MustParsePrefix("::/128"),
 	netip.MustParsePrefix("::1/128"),
 	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("fec0::/10"),
 }
 
 // CAConfig locates the appliance's own certificate authority, which signs the
