@@ -30,6 +30,12 @@
 // lab client" (model lab-model), an elicitation gets accept with
 // {"name":"lab user"}; the -tool output then counts them under "served".
 // -name sets clientInfo.name (policy reads it as mcp.client_info.name).
+//
+// -list (with -tool) lists the tools first, in the same session, and adds
+// their names to the output as "tools": a Level 2 route learns the input
+// schemas it validates arguments against from that list. -sse connects with
+// the 2024-11-05 HTTP+SSE transport (mcp.SSEClientTransport: -url is the
+// GET endpoint) instead of Streamable HTTP.
 package main
 
 import (
@@ -73,6 +79,8 @@ type options struct {
 	headers         headerFlag
 	name            string
 	answer          bool
+	list            bool
+	sse             bool
 }
 
 func main() {
@@ -88,6 +96,8 @@ func main() {
 	flag.StringVar(&dialNetwork, "dial-network", "tcp", `network for every dial: "tcp6" keeps an IPv4-mapped address (::ffff:a.b.c.d) on an IPv6 socket`)
 	flag.StringVar(&o.name, "name", "mcpintercept-e2e-client", "clientInfo.name")
 	flag.BoolVar(&o.answer, "answer", false, "declare sampling and elicitation and answer them with fixed results (counted in the -tool output)")
+	flag.BoolVar(&o.list, "list", false, "with -tool: list the tools first in the same session and report their names")
+	flag.BoolVar(&o.sse, "sse", false, "use the 2024-11-05 HTTP+SSE transport (-url is the SSE endpoint)")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -125,7 +135,10 @@ func run(o options) error {
 		copts.ElicitationHandler = served.elicit
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: o.name, Version: "1.0.0"}, copts)
-	transport := &mcp.StreamableClientTransport{Endpoint: o.url, HTTPClient: httpClient}
+	var transport mcp.Transport = &mcp.StreamableClientTransport{Endpoint: o.url, HTTPClient: httpClient}
+	if o.sse {
+		transport = &mcp.SSEClientTransport{Endpoint: o.url, HTTPClient: httpClient}
+	}
 	cs, err := client.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: o.protocolVersion})
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", o.url, err)
@@ -133,7 +146,7 @@ func run(o options) error {
 	defer cs.Close()
 
 	if o.tool != "" {
-		err = callOne(ctx, cs, o.tool, o.args, &progress)
+		err = callOne(ctx, cs, o.tool, o.args, o.list, &progress)
 	} else {
 		err = defaultRun(ctx, cs, o.calls)
 	}
@@ -408,7 +421,23 @@ func (p *progressCounter) settle(quiet, max time.Duration) int {
 	return last
 }
 
+// listNames lists every tool (all pages), sorted; a failure is reported, not fatal, so that the
+// call still runs and both outcomes are printed.
+func listNames(ctx context.Context, cs *mcp.ClientSession) ([]string, string) {
+	names := []string{}
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return names, err.Error()
+		}
+		names = append(names, t.Name)
+	}
+	slices.Sort(names)
+	return names, ""
+}
+
 type oneReport struct {
+	Tools                 []string            `json:"tools,omitempty"`
+	ListError             string              `json:"list_error,omitempty"`
 	Tool                  string              `json:"tool"`
 	IsError               bool                `json:"is_error"`
 	Text                  string              `json:"text"`
@@ -443,16 +472,21 @@ func (s *servedCounts) elicit(context.Context, *mcp.ElicitRequest) (*mcp.ElicitR
 	return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "lab user"}}, nil
 }
 
-func callOne(ctx context.Context, cs *mcp.ClientSession, tool, argsJSON string, progress *progressCounter) error {
+func callOne(ctx context.Context, cs *mcp.ClientSession, tool, argsJSON string, list bool, progress *progressCounter) error {
 	var args map[string]any
 	if err := json.Unmarshal([]byte(argsJSON), &args); err != nil {
 		return fmt.Errorf("-args must be a JSON object: %w", err)
+	}
+	var tools []string
+	var listErr string
+	if list {
+		tools, listErr = listNames(ctx, cs)
 	}
 	params := &mcp.CallToolParams{Name: tool, Arguments: args}
 	params.SetProgressToken("mcpclient-progress")
 	res, callErr := cs.CallTool(ctx, params)
 
-	rep := oneReport{Tool: tool}
+	rep := oneReport{Tool: tool, Tools: tools, ListError: listErr}
 	var wireErr *jsonrpc.Error
 	switch {
 	case callErr == nil:
