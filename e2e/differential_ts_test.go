@@ -1,0 +1,305 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Differential tests against the TypeScript SDK (issue 16): the SDK itself says what it accepts
+// and acts on (a control run with no appliance in the path), and the same bytes through Level 2
+// must then be judged or refused. DESIGN.md: "Level 2 *detects* leniently: whatever any supported
+// peer (Go SDK, TypeScript SDK, Python's json) would decode and act on is judged or refused ...
+// Prove it with differential tests that run the peer's own decoder over the same input." The
+// draft's Level 2 "MUST parse JSON-RPC message bodies" (Level 2 Requirements): a body the server
+// parses and the intermediary does not is a message nobody judged.
+
+const (
+	tsServerAddr = "10.200.2.2:3041" // e2e/node/ts-server.mjs (case 5)
+)
+
+// tsConfig is the lab configuration with ports 3041-3049 steered and on the plaintext Level 2
+// route (rule set lab-level2), and the lab's tools/call rate limit lifted: the differentials send
+// hundreds of calls in a few seconds, and a rate_limited refusal would hide which rule judged them.
+func tsConfig(t *testing.T) string {
+	t.Helper()
+	s := tlsConfig(t, filepath.Join(t.TempDir(), "ca"))
+	for _, r := range [][2]string{
+		{`"3000-3014"`, `"3000-3014", "3041-3049"`},
+		{`match: {ports: ["3011-3014"]}`, `match: {ports: ["3011-3014", "3041-3049"]}`},
+		{`rate_limit: {key: 'prefix(client.address, 32, 64)', rate: 50, burst: 200}`,
+			`rate_limit: {key: 'prefix(client.address, 32, 64)', rate: 100000, burst: 100000}`},
+	} {
+		if strings.Count(s, r[0]) != 1 {
+			t.Fatalf("lab.yaml changed: %q occurs %d times", r[0], strings.Count(s, r[0]))
+		}
+		s = strings.Replace(s, r[0], r[1], 1)
+	}
+	return s
+}
+
+// tsNode starts an e2e/node script in a lab namespace for the test and waits for its READY line.
+func tsNode(t *testing.T, ns, script string, args ...string) *proc {
+	t.Helper()
+	p := startT(t, ns, "node", append([]string{filepath.Join(repoRoot, "e2e", "node", script)}, args...)...)
+	if err := p.waitFor("READY", 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tsReply is one HTTP answer to a raw request: status 0 when the connection ended without one.
+type tsReply struct {
+	status int
+	body   []byte
+}
+
+// tsRaw sends one raw HTTP/1.1 request from mcpi-client on a fresh connection and reads the answer.
+func tsRaw(t *testing.T, addr string, req []byte) tsReply {
+	t.Helper()
+	c := dialInNS(t, nsClient, addr)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second)) // a hang guard, not a timing assertion
+	if _, err := c.Write(req); err != nil {
+		return tsReply{}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return tsReply{}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return tsReply{status: resp.StatusCode, body: b}
+}
+
+// tsPost is a POST /mcp with the given raw Content-Type header lines (each without CRLF; none:
+// no Content-Type at all) and body, accepting both JSON and SSE as the TS server requires.
+func tsPost(addr string, contentTypes []string, body []byte) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "POST /mcp HTTP/1.1\r\nHost: %s\r\nAccept: application/json, text/event-stream\r\n", addr)
+	for _, ct := range contentTypes {
+		b.WriteString("Content-Type: " + ct + "\r\n")
+	}
+	fmt.Fprintf(&b, "Content-Length: %d\r\nConnection: close\r\n\r\n", len(body))
+	b.Write(body)
+	return b.Bytes()
+}
+
+// tsDeleteCall is the issue's tools/call of denied_delete with id, after prefix (a BOM, spaces).
+func tsDeleteCall(prefix string, id int) []byte {
+	return []byte(fmt.Sprintf(`%s{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"denied_delete","arguments":{}}}`, prefix, id))
+}
+
+// tsRan reports whether the TS server ran denied_delete for request id (its TOOLRUN line). Call
+// it after tsMark: the log is only complete up to a marker.
+func tsRan(srv *proc, id int) bool {
+	return strings.Contains(srv.stderr.String(), fmt.Sprintf("TOOLRUN denied_delete id=%d\n", id))
+}
+
+// tsMark asks the TS server (from its own namespace, never steered) to log a marker and waits
+// for it: every request it answered before is then in its log, the tool runs included.
+func tsMark(t *testing.T, srv *proc, addr string) {
+	t.Helper()
+	tsMarks++
+	m := fmt.Sprintf("m%d", tsMarks)
+	c := dialInNS(t, nsServer, addr)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second)) // a hang guard
+	fmt.Fprintf(c, "GET /mark?%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", m, addr)
+	io.Copy(io.Discard, c)
+	if err := srv.waitFor("MARK "+m+"\n", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var tsMarks int
+
+// tsRPC is the part of a JSON-RPC answer the tests read.
+type tsRPC struct {
+	ID     json.RawMessage `json:"id"`
+	Result *struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
+	Error *struct {
+		Code int `json:"code"`
+		Data struct {
+			Intermediary string `json:"intermediary"`
+			Rule         string `json:"rule"`
+		} `json:"data"`
+	} `json:"error"`
+}
+
+// tsAnswer decodes a JSON (or single-event SSE) answer; the zero value when it is neither.
+func tsAnswer(body []byte) tsRPC {
+	var r tsRPC
+	if json.Unmarshal(body, &r) == nil {
+		return r
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimRight(l, "\r"), "data:"); ok && json.Unmarshal([]byte(v), &r) == nil {
+			return r
+		}
+	}
+	return tsRPC{}
+}
+
+// tsSpelling is one way of writing a request's Content-Type and body prefix.
+type tsSpelling struct {
+	name         string
+	contentTypes []string // header values as raw bytes; nil: no Content-Type header
+	prefix       string   // bytes before the JSON body
+}
+
+// tsUnicodeSpaces are the code points JavaScript's String.prototype.trim removes (WhiteSpace and
+// LineTerminator of ECMA-262) and a few it does not (U+0085, U+180E, U+200B): candidates, not a
+// verdict; the server says which count.
+var tsUnicodeSpaces = []rune{
+	0x09, 0x0b, 0x0c, 0x20, 0x85, 0xa0, 0x1680, 0x180e, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005,
+	0x2006, 0x2007, 0x2008, 0x2009, 0x200a, 0x200b, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000, 0xfeff,
+}
+
+// tsContentTypeCandidates are the Content-Type spellings the case 5 differential asks the TS
+// server about: every byte (but CR, LF) before and after the media type, the Unicode spaces in
+// UTF-8 at both ends, case, parameters, near-miss subtypes, missing and repeated headers. The
+// body is the issue's: a BOM, then the call.
+func tsContentTypeCandidates() []tsSpelling {
+	const bom = "\ufeff"
+	var out []tsSpelling
+	add := func(name string, prefix string, cts ...string) {
+		out = append(out, tsSpelling{name: name, contentTypes: cts, prefix: prefix})
+	}
+	for b := 0; b < 256; b++ {
+		if b == '\r' || b == '\n' {
+			continue
+		}
+		add(fmt.Sprintf("byte %#02x before", b), bom, string([]byte{byte(b)})+"application/json")
+		add(fmt.Sprintf("byte %#02x after", b), bom, "application/json"+string([]byte{byte(b)}))
+		add(fmt.Sprintf("byte %#02x before ;", b), bom, "application/json"+string([]byte{byte(b)})+";charset=utf-8")
+	}
+	for _, r := range tsUnicodeSpaces {
+		add(fmt.Sprintf("U+%04X (UTF-8) before", r), bom, string(r)+"application/json")
+		add(fmt.Sprintf("U+%04X (UTF-8) after", r), bom, "application/json"+string(r))
+	}
+	for _, ct := range []string{
+		"application/json", "APPLICATION/JSON", "Application/Json", "application/JSON",
+		"application/json;charset=utf-8", "application/json; charset=UTF-8", `application/json; charset="utf-8"`,
+		"application/json;", "application/json; charset=", "application/json;;", "application/json; x",
+		"application/json ; charset=utf-8", "application/json;charset=utf-16", "application/json;charset=latin1",
+		"application/json, text/plain", "text/plain, application/json", "application/json,application/json",
+		"application/json-rpc", "application/jsonrequest", "application/x-json", "text/json", "text/plain",
+		"application/vnd.api+json", "application/json+rpc", "application/*", "*/*", "",
+		"\xa0\xa0application/json\xa0", "\t application/json \t", "\vapplication/json", "\xa0APPLICATION/JSON\xa0;\xa0charset=utf-8",
+	} {
+		add(fmt.Sprintf("%q", ct), bom, ct)
+	}
+	add("no Content-Type", bom)
+	add("two headers: \\xa0application/json, text/plain", bom, "\xa0application/json", "text/plain")
+	add("two headers: text/plain, \\xa0application/json", bom, "text/plain", "\xa0application/json")
+	add("two headers: application/json, text/plain", bom, "application/json", "text/plain")
+	return out
+}
+
+// tsBodyPrefixCandidates are the bytes before the JSON body the differential asks the TS server
+// about, with a plain Content-Type: the Unicode spaces, one or two BOMs, and mixes.
+func tsBodyPrefixCandidates() []tsSpelling {
+	var out []tsSpelling
+	add := func(name, prefix string) {
+		out = append(out, tsSpelling{name: name, contentTypes: []string{"application/json"}, prefix: prefix})
+	}
+	for _, r := range tsUnicodeSpaces {
+		add(fmt.Sprintf("body after U+%04X", r), string(r))
+		add(fmt.Sprintf("body after BOM U+%04X", r), "\ufeff"+string(r))
+	}
+	for _, p := range []string{"\ufeff", "\ufeff\ufeff", "\r\n\ufeff", "\x00", "\ufeff \r\n\t", "\xef\xbb", "\xfe\xff", "\xff\xfe"} {
+		add(fmt.Sprintf("body after %q", p), p)
+	}
+	return out
+}
+
+var tsIntermediary = regexp.MustCompile(`"intermediary"\s*:\s*"mcpintercept"`)
+
+// TestDifferentialTSContentType is issue 16 case 5: a Content-Type the TypeScript SDK server
+// trims (NBSP before the type) and a UTF-8 BOM before a tools/call of denied_delete. Control: the
+// spellings the real TS server accepts and runs the tool for (derived by asking it, not from a
+// list). Through Level 2 every one of them is refused with a JSON-RPC error naming mcpintercept
+// and the tool never runs.
+func TestDifferentialTSContentType(t *testing.T) {
+	needLab(t)
+	srv := tsNode(t, nsServer, "ts-server.mjs", tsServerAddr)
+
+	type candidate struct {
+		tsSpelling
+		id int
+	}
+	var all []candidate
+	for i, s := range append(tsContentTypeCandidates(), tsBodyPrefixCandidates()...) {
+		all = append(all, candidate{s, 1000 + i})
+	}
+
+	// Control: which spellings does the TS SDK server act on?
+	answers := make([]tsReply, len(all))
+	for i, c := range all {
+		answers[i] = tsRaw(t, tsServerAddr, tsPost(tsServerAddr, c.contentTypes, tsDeleteCall(c.prefix, c.id)))
+	}
+	tsMark(t, srv, tsServerAddr)
+	var accepted []candidate
+	for i, c := range all {
+		r := answers[i]
+		ran := tsRan(srv, c.id)
+		if ran != (tsAnswer(r.body).Result != nil) {
+			t.Fatalf("control %s: the tool ran=%v but the answer was %d %q", c.name, ran, r.status, r.body)
+		}
+		if ran {
+			accepted = append(accepted, candidate{c.tsSpelling, c.id + 100000})
+		}
+	}
+	var names []string
+	for _, c := range accepted {
+		names = append(names, c.name)
+	}
+	t.Logf("the TS SDK server runs denied_delete for %d of %d spellings: %s", len(accepted), len(all), strings.Join(names, "; "))
+	for _, want := range []string{"byte 0xa0 before", "body after U+FEFF"} {
+		found := false
+		for _, n := range names {
+			found = found || n == want
+		}
+		if !found {
+			t.Fatalf("control: the TS server did not accept %q (the trick of case 5 no longer works on this SDK)", want)
+		}
+	}
+
+	a := startAppliance(t, "nftables-tproxy", tsConfig(t))
+	answers = make([]tsReply, len(accepted))
+	for i, c := range accepted {
+		answers[i] = tsRaw(t, tsServerAddr, tsPost(tsServerAddr, c.contentTypes, tsDeleteCall(c.prefix, c.id)))
+	}
+	tsMark(t, srv, tsServerAddr)
+	var bypass []string
+	for i, c := range accepted {
+		r := answers[i]
+		ans := tsAnswer(r.body)
+		switch {
+		case tsRan(srv, c.id):
+			bypass = append(bypass, fmt.Sprintf("%s: the tool ran (answer %d %q)", c.name, r.status, r.body))
+		case ans.Error == nil || !tsIntermediary.Match(r.body):
+			bypass = append(bypass, fmt.Sprintf("%s: refused without a JSON-RPC error naming mcpintercept (%d %q)", c.name, r.status, r.body))
+		}
+	}
+	if len(bypass) > 0 {
+		t.Errorf("through Level 2, %d of the %d spellings the TS server acts on were not refused with a JSON-RPC error naming mcpintercept:\n%s",
+			len(bypass), len(accepted), strings.Join(bypass, "\n"))
+	}
+	a.stopGracefully(t)
+}
