@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -302,4 +303,74 @@ func TestDifferentialTSContentType(t *testing.T) {
 			len(bypass), len(accepted), strings.Join(bypass, "\n"))
 	}
 	a.stopGracefully(t)
+}
+
+// tsLegacySampling runs e2e/node/legacy-sampling-client.mjs (the TS SDK client over the
+// 2024-11-05 HTTP+SSE transport, sampling capability) in mcpi-client as name and calls tool.
+func tsLegacySampling(t *testing.T, url, name, tool, args string) (samplingRun, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second) // a hang guard
+	defer cancel()
+	out, errOut, err := run(ctx, nsClient, "node", filepath.Join(repoRoot, "e2e", "node", "legacy-sampling-client.mjs"),
+		url, "--name", name, "--call", tool, args)
+	if err != nil {
+		t.Fatalf("legacy sampling client %s as %s: %v\n%s%s", url, name, err, out, errOut)
+	}
+	var r samplingRun
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("legacy sampling client output %q: %v", out, err)
+	}
+	return r, strings.TrimSpace(out)
+}
+
+// TestDifferentialTSLegacyClientInfo is issue 16 case 13: the TS SDK client over the legacy
+// HTTP+SSE transport, named lab-agent-untrusted, calls server-everything's sampling tool on its
+// legacy SSE transport (3014). Its session is the endpoint event's URL, never an Mcp-Session-Id
+// header, so a clientInfo kept only from a header-keyed session leaves every mcp.client_info rule
+// blind to it. Control: directly the untrusted client is served the sampling request; a trusted
+// name is allowed through Level 2 as directly. Through Level 2 the untrusted one's sampling
+// request is denied by no-sampling-for-untrusted and the record names that rule.
+func TestDifferentialTSLegacyClientInfo(t *testing.T) {
+	needLab(t)
+	everythingL2(t)
+	const (
+		url  = "http://10.200.2.2:3014/sse"
+		tool = "trigger-sampling-request"
+		args = `{"prompt":"say hi","maxTokens":5}`
+	)
+	untrusted, out := tsLegacySampling(t, url, "lab-agent-untrusted", tool, args)
+	if untrusted.Served.Sampling != 1 || untrusted.Call.Error != nil || untrusted.Call.IsError {
+		t.Fatalf("control: directly, the untrusted legacy client should be served the sampling request: %s", out)
+	}
+	_, trustedDirect := tsLegacySampling(t, url, "lab-agent", tool, args)
+
+	a := startAppliance(t, "nftables-tproxy", tsConfig(t))
+	if _, got := tsLegacySampling(t, url, "lab-agent", tool, args); canonical(t, got) != canonical(t, trustedDirect) {
+		t.Errorf("trusted legacy client through Level 2:\n%s\nwant (direct)\n%s", got, trustedDirect)
+	}
+	blocked, out := tsLegacySampling(t, url, "lab-agent-untrusted", tool, args)
+	t.Logf("untrusted legacy client through Level 2: %s", out)
+	if blocked.Served.Sampling != 0 {
+		t.Errorf("the untrusted legacy client was served the sampling request through Level 2: %s", out)
+	}
+	if !(blocked.Call.IsError || blocked.Call.Error != nil) || !strings.Contains(out, "mcpintercept") {
+		t.Errorf("blocked legacy sampling: the call should end with the server's handling of the appliance's error: %s", out)
+	}
+	recs := a.stopGracefully(t)
+	var denied, allowed int
+	for _, r := range recs {
+		if !strings.HasSuffix(r.OrigDst, ":3014") || r.Direction != "server_to_client" || r.MCPMethod != "sampling/createMessage" {
+			continue
+		}
+		t.Logf("log: %s %s decision=%s rule=%s reason=%q", r.MCPMethod, r.MCPName, r.Decision, r.Rule, r.Reason)
+		switch {
+		case r.Decision == "deny" && r.Rule == "no-sampling-for-untrusted":
+			denied++
+		case r.Decision == "allow":
+			allowed++
+		}
+	}
+	if denied != 1 || allowed != 1 {
+		t.Errorf("flow log: legacy sampling requests denied by no-sampling-for-untrusted %d (want 1), allowed %d (want 1, the trusted client)", denied, allowed)
+	}
 }
