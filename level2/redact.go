@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"mcpintercept/exchange"
@@ -12,10 +14,35 @@ import (
 )
 
 // Redaction: a redact rule that matched a message hides what its paths select and what its
-// patterns match in the message's string values, replaced by the rule's marker. The message is
-// rebuilt by splicing the changed strings only; the record names the rule and where, never what.
+// patterns match, replaced by the rule's marker. The message is rebuilt by splicing the changed
+// spans only, so everything else goes out byte for byte; the record names the rule and where,
+// never what.
+//
+// What is replaced, and with what:
+//   - A value a path selects, whatever its type (string, number, boolean, null, object, array),
+//     becomes the marker as a JSON string. A string and not a look-alike of the same type (0000
+//     for a PIN, false, {}) because the receiver must never act on a fabricated value as if it
+//     were the sender's: a peer whose schema wants a number fails visibly on "[REDACTED]",
+//     where it would quietly charge, log in or compare with 0. An object or array is replaced
+//     whole, keys included (a key can hold a secret as well as a value can). Two members keep
+//     their shape because the strict decoder and every peer need it: top-level params (an
+//     object or array) and error (an object) have their members replaced instead; error.code,
+//     like the envelope (jsonrpc, id, method), is never redacted.
+//   - A pattern match inside a string is replaced in place (the rest of the string kept).
+//   - A number whose JSON text, as sent, a pattern matches (a card number) becomes the marker as
+//     a JSON string: a number cannot hold the marker, and a partly masked number is no number.
+//     The same number spelled otherwise (4.111111111111111e15) is not the same text: a path is
+//     what catches a value whatever its spelling.
+//   - An object key a pattern matches is rewritten with the matches replaced, and made unique in
+//     its object (marker, marker-1, marker-2, …; never fold-equal to another key, never a
+//     member name Level 2 reads there, never itself a match), so the output stays one strict
+//     JSON document; if no such name can be found the member is removed. Paths match the key
+//     as sent, and the record shows a matching key as the marker.
+//
+// Patterns scan only the scope member ("params", "result" or "error") and skip its members that
+// identify or carry protocol state (see patternScope).
 
-// redactHit is one string a rule changed.
+// redactHit is one place a rule changed.
 type redactHit struct {
 	rule, path string
 }
@@ -23,20 +50,23 @@ type redactHit struct {
 // maxHitsRecorded bounds the locations a record lists.
 const maxHitsRecorded = 8
 
+// maxKeyTries bounds the spellings tried for a unique rewritten key, per form.
+const maxKeyTries = 64
+
 // redactJSON applies reds to the validated JSON-RPC message raw. Paths select anywhere but in
-// the envelope (jsonrpc, id, method); patterns scan the strings of scope ("params" for a request
-// or notification, "result" for a response) except the members that identify or carry protocol
-// state (params name, uri, _meta, requestState; result requestState, resultType). It returns raw
-// itself when nothing changed.
+// the envelope (jsonrpc, id, method, error.code); patterns scan the keys, strings and numbers of
+// scope ("params" for a request or notification, "result" for a response, "error" for an error
+// response) except the members that identify or carry protocol state (params name, uri, _meta,
+// requestState; result requestState, resultType; error code). It returns raw itself when
+// nothing changed.
 func redactJSON(raw []byte, reds []*policy.Redaction, scope string) ([]byte, []redactHit, int) {
 	if len(reds) == 0 || !isObject(raw) {
 		return raw, nil, 0
 	}
 	w := redactWalker{raw: raw, reds: reds, scope: scope}
 	for _, r := range reds {
-		if len(r.Patterns) > 0 {
-			w.patterns = true
-		}
+		w.patterns = w.patterns || len(r.Patterns) > 0
+		w.paths = w.paths || len(r.Paths) > 0
 	}
 	w.loc = make([]policy.PathSeg, 0, 16)
 	w.object(0, true)
@@ -51,6 +81,7 @@ type redactWalker struct {
 	reds     []*policy.Redaction
 	scope    string
 	patterns bool
+	paths    bool
 	loc      []policy.PathSeg
 	edits    []edit
 	hits     []redactHit
@@ -59,25 +90,90 @@ type redactWalker struct {
 
 // value walks the value at i and returns the index after it.
 func (w *redactWalker) value(i int) int {
-	switch w.raw[i] {
-	case '{':
+	if r := w.selected(); r != nil {
+		if !w.keepShape() {
+			end := skipValue(w.raw, i)
+			w.replace(i, end, r)
+			return end
+		}
+		// params or error: its members are selected in turn and replaced one by one.
+	}
+	switch c := w.raw[i]; {
+	case c == '{':
 		return w.object(i, false)
-	case '[':
+	case c == '[':
 		return w.array(i)
-	case '"':
+	case c == '"':
 		end := skipString(w.raw, i)
 		w.str(i, end)
+		return end
+	case c == '-' || ('0' <= c && c <= '9'):
+		end := skipValue(w.raw, i)
+		w.number(i, end)
 		return end
 	}
 	return skipValue(w.raw, i)
 }
 
+// selected returns the first redaction with a path that selects the value at w.loc (or one
+// containing it), or nil.
+func (w *redactWalker) selected() *policy.Redaction {
+	if !w.paths || w.envelope() {
+		return nil
+	}
+	for _, r := range w.reds {
+		for _, p := range r.Paths {
+			if p.Match(w.loc) {
+				return r
+			}
+		}
+	}
+	return nil
+}
+
+// envelope reports a location that is never redacted: error.code (the top-level jsonrpc, id and
+// method are skipped by object).
+func (w *redactWalker) envelope() bool {
+	return len(w.loc) == 2 && w.loc[0].Key == "error" && w.loc[0].Index < 0 && w.loc[1].Key == "code"
+}
+
+// keepShape reports a member whose type the message's validity depends on.
+func (w *redactWalker) keepShape() bool {
+	if len(w.loc) != 1 || w.loc[0].Index >= 0 {
+		return false
+	}
+	return w.loc[0].Key == "params" || w.loc[0].Key == "error"
+}
+
+// replace puts r's marker, as a JSON string, over raw[start:end].
+func (w *redactWalker) replace(start, end int, r *policy.Redaction) {
+	q := quoteJSON(r.Marker)
+	w.hit(r.Rule)
+	if bytes.Equal(w.raw[start:end], q) {
+		w.count-- // already hidden: nothing changes, nothing to splice
+		if len(w.hits) > 0 && w.hits[len(w.hits)-1].rule == r.Rule {
+			w.hits = w.hits[:len(w.hits)-1]
+		}
+		return
+	}
+	w.edits = append(w.edits, edit{start, end, q})
+}
+
+// keyMember is a key an object walk found, kept while the object has a rewritten key.
+type keyMember struct {
+	ks, ke, ve int
+	key        string
+	newKey     string // what the patterns made of key
+}
+
 func (w *redactWalker) object(i int, top bool) int {
 	b := w.raw
+	start := i
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1
 	}
+	var rewritten []keyMember
 	for i < len(b) {
 		ks := i
 		ke := skipString(b, i)
@@ -88,14 +184,21 @@ func (w *redactWalker) object(i int, top bool) int {
 			i = skipValue(b, i) // the envelope is never redacted
 		} else {
 			w.loc = append(w.loc, policy.PathSeg{Key: key, Index: -1})
+			newKey, changed := w.key(key)
 			i = w.value(i)
 			w.loc = w.loc[:len(w.loc)-1]
+			if changed {
+				rewritten = append(rewritten, keyMember{ks: ks, ke: ke, ve: i, key: key, newKey: newKey})
+			}
 		}
 		i = skipWS(b, i)
 		if i >= len(b) || b[i] != ',' {
 			break
 		}
 		i = skipWS(b, i+1)
+	}
+	if len(rewritten) > 0 {
+		w.renameKeys(start, rewritten)
 	}
 	return i + 1 // '}'
 }
@@ -119,35 +222,35 @@ func (w *redactWalker) array(i int) int {
 	return i + 1 // ']'
 }
 
-func (w *redactWalker) str(start, end int) {
+// anyMatch reports whether some pattern of reds matches b.
+func (w *redactWalker) anyMatch(b []byte) bool {
 	for _, r := range w.reds {
-		for _, p := range r.Paths {
-			if p.Match(w.loc) {
-				w.edits = append(w.edits, edit{start, end, quoteJSON(r.Marker)})
-				w.hit(r.Rule)
-				return
+		for _, re := range r.Patterns {
+			if re.Match(b) {
+				return true
 			}
 		}
 	}
+	return false
+}
+
+func (w *redactWalker) str(start, end int) {
 	if !w.patterns || !w.patternScope() {
 		return
 	}
-	if inner := w.raw[start+1 : end-1]; bytes.IndexByte(inner, '\\') < 0 {
+	if inner := w.raw[start+1 : end-1]; bytes.IndexByte(inner, '\\') < 0 && !w.anyMatch(inner) {
 		// No escape: the bytes are the string; most strings match nothing, so look before
 		// copying.
-		any := false
-		for _, r := range w.reds {
-			for _, re := range r.Patterns {
-				if re.Match(inner) {
-					any = true
-				}
-			}
-		}
-		if !any {
-			return
-		}
+		return
 	}
-	s := unquote(w.raw[start:end])
+	s, changed := w.rewrite(unquote(w.raw[start:end]))
+	if changed {
+		w.edits = append(w.edits, edit{start, end, quoteJSON(s)})
+	}
+}
+
+// rewrite replaces every pattern match in s with its rule's marker, noting a hit per rule.
+func (w *redactWalker) rewrite(s string) (string, bool) {
 	changed := false
 	for _, r := range w.reds {
 		for _, re := range r.Patterns {
@@ -158,9 +261,181 @@ func (w *redactWalker) str(start, end int) {
 			}
 		}
 	}
-	if changed {
-		w.edits = append(w.edits, edit{start, end, quoteJSON(s)})
+	return s, changed
+}
+
+// number hides a number whose text a pattern matches.
+func (w *redactWalker) number(start, end int) {
+	if !w.patterns || !w.patternScope() {
+		return
 	}
+	text := w.raw[start:end]
+	for _, r := range w.reds {
+		for _, re := range r.Patterns {
+			if re.Match(text) {
+				w.replace(start, end, r)
+				return
+			}
+		}
+	}
+}
+
+// key returns the key at the top of w.loc rewritten by the patterns, when one matches it.
+func (w *redactWalker) key(key string) (string, bool) {
+	if !w.patterns || !w.keyScope() || !w.anyMatch([]byte(key)) {
+		return "", false
+	}
+	nk, _ := w.rewrite(key)
+	if w.anyMatch([]byte(nk)) {
+		// The replacements made a new match (markers next to each other): use a marker alone.
+		nk = w.firstMarker(key)
+	}
+	return nk, true
+}
+
+// firstMarker is the marker of the first rule with a pattern matching s.
+func (w *redactWalker) firstMarker(s string) string {
+	for _, r := range w.reds {
+		for _, re := range r.Patterns {
+			if re.MatchString(s) {
+				return r.Marker
+			}
+		}
+	}
+	return policy.DefaultMarker
+}
+
+// renameKeys gives the rewritten keys of the object at start names unique in it, or removes
+// their members when none can be found.
+func (w *redactWalker) renameKeys(start int, rewritten []keyMember) {
+	all := objectMembers(w.raw, start)
+	taken := w.keptKeys(all, rewritten)
+	var dropped []int // key starts
+	for _, m := range rewritten {
+		name, ok := w.uniqueKey(m.newKey, taken)
+		if !ok {
+			dropped = append(dropped, m.ks)
+			continue
+		}
+		taken[string(appendFolded(nil, []byte(name)))] = true
+		w.edits = append(w.edits, edit{m.ks, m.ke, quoteJSON(name)})
+	}
+	if len(dropped) > 0 {
+		w.dropMembers(all, dropped)
+	}
+}
+
+// objectMembers lists the members of the validated object at start (ve: the end of each value).
+func objectMembers(b []byte, start int) []keyMember {
+	var out []keyMember
+	i := skipWS(b, start+1)
+	for i < len(b) && b[i] == '"' {
+		ke := skipString(b, i)
+		ve := skipValue(b, skipWS(b, skipWS(b, ke)+1))
+		out = append(out, keyMember{ks: i, ke: ke, ve: ve, key: keyText(b[i:ke])})
+		i = skipWS(b, ve)
+		if i >= len(b) || b[i] != ',' {
+			break
+		}
+		i = skipWS(b, i+1)
+	}
+	return out
+}
+
+// keptKeys returns the folded keys of the object that stay as they are, and the member names
+// Level 2 reads in that object, which a rewritten key must not become.
+func (w *redactWalker) keptKeys(all, rewritten []keyMember) map[string]bool {
+	taken := map[string]bool{}
+	if c := w.objectCtx(); c != ctxNone {
+		for _, f := range watchedFolded[c] {
+			taken[string(f)] = true
+		}
+	}
+	for _, m := range all {
+		if !slices.ContainsFunc(rewritten, func(r keyMember) bool { return r.ks == m.ks }) {
+			taken[string(appendFolded(nil, []byte(m.key)))] = true
+		}
+	}
+	return taken
+}
+
+// dropMembers removes the members of the object (all) whose keys start at dropped, with the
+// edits inside them and their commas: a member followed by another goes up to the next key;
+// the members after the last kept one go from the end of its value (from the first key when
+// none is kept), so that no two removals overlap.
+func (w *redactWalker) dropMembers(all []keyMember, dropped []int) {
+	isDropped := func(m keyMember) bool { return slices.Contains(dropped, m.ks) }
+	w.edits = slices.DeleteFunc(w.edits, func(e edit) bool {
+		for _, m := range all {
+			if isDropped(m) && e.start >= m.ks && e.start < m.ve {
+				return true
+			}
+		}
+		return false
+	})
+	lastKept := -1
+	for i, m := range all {
+		if !isDropped(m) {
+			lastKept = i
+		}
+	}
+	for i, m := range all {
+		if isDropped(m) && i < lastKept {
+			w.edits = append(w.edits, edit{m.ks, all[i+1].ks, nil})
+		}
+	}
+	if tail := lastKept + 1; tail < len(all) {
+		from := all[0].ks
+		if lastKept >= 0 {
+			from = all[lastKept].ve
+		}
+		w.edits = append(w.edits, edit{from, all[len(all)-1].ve, nil})
+	}
+}
+
+// objectCtx is the scanner's context of the object at w.loc, for its watched names.
+func (w *redactWalker) objectCtx() ctx {
+	if len(w.loc) != 1 || w.loc[0].Index >= 0 {
+		return ctxNone
+	}
+	switch w.loc[0].Key {
+	case "params":
+		return ctxParams
+	case "error":
+		return ctxError
+	}
+	return ctxNone
+}
+
+// uniqueKey returns base, or base-N / base-letters, whichever first is free in taken and
+// matches no pattern.
+func (w *redactWalker) uniqueKey(base string, taken map[string]bool) (string, bool) {
+	free := func(k string) bool {
+		return !taken[string(appendFolded(nil, []byte(k)))] && !w.anyMatch([]byte(k))
+	}
+	if free(base) {
+		return base, true
+	}
+	for n := 1; n <= maxKeyTries; n++ {
+		if k := base + "-" + strconv.Itoa(n); free(k) {
+			return k, true
+		}
+	}
+	for n := 1; n <= maxKeyTries; n++ {
+		if k := base + "-" + letters(n); free(k) {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// letters spells n >= 1 as a, b, …, z, aa, ab, …
+func letters(n int) string {
+	var b []byte
+	for ; n > 0; n = (n - 1) / 26 {
+		b = append([]byte{byte('a' + (n-1)%26)}, b...)
+	}
+	return string(b)
 }
 
 func (w *redactWalker) patternScope() bool {
@@ -173,15 +448,70 @@ func (w *redactWalker) patternScope() bool {
 		return k != "name" && k != "uri" && k != "_meta" && k != "requestState"
 	case "result":
 		return k != "requestState" && k != "resultType"
+	case "error":
+		return k != "code"
 	}
 	return true
 }
 
+// keyScope reports whether the key at the top of w.loc may be rewritten: it is in pattern scope
+// and is not one of the members of params or error that Level 2 reads (a rewritten "arguments"
+// would no longer be the call's arguments).
+func (w *redactWalker) keyScope() bool {
+	if !w.patternScope() {
+		return false
+	}
+	if len(w.loc) == 2 {
+		if c := map[string]ctx{"params": ctxParams, "error": ctxError}[w.scope]; c != ctxNone {
+			for _, n := range watched[c] {
+				if w.loc[1].Key == n {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// hit notes a change by rule at w.loc. The location shows keys that a pattern matches as the
+// marker: a key can be the secret.
 func (w *redactWalker) hit(rule string) {
 	w.count++
 	if len(w.hits) < maxHitsRecorded {
-		w.hits = append(w.hits, redactHit{rule: rule, path: policy.FormatPath(w.loc)})
+		w.hits = append(w.hits, redactHit{rule: rule, path: policy.FormatPath(w.shownLoc())})
 	}
+}
+
+func (w *redactWalker) shownLoc() []policy.PathSeg {
+	if !w.patterns {
+		return w.loc
+	}
+	var out []policy.PathSeg
+	for i, s := range w.loc {
+		if s.Index >= 0 || !w.anyMatch([]byte(s.Key)) {
+			continue
+		}
+		if out == nil {
+			out = append([]policy.PathSeg(nil), w.loc...)
+		}
+		out[i].Key = w.firstMarker(s.Key)
+	}
+	if out == nil {
+		return w.loc
+	}
+	return out
+}
+
+// redactText applies the patterns of reds to s, a string that came from a message and goes into
+// a log or a record (an error message, a reason): whatever a rule hides in the message must not
+// reappear there.
+func redactText(s string, reds []*policy.Redaction) string {
+	for _, r := range reds {
+		for _, re := range r.Patterns {
+			s = re.ReplaceAllLiteralString(s, r.Marker)
+		}
+	}
+	return s
 }
 
 func keyText(quoted []byte) string {
