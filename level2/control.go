@@ -20,7 +20,8 @@ const ruleValidate = "validate_arguments"
 
 // validateArguments refuses a body whose tools/call arguments do not match the input schema the
 // server listed for the tool in this session (or, for a stateless server, to any client). A
-// tool whose schema is not known, or cannot be compiled, is not checked.
+// tool whose schema is not known, or cannot be compiled, is not checked; one whose schema is over
+// a bound, or whose arguments would cost more than the work budget to check, is refused.
 func (s *stage) validateArguments(x *exchange.Exchange, st *xstate, msgs []*Message, batch bool) (exchange.Result, bool) {
 	store := s.f.Sessions.toolSchemas()
 	if store == nil {
@@ -34,17 +35,38 @@ func (s *stage) validateArguments(x *exchange.Exchange, st *xstate, msgs []*Mess
 		if ts == nil {
 			continue
 		}
-		problem, checked := ts.validate(m.Arguments())
-		if !checked || problem == "" {
+		v := ts.validate(m.Arguments())
+		if !v.checked {
 			continue
 		}
 		r := st.reqs[i]
-		why := "arguments of " + r.Name + " do not match its input schema: " + problem
+		why, told := refusalOf(r.Name, v)
+		if why == "" {
+			continue
+		}
 		r.Decision, r.Rule, r.Reason = policy.ActionDeny, ruleValidate, why
 		d := policy.Decision{Action: policy.ActionDeny, Rule: ruleValidate, Reason: why}
-		return s.refuseWith(x, st, msgs, batch, r, d, CodeInvalidParams, "invalid params (checked by "+Intermediary+"): "+problem), true
+		return s.refuseWith(x, st, msgs, batch, r, d, CodeInvalidParams, "invalid params (checked by "+Intermediary+"): "+told), true
 	}
 	return exchange.Continue, false
+}
+
+// refusalOf turns a verdict on a call of tool into the record's reason and what the client is
+// told ("" when the call may go on). A schema over a bound and a validation over the work
+// budget refuse the call as invalid arguments do: validate_arguments promises that no call
+// reaches the server unchecked.
+func refusalOf(tool string, v verdict) (why, told string) {
+	switch {
+	case v.schema != "":
+		why = "input schema of tool " + tool + " refused: " + v.schema
+		return why, why
+	case v.budget != "":
+		why = "arguments of " + tool + " refused: " + v.budget
+		return why, why
+	case v.problem != "":
+		return "arguments of " + tool + " do not match its input schema: " + v.problem, v.problem
+	}
+	return "", ""
 }
 
 // transformRequests applies what policy asked of allowed requests: client capabilities withheld

@@ -46,7 +46,17 @@ type toolSchema struct {
 	raw      []byte
 	once     sync.Once
 	resolved *jsonschema.Resolved
+	plan     *schemaPlan
 	err      error // the schema could not be compiled: arguments are not checked against it
+	refused  error // the schema is over a bound (schema_bounds.go): the tool's calls are refused
+}
+
+// oversizeSchema stands for a listed schema too large to keep: its calls are refused, since
+// skipping them would let a server opt out of validation by padding its schema.
+func oversizeSchema() *toolSchema {
+	ts := &toolSchema{refused: refuseSchema("more than %d bytes", maxSchemaBytes)}
+	ts.once.Do(func() {})
+	return ts
 }
 
 func newSchemaStore(max int, ttl time.Duration) *schemaStore {
@@ -91,8 +101,12 @@ func (s *schemaStore) learn(key string, first bool, tools map[string][]byte) {
 		if old, ok := e.tools[name]; ok {
 			e.bytes -= len(old.raw)
 		}
-		e.tools[name] = &toolSchema{raw: raw}
-		e.bytes += len(raw)
+		ts := &toolSchema{raw: raw}
+		if len(raw) > maxSchemaBytes {
+			ts = oversizeSchema()
+		}
+		e.tools[name] = ts
+		e.bytes += len(ts.raw)
 	}
 }
 
@@ -136,38 +150,63 @@ func (s *schemaStore) len() int {
 }
 
 // compile resolves the schema once. No remote reference is ever fetched: a schema that needs
-// one is not checked.
-func (t *toolSchema) compile() (*jsonschema.Resolved, error) {
+// one is not checked. The raw bytes are bounded before they are decoded and the resolved schema
+// before it is used (planSchema): one over a bound is refused, never validated.
+func (t *toolSchema) compile() (*jsonschema.Resolved, *schemaPlan, error) {
 	t.once.Do(func() {
+		if t.refused = checkRawSchema(t.raw); t.refused != nil {
+			return
+		}
 		var sc jsonschema.Schema
 		if err := json.Unmarshal(t.raw, &sc); err != nil {
 			t.err = fmt.Errorf("inputSchema does not decode: %w", err)
 			return
 		}
-		t.resolved, t.err = sc.Resolve(nil)
+		if t.resolved, t.err = sc.Resolve(nil); t.err != nil {
+			return
+		}
+		t.plan, t.refused = planSchema(&sc)
 	})
-	return t.resolved, t.err
+	return t.resolved, t.plan, t.err
 }
 
-// validate checks args against the schema. It returns "" when they conform (or the schema
-// cannot be used), else where and why they do not, without quoting any argument value.
-func (t *toolSchema) validate(args map[string]any) (problem string, checked bool) {
-	rs, err := t.compile()
-	if err != nil {
-		return "", false
+// verdict is the outcome of checking one call's arguments.
+type verdict struct {
+	problem string // where and why the arguments do not conform ("" when they do)
+	schema  string // why the schema is refused (a bound of schema_bounds.go), "" when it is not
+	budget  string // why these arguments are refused unchecked (the work budget), "" when not
+	checked bool   // false: the schema cannot be used and the arguments were not checked
+}
+
+// validate checks args against the schema within the bounds of schema_bounds.go and the work
+// budget of schema_budget.go. It never quotes an argument value: problems name the failing
+// place and keyword only.
+func (t *toolSchema) validate(args map[string]any) verdict {
+	rs, plan, err := t.compile()
+	if t.refused != nil {
+		return verdict{schema: t.refused.Error(), checked: true}
 	}
-	var inst any = args
+	if err != nil {
+		return verdict{}
+	}
 	if args == nil {
-		inst = map[string]any{}
+		args = map[string]any{}
+	}
+	inst, tree, err := toInstance(args, 1)
+	if err == nil {
+		err = budgetValidation(plan, tree)
+	}
+	if err != nil {
+		return verdict{budget: err.Error(), checked: true}
 	}
 	verr := rs.Validate(inst)
 	if verr == nil {
-		return "", true
+		return verdict{checked: true}
 	}
 	if strings.Contains(verr.Error(), "cannot validate version") {
-		return "", false
+		return verdict{}
 	}
-	return describeSchemaError(verr.Error()), true
+	return verdict{problem: describeSchemaError(verr.Error()), checked: true}
 }
 
 var (
@@ -257,7 +296,11 @@ func toolSchemas(result []byte) map[string][]byte {
 			continue
 		}
 		sc, ok := member(t, "inputSchema")
-		if !ok || !isObject(sc) || len(sc) > maxSchemaBytes {
+		if !ok || !isObject(sc) {
+			continue
+		}
+		if len(sc) > maxSchemaBytes {
+			out[name] = sc[:maxSchemaBytes+1] // only its length is kept (learn)
 			continue
 		}
 		out[name] = append([]byte(nil), sc...)
