@@ -1164,10 +1164,33 @@ func (p *proxy) streamEvents(x *Exchange, h *Head, head []byte) (int64, error) {
 	if err != nil {
 		return written, err
 	}
-	// What is left of an unterminated block is the server's: it goes out as it came.
+	// What is left of an unterminated block is the server's: it goes out as it came, but judged
+	// first. A WHATWG reader discards it, the Go SDK's reader dispatches it (its scanner yields
+	// the event at EOF): the stages see it as the block it would be with its blank line.
 	if rest := parser.Pending(); len(rest) > 0 {
-		if err := emit(rest); err != nil {
-			return written, err
+		rest = append([]byte(nil), rest...)
+		var evs []Event
+		for i := 0; i < 3 && len(evs) == 0; i++ {
+			evs, _ = parser.Feed(lf)
+		}
+		for i := range evs {
+			ev := &evs[i]
+			if p.event(x, ev) {
+				return written, errAborted
+			}
+			out := rest
+			switch {
+			case ev.dropped:
+				out = nil
+			case ev.replaced:
+				out = ev.Out()
+			}
+			if len(out) > 0 {
+				if err := emit(out); err != nil {
+					return written, err
+				}
+			}
+			rest = nil
 		}
 	}
 	if h.Chunked {

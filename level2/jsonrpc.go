@@ -213,7 +213,7 @@ func (s *scanner) message() (*Message, error) {
 		return bad("no jsonrpc member")
 	}
 	if v := raw(memJSONRPC); v[0] != '"' || unquote(v) != "2.0" {
-		return bad(`jsonrpc must be "2.0", got %.20s`, v)
+		return bad(`jsonrpc must be "2.0"`) // the value is the peer's: never quoted into a reason
 	}
 	idNull := false
 	if has(memID) {
@@ -225,7 +225,7 @@ func (s *scanner) message() (*Message, error) {
 			// that is not an integer, or past 2^53, could answer another request than Level 2
 			// correlated it with.
 			if _, ok := numericID(v); !ok {
-				return bad("numeric id %.24s is not an integer of magnitude below 2^53", v)
+				return bad("a numeric id must be an integer of magnitude below 2^53")
 			}
 			m.ID = v
 		case 'n':
@@ -307,7 +307,7 @@ func decodeError(v []byte) (*Error, error) {
 	}
 	code, err := strconv.ParseInt(string(e.Code), 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("%w: error code %.20s is not an integer", ErrInvalidMessage, e.Code)
+		return nil, fmt.Errorf("%w: error code is not an integer", ErrInvalidMessage)
 	}
 	return &Error{Code: code, Message: *e.Message, Data: e.Data}, nil
 }

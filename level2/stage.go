@@ -434,7 +434,7 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 	if ce, ok := x.Resp.Get("Content-Encoding"); ok && !isIdentity(ce) {
 		dec, err := DecodeBody(ce, body, s.maxBody())
 		if err != nil {
-			return s.refuseResponse(x, st, "response body does not decode as "+ce+": "+err.Error())
+			return s.refuseResponse(x, st, "response body does not decode as "+oneLine(ce)+": "+decodeProblem(err))
 		}
 		body, encoded = dec, true
 	}
@@ -451,7 +451,7 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 	if err != nil {
 		// The strict decoder refused what a lenient client would read (a duplicate key, a lone
 		// surrogate): forwarding it would let the server past every response rule.
-		return s.refuseResponse(x, st, "response refused: "+err.Error())
+		return s.refuseResponse(x, st, "response refused: "+decodeProblem(err))
 	}
 	out, changed := s.responses(context.Background(), x, st, msgs, false)
 	if changed {
@@ -512,7 +512,7 @@ func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 		// client would still read: the event is dropped, never forwarded past the response rules.
 		ev.Drop()
 		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
-			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: not strict JSON-RPC: " + oneLine(err.Error())})
+			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: not strict JSON-RPC: " + decodeProblem(err)})
 		return exchange.Continue
 	}
 	out, changed := s.responses(ctx, x, st, msgs, true)
@@ -979,6 +979,16 @@ func accepts(h *exchange.Head) (sse, json bool) {
 func isIdentity(ce string) bool {
 	ce = strings.TrimSpace(ce)
 	return ce == "" || strings.EqualFold(ce, "identity")
+}
+
+// decodeProblem describes why a server's bytes did not decode without quoting them: a reason goes
+// to the client and the record, and what the server sent may hold a value a rule redacts.
+func decodeProblem(err error) string {
+	var je *JSONError
+	if errors.As(err, &je) {
+		return fmt.Sprintf("json: %v at offset %d", je.Err, je.Offset)
+	}
+	return oneLine(err.Error())
 }
 
 // compact returns the non-nil entries of out (nil: a message dropped).
