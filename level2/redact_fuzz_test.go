@@ -92,11 +92,11 @@ func fuzzRedactions(f *testing.F) []*policy.Redaction {
 
 // redactCheck walks a message and its redaction side by side.
 type redactCheck struct {
-	t        *testing.T
-	in, out  []byte
-	reds     []*policy.Redaction
-	scope    string
-	loc      []policy.PathSeg
+	t       *testing.T
+	in, out []byte
+	reds    []*policy.Redaction
+	scope   string
+	loc     []policy.PathSeg
 }
 
 const fuzzMarker = `"[R]"`
