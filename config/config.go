@@ -319,6 +319,16 @@ type DNSConfig struct {
 	StateDir string `yaml:"state_dir"`
 	// MaxNames bounds the VIP table (live and quarantined entries).
 	MaxNames int `yaml:"max_names"`
+	// ClientQuota bounds the names one client (address; IPv6 per /64) may
+	// hold bound, so that one client's flood of wildcard names cannot take
+	// the pool from the others; a query for a new name over it is answered
+	// REFUSED (its older idle names are recycled first). PatternQuota bounds
+	// one dns.names pattern the same way. 0 (the default): derived from the
+	// smallest pool, capped by max_names: an eighth (at least 4) per client,
+	// half per pattern when there are several patterns. Raise client_quota
+	// when clients query through a shared resolver (it is one client here).
+	ClientQuota  int `yaml:"client_quota"`
+	PatternQuota int `yaml:"pattern_quota"`
 	// CacheSize bounds the forwarder's answer cache (entries).
 	CacheSize int `yaml:"cache_size"`
 	// ClientRate and ClientBurst bound the queries of one client address

@@ -688,6 +688,8 @@ func TestParseErrors(t *testing.T) {
 			{6, "dns.listen[1]", "duplicate of dns.listen[0]"}, {7, "dns.names[1]", "duplicate of dns.names[0]"},
 			{8, "dns.pools.v4", "is not IPv4"}, {8, "dns.pools.v6", "too small"},
 			{9, "dns.upstream[0]", "port must be between 1 and 65535"}, {11, "dns.quarantine", "must be longer than dns.ttl + limits.idle_timeout"}}},
+		{name: "dns quotas", src: minimal + "dns:\n  max_names: 100\n  client_quota: -1\n  pattern_quota: 101\n", want: []wantErr{
+			{6, "dns.client_quota", "must be between 0 and"}, {7, "dns.pattern_quota", "must not exceed dns.max_names (100)"}}},
 		{name: "empty mechanism", src: "mechanism: \"\"\n" + minimal, want: []wantErr{{1, "mechanism", "must not be empty (valid: nftables-tproxy"}}},
 		{name: "unknown override", src: minimal, o: Overrides{Mechanism: "bogus"}, want: []wantErr{{0, "", `unknown mechanism "bogus" (valid: nftables-tproxy`}}},
 		{name: "override to dns needs its section", src: "mechanism: nftables-tproxy\n" + minimal, o: Overrides{Mechanism: DNS}, want: []wantErr{

@@ -375,6 +375,8 @@ func (d *decoder) schema(c *Config) []field {
 			{"quarantine", d.duration(&c.DNS.Quarantine)},
 			{"state_dir", d.str(&c.DNS.StateDir)},
 			{"max_names", intField(d, &c.DNS.MaxNames, checkCount)},
+			{"client_quota", intField(d, &c.DNS.ClientQuota, checkQuota)},
+			{"pattern_quota", intField(d, &c.DNS.PatternQuota, checkQuota)},
 			{"cache_size", intField(d, &c.DNS.CacheSize, checkCount)},
 			{"client_rate", d.rate(&c.DNS.ClientRate)},
 			{"client_burst", intField(d, &c.DNS.ClientBurst, checkCount)},

@@ -202,6 +202,14 @@ func (v *validator) dns(c *Config) {
 	v.check("dns.cache_size", checkCount(int64(d.CacheSize)))
 	v.check("dns.client_burst", checkCount(int64(d.ClientBurst)))
 	v.check("dns.client_rate", checkRate(d.ClientRate))
+	for _, q := range []struct {
+		key string
+		n   int
+	}{{"dns.client_quota", d.ClientQuota}, {"dns.pattern_quota", d.PatternQuota}} {
+		if q.n > d.MaxNames {
+			v.check(q.key, fmt.Sprintf("must not exceed dns.max_names (%d): a quota above the table's size bounds nothing", d.MaxNames))
+		}
+	}
 	if !on {
 		return
 	}
@@ -548,6 +556,9 @@ func checkRulePriority(v int64) string {
 }
 
 func checkCount(v int64) string { return between(v, 1, math.MaxInt32) }
+
+// checkQuota allows 0: a dns quota of 0 is derived from the pool size.
+func checkQuota(v int64) string { return between(v, 0, math.MaxInt32) }
 
 func checkPositive(d time.Duration) string {
 	if d <= 0 {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -23,6 +24,18 @@ type DNSMetrics struct {
 	CacheHits    prometheus.Counter
 	CacheMisses  prometheus.Counter
 	UpstreamDeny *prometheus.CounterVec // source: dns (a name resolved into the list), address
+	// QuotaRefused counts queries refused because their client or pattern was at its quota
+	// (scope: client, pattern); the log line names which client and pattern.
+	QuotaRefused *prometheus.CounterVec
+	// Recycled counts idle VIPs taken back for another name (reason: pool, max_names,
+	// client_quota, pattern_quota).
+	Recycled *prometheus.CounterVec
+	// PoolNearFull counts a pool crossing NearFull (family: v4, v6); PoolUse is the bound share
+	// of each pool now.
+	PoolNearFull *prometheus.CounterVec
+	PoolUse      []prometheus.GaugeFunc
+
+	table atomic.Pointer[VIPTable]
 }
 
 // NewDNSMetrics builds the counters; vips reports the VIP table's size (nil: 0).
@@ -30,10 +43,10 @@ func NewDNSMetrics(vips func() int) *DNSMetrics {
 	if vips == nil {
 		vips = func() int { return 0 }
 	}
-	return &DNSMetrics{
+	m := &DNSMetrics{
 		Queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpintercept_dns_queries_total",
-			Help: "DNS queries by type (A, AAAA, HTTPS, SVCB, other) and outcome (vip, nodata, forwarded, servfail, refused, exhausted, malformed, flood)."},
+			Help: "DNS queries by type (A, AAAA, HTTPS, SVCB, other) and outcome (vip, nodata, forwarded, servfail, refused, exhausted, quota, malformed, flood)."},
 			[]string{"type", "outcome"}),
 		VIPs: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpintercept_dns_vips", Help: "Names bound to a VIP (live or quarantined)."},
@@ -48,12 +61,66 @@ func NewDNSMetrics(vips func() int) *DNSMetrics {
 			Name: "mcpintercept_upstream_denied_total",
 			Help: "Upstream dials refused by upstream_deny: source dns (a name behind a VIP resolved into it: rebinding) or address (the flow's destination)."},
 			[]string{"source"}),
+		QuotaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpintercept_dns_quota_refused_total",
+			Help: "Queries for a new intercepted name refused (REFUSED) because the client or the name pattern holds its VIP quota (dns.client_quota, dns.pattern_quota)."},
+			[]string{"scope"}),
+		Recycled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpintercept_dns_vips_recycled_total",
+			Help: "Idle VIPs (no open flow, unused for longer than dns.quarantine) taken back for another name, by what needed the room (pool, max_names, client_quota, pattern_quota)."},
+			[]string{"reason"}),
+		PoolNearFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpintercept_dns_pool_near_full_total",
+			Help: "Times a VIP pool crossed 90% bound (family v4, v6)."},
+			[]string{"family"}),
 	}
+	for _, fam := range []string{"v4", "v6"} {
+		v6 := fam == "v6"
+		m.PoolUse = append(m.PoolUse, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mcpintercept_dns_pool_used_ratio", ConstLabels: prometheus.Labels{"family": fam},
+			Help: "Share of the VIP pool's usable addresses (at most dns.max_names) bound to a name, live or quarantined; 0 without a pool."},
+			func() float64 { return m.poolShare(v6) }))
+	}
+	return m
+}
+
+// Watch makes the pool gauges read t and the table report recycling and near-full crossings
+// to m.
+func (m *DNSMetrics) Watch(t *VIPTable) {
+	m.table.Store(t)
+	t.SetObserver(m)
+}
+
+func (m *DNSMetrics) poolShare(v6 bool) float64 {
+	t := m.table.Load()
+	if t == nil {
+		return 0
+	}
+	n, c := t.PoolUse(v6)
+	if c == 0 {
+		return 0
+	}
+	return float64(n) / float64(c)
+}
+
+func (m *DNSMetrics) recycled(reason string) { m.Recycled.WithLabelValues(reason).Inc() }
+
+func (m *DNSMetrics) nearFull(v6 bool) {
+	fam := "v4"
+	if v6 {
+		fam = "v6"
+	}
+	m.PoolNearFull.WithLabelValues(fam).Inc()
 }
 
 // Register adds the counters to reg.
 func (m *DNSMetrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Queries, m.VIPs, m.VIPsBound, m.CacheHits, m.CacheMisses, m.UpstreamDeny} {
+	cs := []prometheus.Collector{m.Queries, m.VIPs, m.VIPsBound, m.CacheHits, m.CacheMisses, m.UpstreamDeny,
+		m.QuotaRefused, m.Recycled, m.PoolNearFull}
+	for _, g := range m.PoolUse {
+		cs = append(cs, g)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -93,6 +160,7 @@ const (
 	outcomeServFail  = "servfail"
 	outcomeRefused   = "refused"
 	outcomeExhausted = "exhausted"
+	outcomeQuota     = "quota"
 	outcomeMalformed = "malformed"
 	outcomeFlood     = "flood"
 )
@@ -119,16 +187,21 @@ func NewNamePatterns(patterns []string) *NamePatterns {
 }
 
 // Match reports whether name (canonical) is intercepted.
-func (p *NamePatterns) Match(name string) bool {
+func (p *NamePatterns) Match(name string) bool { return p.Pattern(name) != "" }
+
+// Pattern is the pattern that intercepts name (canonical): name itself when it is listed
+// exactly, else the first "*.suffix" wildcard that matches; "" when none does. A VIP is
+// charged to this pattern's quota.
+func (p *NamePatterns) Pattern(name string) string {
 	if p.exact[name] {
-		return true
+		return name
 	}
 	for _, s := range p.suffixes {
 		if len(name) > len(s) && strings.HasSuffix(name, s) {
-			return true
+			return "*" + s
 		}
 	}
-	return false
+	return ""
 }
 
 // DNSServerOptions configure a DNSServer.
@@ -157,6 +230,8 @@ type DNSServer struct {
 	names   *NamePatterns
 	log     *slog.Logger
 	limiter *clientLimiter
+	quotaLg rateLog // over-quota refusals
+	noVIPLg rateLog // exhausted pools and journal failures
 
 	mu      sync.Mutex
 	servers []*dns.Server
@@ -177,7 +252,9 @@ func NewDNSServer(opt DNSServerOptions) *DNSServer {
 		opt.TTL = 30 * time.Second
 	}
 	return &DNSServer{opt: opt, names: NewNamePatterns(opt.Names), log: opt.Log,
-		limiter: newClientLimiter(opt.ClientRate, opt.ClientBurst, opt.Now)}
+		limiter: newClientLimiter(opt.ClientRate, opt.ClientBurst, opt.Now),
+		quotaLg: rateLog{log: opt.Log, every: time.Second, now: opt.Now},
+		noVIPLg: rateLog{log: opt.Log, every: time.Second, now: opt.Now}}
 }
 
 // Listen binds UDP and TCP on every address, so that a port in use fails before anything is
@@ -410,10 +487,10 @@ func (s *DNSServer) Answer(ctx context.Context, client netip.AddrPort, req *dns.
 		return s.reply(req, dns.RcodeRefused)
 	}
 	name := canonicalName(q.Name)
-	if q.Qclass == dns.ClassINET && s.names.Match(name) {
+	if pattern := s.names.Pattern(name); q.Qclass == dns.ClassINET && pattern != "" {
 		switch q.Qtype {
 		case dns.TypeA, dns.TypeAAAA:
-			return s.vip(req, name, q.Qtype == dns.TypeAAAA)
+			return s.vip(req, name, q.Qtype == dns.TypeAAAA, Claim{Client: clientKey(client.Addr()), Pattern: pattern})
 		case dns.TypeHTTPS, dns.TypeSVCB, dns.TypeANY:
 			// Their address hints and ECH configurations would take the client around the VIP.
 			s.opt.Metrics.query(q.Qtype, outcomeNoData)
@@ -432,16 +509,20 @@ func (s *DNSServer) Answer(ctx context.Context, client netip.AddrPort, req *dns.
 
 // vip answers an intercepted name's A or AAAA: its VIP, or NODATA when there is no pool of that
 // family (never NXDOMAIN: the name exists, and NXDOMAIN for AAAA makes clients drop the A too).
-func (s *DNSServer) vip(req *dns.Msg, name string, v6 bool) *dns.Msg {
+func (s *DNSServer) vip(req *dns.Msg, name string, v6 bool, c Claim) *dns.Msg {
 	qt := req.Question[0].Qtype
-	vip, fresh, err := s.opt.Table.Lookup(name, v6)
+	vip, fresh, err := s.opt.Table.LookupFor(name, v6, c)
+	var qe *QuotaError
+	if errors.As(err, &qe) {
+		return s.overQuota(req, name, qe)
+	}
 	if err != nil {
 		outcome := outcomeServFail
 		if errors.Is(err, ErrPoolExhausted) {
 			outcome = outcomeExhausted
 		}
 		s.opt.Metrics.query(qt, outcome)
-		s.log.Warn("dns: no VIP for an intercepted name", "name", name, "err", err)
+		s.noVIPLg.warn("dns: no VIP for an intercepted name", "name", name, "client", c.Client, "err", err)
 		return s.reply(req, dns.RcodeServerFailure)
 	}
 	if !vip.IsValid() {
@@ -464,6 +545,36 @@ func (s *DNSServer) vip(req *dns.Msg, name string, v6 bool) *dns.Msg {
 	}
 	s.opt.Metrics.query(qt, outcomeVIP)
 	return m
+}
+
+// overQuota answers a query for a new name whose client or pattern holds its quota: REFUSED
+// for this query only (the client's other names keep their VIPs, and a stub resolver moves on
+// at once instead of retrying a SERVFAIL), with an Extended DNS Error "Prohibited" (RFC 8914)
+// saying why when the query speaks EDNS.
+func (s *DNSServer) overQuota(req *dns.Msg, name string, qe *QuotaError) *dns.Msg {
+	s.opt.Metrics.query(req.Question[0].Qtype, outcomeQuota)
+	if s.opt.Metrics != nil {
+		s.opt.Metrics.QuotaRefused.WithLabelValues(qe.Scope).Inc()
+	}
+	s.quotaLg.warn("dns: VIP quota exceeded, query refused", "scope", qe.Scope, "client", qe.Client,
+		"pattern", qe.Pattern, "quota", qe.Limit, "name", name)
+	m := s.reply(req, dns.RcodeRefused)
+	if o := m.IsEdns0(); o != nil {
+		o.Option = append(o.Option, &dns.EDNS0_EDE{InfoCode: dns.ExtendedErrorCodeProhibited,
+			ExtraText: "mcpintercept: VIP quota of this " + qe.Scope + " reached"})
+	}
+	return m
+}
+
+// clientKey is who a client is for the quota: its address, IPv6 per /64 (one host can take
+// a whole /64), as the flood limiter counts it.
+func clientKey(a netip.Addr) string {
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
 }
 
 func (s *DNSServer) ttl() uint32 { return uint32(s.opt.TTL / time.Second) }

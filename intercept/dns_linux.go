@@ -64,12 +64,16 @@ func (d *dnsMechanism) Open(ctx context.Context, reg prometheus.Registerer, log 
 	d.log = log
 	dc := d.cfg.DNS
 	t, err := OpenVIPTable(VIPOptions{V4: dc.Pools.V4, V6: dc.Pools.V6, Hold: dc.Hold.Duration,
-		Quarantine: dc.Quarantine.Duration, MaxNames: dc.MaxNames, StateDir: dc.StateDir, Log: log})
+		Quarantine: dc.Quarantine.Duration, MaxNames: dc.MaxNames, ClientQuota: dc.ClientQuota,
+		PatternQuota: dc.PatternQuota, Patterns: len(dc.Names), StateDir: dc.StateDir, Log: log})
 	if err != nil {
 		return err
 	}
 	d.table = t
 	d.metrics = NewDNSMetrics(t.Len)
+	d.metrics.Watch(t)
+	cq, pq := t.Quotas()
+	log.Info("dns: VIP quotas", "client_quota", cq, "pattern_quota", pq)
 	if reg != nil {
 		if err := d.metrics.Register(reg); err != nil {
 			t.Close()
@@ -164,6 +168,8 @@ func (d *dnsMechanism) Origin(c *net.TCPConn) (origin.Origin, error) {
 		return origin.Origin{}, &UnboundVIPError{VIP: dst.Addr()}
 	}
 	o.Host = name
+	// The flow keeps the name live until the engine closes c: its VIP is never recycled under it.
+	d.table.Track(dst.Addr(), c)
 	if err := checkSNI(c, dst.Addr().String(), name, d.cfg.TLS.PeekTimeout.Duration, d.cfg.TLS.MaxClientHello); err != nil {
 		return origin.Origin{}, err
 	}

@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"bufio"
+	"container/list"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,8 +12,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -20,23 +23,82 @@ import (
 // or the table holds dns.max_names entries.
 var ErrPoolExhausted = errors.New("VIP pool exhausted")
 
-// VIPTable binds names to virtual IPs, one per family and name. A VIP is never re-mapped while
-// its name is live (answered or dialled within hold); once freed it is quarantined (not given to
-// another name) for quarantine, and the same name asking again in that time gets it back. The
-// table is journaled to its state directory on every change that matters (a new binding is on
-// disk before it is answered) and reloaded on start: a restart never moves a name (the VIP
-// reshuffles of istio #44837 and #49809 misrouted live clients).
-type VIPTable struct {
-	mu         sync.Mutex
-	v4, v6     netip.Prefix
-	hold       time.Duration
-	quarantine time.Duration
-	max        int
-	now        func() time.Time
-	log        *slog.Logger
+// ErrQuota is a name that got no VIP because the client that asked, or the name pattern it
+// matched, already holds its share of the pool (dns.client_quota, dns.pattern_quota). The
+// error is a *QuotaError.
+var ErrQuota = errors.New("VIP quota exceeded")
 
-	byName map[string]*vipEntry
-	byAddr map[netip.Addr]*vipEntry
+// QuotaError says whose quota a refused binding was over.
+type QuotaError struct {
+	Scope   string // "client" or "pattern"
+	Client  string
+	Pattern string
+	Limit   int
+}
+
+func (e *QuotaError) Error() string {
+	if e.Scope == "client" {
+		return fmt.Sprintf("%v: client %s holds %d names (dns.client_quota)", ErrQuota, e.Client, e.Limit)
+	}
+	return fmt.Sprintf("%v: pattern %s holds %d names (dns.pattern_quota)", ErrQuota, e.Pattern, e.Limit)
+}
+
+func (e *QuotaError) Unwrap() error { return ErrQuota }
+
+// Claim says who a new binding is charged to: the client that asked (its address, IPv6 per
+// /64) and the dns.names pattern the name matched. An empty field is charged to no quota.
+type Claim struct {
+	Client  string
+	Pattern string
+}
+
+// Recycling reasons, for the metric and the log.
+const (
+	recyclePool         = "pool"
+	recycleMaxNames     = "max_names"
+	recycleClientQuota  = "client_quota"
+	recyclePatternQuota = "pattern_quota"
+)
+
+// vipObserver hears what the table does under pressure (DNSMetrics; nil: nobody).
+type vipObserver interface {
+	recycled(reason string)
+	nearFull(v6 bool)
+}
+
+// VIPTable binds names to virtual IPs, one per family and name. A VIP is never re-mapped while
+// its name is live (answered, dialled or carrying a flow within hold) nor while a flow accepted
+// through it is open; once freed it is quarantined (not given to another name) for quarantine,
+// and the same name asking again in that time gets it back. Under pressure (pool full,
+// dns.max_names reached, or a client or pattern at its quota) the least recently used binding
+// with no open flow and no use for longer than the quarantine is recycled, so that a pool
+// filled by one burst of names frees itself after the quarantine rather than after hold.
+//
+// The table is journaled to its state directory on every change that matters (a new binding,
+// or a recycled one's removal, is on disk before it is answered) and reloaded on start: a
+// restart never moves a name (the VIP reshuffles of istio #44837 and #49809 misrouted live
+// clients).
+type VIPTable struct {
+	mu           sync.Mutex
+	v4, v6       netip.Prefix
+	hold         time.Duration
+	quarantine   time.Duration
+	max          int
+	clientQuota  int
+	patternQuota int
+	cap4, cap6   int // addresses a family can give out: min(usable, max)
+	now          func() time.Time
+	log          *slog.Logger
+	obs          vipObserver
+
+	byName    map[string]*vipEntry
+	byAddr    map[netip.Addr]*vipEntry
+	lru       *list.List // of *vipEntry, most recently used first
+	byClient  map[string]int
+	byPattern map[string]int
+	n4, n6    int     // addresses bound per family
+	full      [2]bool // a family is above the near-full mark (logged once per crossing)
+	recycleLg rateLog
 
 	path    string // the journal; "" keeps the table in memory only
 	journal *os.File
@@ -45,12 +107,24 @@ type VIPTable struct {
 }
 
 type vipEntry struct {
-	Name  string     `json:"name"`
-	V4    netip.Addr `json:"v4,omitzero"`
-	V6    netip.Addr `json:"v6,omitzero"`
-	Used  int64      `json:"used"`            // unix seconds of the last answer or dial
-	Freed int64      `json:"freed,omitempty"` // unix seconds it was freed; 0 while live
-	Del   bool       `json:"del,omitempty"`   // a journal line removing the name
+	Name    string     `json:"name"`
+	V4      netip.Addr `json:"v4,omitzero"`
+	V6      netip.Addr `json:"v6,omitzero"`
+	Used    int64      `json:"used"`              // unix seconds of the last answer, dial or open flow
+	Freed   int64      `json:"freed,omitempty"`   // unix seconds it was freed; 0 while live
+	Del     bool       `json:"del,omitempty"`     // a journal line removing the name
+	Client  string     `json:"client,omitempty"`  // whose quota the binding is charged to
+	Pattern string     `json:"pattern,omitempty"` // the dns.names pattern charged
+
+	elem  *list.Element  // in VIPTable.lru
+	flows []syscall.Conn // connections accepted through its VIPs, pruned when closed
+}
+
+func (e *vipEntry) addr(v6 bool) netip.Addr {
+	if v6 {
+		return e.V6
+	}
+	return e.V4
 }
 
 // VIPOptions configure a VIPTable.
@@ -59,9 +133,53 @@ type VIPOptions struct {
 	Hold       time.Duration
 	Quarantine time.Duration
 	MaxNames   int
-	StateDir   string // "" keeps the table in memory
-	Now        func() time.Time
-	Log        *slog.Logger
+	// ClientQuota and PatternQuota bound the names one client, and one pattern, may hold
+	// bound at once; 0 derives them from the smallest pool (DefaultQuotas).
+	ClientQuota  int
+	PatternQuota int
+	// Patterns is how many dns.names patterns there are (a pattern quota below the pool only
+	// makes sense with more than one).
+	Patterns int
+	StateDir string // "" keeps the table in memory
+	Now      func() time.Time
+	Log      *slog.Logger
+}
+
+// NearFull is the share of a pool above which the table logs and counts a warning (once per
+// crossing; it re-arms below nearFullRearm).
+const (
+	NearFull      = 0.9
+	nearFullRearm = 0.8
+)
+
+// DefaultQuotas are the quotas for a table that can bind capacity names (the smallest pool, or
+// dns.max_names): a client an eighth (at least 4), so that one client's burst of wildcard names
+// leaves the pool to the others; a pattern half when there are several patterns, so that one
+// wildcard cannot take the exact names' room, and the whole pool when it is the only one.
+func DefaultQuotas(capacity, patterns int) (client, pattern int) {
+	client = min(capacity, max(4, capacity/8))
+	pattern = capacity
+	if patterns > 1 {
+		pattern = max(1, capacity/2)
+	}
+	return max(1, client), max(1, pattern)
+}
+
+// poolSize is how many addresses pool can give out (network and IPv4 broadcast excluded),
+// capped at limit.
+func poolSize(pool netip.Prefix, limit int) int {
+	if !pool.IsValid() {
+		return 0
+	}
+	hostBits := pool.Addr().BitLen() - pool.Bits()
+	if hostBits >= 31 {
+		return limit
+	}
+	n := 1<<hostBits - 1
+	if pool.Addr().Is4() {
+		n--
+	}
+	return max(0, min(n, limit))
 }
 
 // vipJournal is the journal's file name in the state directory.
@@ -73,7 +191,8 @@ const vipJournal = "vips.jsonl"
 func OpenVIPTable(opt VIPOptions) (*VIPTable, error) {
 	t := &VIPTable{v4: opt.V4.Masked(), v6: opt.V6.Masked(), hold: opt.Hold, quarantine: opt.Quarantine,
 		max: opt.MaxNames, now: opt.Now, log: opt.Log,
-		byName: map[string]*vipEntry{}, byAddr: map[netip.Addr]*vipEntry{}}
+		byName: map[string]*vipEntry{}, byAddr: map[netip.Addr]*vipEntry{}, lru: list.New(),
+		byClient: map[string]int{}, byPattern: map[string]int{}}
 	if !opt.V4.IsValid() {
 		t.v4 = netip.Prefix{}
 	}
@@ -89,6 +208,9 @@ func OpenVIPTable(opt VIPOptions) (*VIPTable, error) {
 	if t.max <= 0 {
 		t.max = 65536
 	}
+	t.cap4, t.cap6 = poolSize(t.v4, t.max), poolSize(t.v6, t.max)
+	t.setQuotas(opt)
+	t.recycleLg = rateLog{log: t.log, every: time.Second, now: t.now}
 	if opt.StateDir == "" {
 		return t, nil
 	}
@@ -101,10 +223,58 @@ func OpenVIPTable(opt VIPOptions) (*VIPTable, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.orderLocked()
 	if err := t.compactLocked(); err != nil {
 		return nil, err
 	}
 	return t, nil
+}
+
+// setQuotas takes the configured quotas, or derives them from the smallest pool.
+func (t *VIPTable) setQuotas(opt VIPOptions) {
+	capacity := t.max
+	for _, c := range []int{t.cap4, t.cap6} {
+		if c > 0 {
+			capacity = min(capacity, c)
+		}
+	}
+	t.clientQuota, t.patternQuota = DefaultQuotas(capacity, opt.Patterns)
+	if opt.ClientQuota > 0 {
+		t.clientQuota = opt.ClientQuota
+	}
+	if opt.PatternQuota > 0 {
+		t.patternQuota = opt.PatternQuota
+	}
+}
+
+// Quotas are the quotas in force (derived or configured).
+func (t *VIPTable) Quotas() (client, pattern int) { return t.clientQuota, t.patternQuota }
+
+// orderLocked rebuilds the LRU list from the last-used times (after a load).
+func (t *VIPTable) orderLocked() {
+	es := make([]*vipEntry, 0, len(t.byName))
+	for _, e := range t.byName {
+		if e.elem != nil {
+			t.lru.Remove(e.elem)
+		}
+		es = append(es, e)
+	}
+	slices.SortFunc(es, func(a, b *vipEntry) int {
+		if a.Used != b.Used {
+			return int(a.Used - b.Used)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for _, e := range es {
+		e.elem = t.lru.PushFront(e)
+	}
+}
+
+// SetObserver makes o hear recycling and near-full crossings (before the table is shared).
+func (t *VIPTable) SetObserver(o vipObserver) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.obs = o
 }
 
 func (t *VIPTable) load() error {
@@ -128,7 +298,7 @@ func (t *VIPTable) load() error {
 			continue
 		}
 		if old := t.byName[e.Name]; old != nil {
-			t.unbind(old)
+			t.removeLocked(old)
 		}
 		if e.Del {
 			continue
@@ -149,28 +319,93 @@ func (t *VIPTable) load() error {
 			continue
 		}
 		ec := e
-		t.bind(&ec)
+		t.addLocked(&ec)
 	}
 	return sc.Err()
 }
 
-func (t *VIPTable) bind(e *vipEntry) {
+// addLocked enters e (not yet in the table) with its addresses and charges its quotas. The
+// caller places it in the LRU list.
+func (t *VIPTable) addLocked(e *vipEntry) {
 	t.byName[e.Name] = e
-	if e.V4.IsValid() {
-		t.byAddr[e.V4] = e
+	for _, v6 := range []bool{false, true} {
+		if a := e.addr(v6); a.IsValid() {
+			t.setAddrLocked(e, v6, a)
+		}
 	}
-	if e.V6.IsValid() {
-		t.byAddr[e.V6] = e
+	if e.Client != "" {
+		t.byClient[e.Client]++
+	}
+	if e.Pattern != "" {
+		t.byPattern[e.Pattern]++
 	}
 }
 
-func (t *VIPTable) unbind(e *vipEntry) {
-	delete(t.byName, e.Name)
-	if e.V4.IsValid() && t.byAddr[e.V4] == e {
-		delete(t.byAddr, e.V4)
+func (t *VIPTable) setAddrLocked(e *vipEntry, v6 bool, a netip.Addr) {
+	if v6 {
+		e.V6 = a
+		t.n6++
+	} else {
+		e.V4 = a
+		t.n4++
 	}
-	if e.V6.IsValid() && t.byAddr[e.V6] == e {
-		delete(t.byAddr, e.V6)
+	t.byAddr[a] = e
+}
+
+func (t *VIPTable) clearAddrLocked(e *vipEntry, v6 bool) {
+	a := e.addr(v6)
+	if !a.IsValid() {
+		return
+	}
+	if t.byAddr[a] == e {
+		delete(t.byAddr, a)
+	}
+	if v6 {
+		e.V6 = netip.Addr{}
+		t.n6--
+	} else {
+		e.V4 = netip.Addr{}
+		t.n4--
+	}
+}
+
+// removeLocked takes e out of the table (its addresses free) and refunds its quotas.
+func (t *VIPTable) removeLocked(e *vipEntry) {
+	if t.byName[e.Name] != e {
+		return
+	}
+	delete(t.byName, e.Name)
+	for _, v6 := range []bool{false, true} {
+		a := e.addr(v6)
+		t.clearAddrLocked(e, v6)
+		if v6 {
+			e.V6 = a
+		} else {
+			e.V4 = a
+		}
+	}
+	if e.elem != nil {
+		t.lru.Remove(e.elem)
+		e.elem = nil
+	}
+	if e.Client != "" {
+		if t.byClient[e.Client]--; t.byClient[e.Client] <= 0 {
+			delete(t.byClient, e.Client)
+		}
+	}
+	if e.Pattern != "" {
+		if t.byPattern[e.Pattern]--; t.byPattern[e.Pattern] <= 0 {
+			delete(t.byPattern, e.Pattern)
+		}
+	}
+	e.flows = nil
+}
+
+// touchLocked marks e used now (most recently used).
+func (t *VIPTable) touchLocked(e *vipEntry, now time.Time) {
+	e.Used = now.Unix()
+	if e.elem != nil {
+		t.lru.MoveToFront(e.elem)
 	}
 }
 
@@ -184,9 +419,17 @@ func (t *VIPTable) InPool(a netip.Addr) bool {
 }
 
 // Lookup returns name's VIP of the family (v6 false: IPv4), binding one if the name has none,
-// and marks the name used. ok is false when there is no pool of that family. The binding is on
-// disk before Lookup returns. new reports a fresh binding.
+// and marks the name used; a new name is charged to no quota. The VIP is invalid (and err nil)
+// when there is no pool of that family. The binding is on disk before Lookup returns. fresh
+// reports a new binding.
 func (t *VIPTable) Lookup(name string, v6 bool) (vip netip.Addr, fresh bool, err error) {
+	return t.LookupFor(name, v6, Claim{})
+}
+
+// LookupFor is Lookup for a query: a name that is not bound yet is charged to c's client and
+// pattern, and refused with a *QuotaError when either is at its quota and has nothing to
+// recycle.
+func (t *VIPTable) LookupFor(name string, v6 bool, c Claim) (vip netip.Addr, fresh bool, err error) {
 	name = canonicalName(name)
 	pool := t.v4
 	if v6 {
@@ -199,54 +442,178 @@ func (t *VIPTable) Lookup(name string, v6 bool) (vip netip.Addr, fresh bool, err
 	defer t.mu.Unlock()
 	now := t.now()
 	e := t.byName[name]
-	if e == nil {
-		if len(t.byName) >= t.max {
-			t.sweepLocked(now)
+	isNew := e == nil
+	if isNew {
+		if err := t.admitLocked(c, now); err != nil {
+			return netip.Addr{}, false, err
 		}
-		if len(t.byName) >= t.max {
-			return netip.Addr{}, false, fmt.Errorf("%w: %d names bound (dns.max_names)", ErrPoolExhausted, len(t.byName))
-		}
-		e = &vipEntry{Name: name}
+		e = &vipEntry{Name: name, Client: c.Client, Pattern: c.Pattern}
+	} else {
+		t.touchLocked(e, now) // not a recycling candidate while it gets its other family
 	}
-	addr := e.V4
-	if v6 {
-		addr = e.V6
-	}
+	addr := e.addr(v6)
 	if !addr.IsValid() {
-		a, err := t.allocLocked(name, pool, now)
+		a, err := t.allocLocked(name, pool, v6, now)
 		if err != nil {
 			return netip.Addr{}, false, err
 		}
 		addr, fresh = a, true
-		if v6 {
+		if !isNew {
+			t.setAddrLocked(e, v6, a)
+		} else if v6 {
 			e.V6 = a
 		} else {
 			e.V4 = a
 		}
 	}
+	if isNew {
+		t.addLocked(e)
+		e.elem = t.lru.PushFront(e)
+	}
 	revived := e.Freed != 0
-	e.Freed, e.Used = 0, now.Unix()
-	t.bind(e)
+	e.Freed = 0
+	t.touchLocked(e, now)
 	if fresh || revived {
 		if err := t.appendLocked(e); err != nil {
 			// Not answered from a binding that a restart could lose.
-			if fresh {
-				if v6 {
-					e.V6 = netip.Addr{}
-				} else {
-					e.V4 = netip.Addr{}
-				}
-				delete(t.byAddr, addr)
-				if !e.V4.IsValid() && !e.V6.IsValid() {
-					delete(t.byName, name)
-				}
+			if isNew {
+				t.removeLocked(e)
+			} else if fresh {
+				t.clearAddrLocked(e, v6)
 			}
 			return netip.Addr{}, false, err
 		}
 	} else {
 		t.dirty = true
 	}
+	t.levelLocked()
 	return addr, fresh, nil
+}
+
+// admitLocked decides whether a new name may be entered for c: its client and pattern under
+// quota (or one of their own idle bindings recycled), and the table under dns.max_names.
+func (t *VIPTable) admitLocked(c Claim, now time.Time) error {
+	if c.Client != "" && t.byClient[c.Client] >= t.clientQuota {
+		mine := func(e *vipEntry) bool { return e.Client == c.Client }
+		if ok, err := t.recycleLocked(now, recycleClientQuota, mine); err != nil || !ok {
+			return errors.Join(&QuotaError{Scope: "client", Client: c.Client, Pattern: c.Pattern, Limit: t.clientQuota}, err)
+		}
+	}
+	if c.Pattern != "" && t.byPattern[c.Pattern] >= t.patternQuota {
+		ours := func(e *vipEntry) bool { return e.Pattern == c.Pattern }
+		if ok, err := t.recycleLocked(now, recyclePatternQuota, ours); err != nil || !ok {
+			return errors.Join(&QuotaError{Scope: "pattern", Client: c.Client, Pattern: c.Pattern, Limit: t.patternQuota}, err)
+		}
+	}
+	if len(t.byName) >= t.max {
+		t.sweepLocked(now)
+	}
+	if len(t.byName) >= t.max {
+		if ok, err := t.recycleLocked(now, recycleMaxNames, nil); err != nil || !ok {
+			return errors.Join(fmt.Errorf("%w: %d names bound (dns.max_names)", ErrPoolExhausted, len(t.byName)), err)
+		}
+	}
+	return nil
+}
+
+// recycleLocked removes the least recently used binding that keep accepts (nil: any) and
+// that is idle: no open flow through its VIPs and no answer or dial for longer than the
+// quarantine (so no client can still hold its answer or be starting a flow to it). Its
+// removal is journaled first (a restart must not bring it back beside the new binding). ok is
+// false when no binding qualifies.
+func (t *VIPTable) recycleLocked(now time.Time, reason string, keep func(*vipEntry) bool) (ok bool, err error) {
+	for el := t.lru.Back(); el != nil; el = el.Prev() {
+		e := el.Value.(*vipEntry)
+		if now.Sub(time.Unix(e.Used, 0)) <= t.quarantine {
+			return false, nil // the rest were used more recently
+		}
+		if (keep != nil && !keep(e)) || t.liveLocked(e) {
+			continue
+		}
+		if err := t.appendLocked(&vipEntry{Name: e.Name, Del: true}); err != nil {
+			return false, err
+		}
+		t.removeLocked(e)
+		t.dirty = true
+		t.recycleLg.warn("dns: recycled an idle VIP", "reason", reason, "name", e.Name,
+			"v4", e.V4, "v6", e.V6, "idle", now.Sub(time.Unix(e.Used, 0)).Round(time.Second).String())
+		if t.obs != nil {
+			t.obs.recycled(reason)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// Track records c, a connection accepted through vip, as a flow that keeps vip's name live
+// (never freed, never recycled) until c is closed. The flow's owner closes c; the table only
+// looks at it.
+func (t *VIPTable) Track(vip netip.Addr, c syscall.Conn) {
+	vip = vip.Unmap()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.byAddr[vip]
+	if e == nil {
+		return
+	}
+	t.liveLocked(e) // prune first: the list stays as long as the open flows
+	e.flows = append(e.flows, c)
+}
+
+// liveLocked drops e's closed connections and reports whether any is still open.
+func (t *VIPTable) liveLocked(e *vipEntry) bool {
+	e.flows = slices.DeleteFunc(e.flows, connClosed)
+	if len(e.flows) == 0 {
+		e.flows = nil
+	}
+	return len(e.flows) > 0
+}
+
+// connClosed reports whether c was closed: the runtime refuses Control on a closed descriptor.
+func connClosed(c syscall.Conn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return true
+	}
+	return rc.Control(func(uintptr) {}) != nil
+}
+
+// PoolUse is how many addresses of a family's pool are bound, out of how many it can give out
+// (the usable addresses, at most dns.max_names); 0, 0 without a pool of that family.
+func (t *VIPTable) PoolUse(v6 bool) (bound, capacity int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v6 {
+		return t.n6, t.cap6
+	}
+	return t.n4, t.cap4
+}
+
+// levelLocked logs and counts a pool crossing NearFull (once per crossing: it re-arms when the
+// pool falls below nearFullRearm).
+func (t *VIPTable) levelLocked() {
+	for i, f := range []struct {
+		n, capacity int
+		pool        netip.Prefix
+	}{{t.n4, t.cap4, t.v4}, {t.n6, t.cap6, t.v6}} {
+		if f.capacity == 0 {
+			continue
+		}
+		share := float64(f.n) / float64(f.capacity)
+		switch {
+		case !t.full[i] && share >= NearFull:
+			t.full[i] = true
+			t.log.Warn("dns: VIP pool near full; idle VIPs are recycled after dns.quarantine, widen the pool or lower the quotas",
+				"pool", f.pool.String(), "bound", f.n, "capacity", f.capacity,
+				"client_quota", t.clientQuota, "pattern_quota", t.patternQuota)
+			if t.obs != nil {
+				t.obs.nearFull(i == 1)
+			}
+		case t.full[i] && share < nearFullRearm:
+			t.full[i] = false
+			t.log.Info("dns: VIP pool below the near-full mark again", "pool", f.pool.String(), "bound", f.n, "capacity", f.capacity)
+		}
+	}
 }
 
 // Name is the name behind vip, marking it used (a dial keeps a name live, and a quarantined VIP
@@ -260,7 +627,8 @@ func (t *VIPTable) Name(vip netip.Addr) (string, bool) {
 		return "", false
 	}
 	revived := e.Freed != 0
-	e.Freed, e.Used = 0, t.now().Unix()
+	e.Freed = 0
+	t.touchLocked(e, t.now())
 	if revived {
 		if err := t.appendLocked(e); err != nil {
 			t.log.Warn("dns state: journal", "err", err)
@@ -279,7 +647,8 @@ func (t *VIPTable) Len() int {
 }
 
 // Sweep frees names unused for hold and forgets names quarantined for longer than quarantine;
-// it compacts the journal when it grew or last-used times changed.
+// a name with an open flow is used now (its quarantine starts when its last flow is seen
+// closed). It compacts the journal when it grew or last-used times changed.
 func (t *VIPTable) Sweep() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -292,27 +661,44 @@ func (t *VIPTable) Sweep() error {
 
 func (t *VIPTable) sweepLocked(now time.Time) {
 	for _, e := range t.byName {
+		if e.flows != nil && t.liveLocked(e) {
+			e.Freed = 0
+			t.touchLocked(e, now)
+			t.dirty = true
+			continue
+		}
 		switch {
 		case e.Freed == 0 && now.Sub(time.Unix(e.Used, 0)) > t.hold:
 			e.Freed = now.Unix()
 			t.dirty = true
 		case e.Freed != 0 && now.Sub(time.Unix(e.Freed, 0)) > t.quarantine:
-			t.unbind(e)
+			t.removeLocked(e)
 			t.dirty = true
 		}
 	}
+	t.levelLocked()
 }
 
 // allocLocked picks a free address of pool for name: the search starts at a hash of the name,
 // so that a name tends to get the same VIP even from an empty table, and walks the pool. The
 // network address (and the IPv4 broadcast address) are never given out. Large pools are probed
 // at a bounded number of places.
-func (t *VIPTable) allocLocked(name string, pool netip.Prefix, now time.Time) (netip.Addr, error) {
+func (t *VIPTable) allocLocked(name string, pool netip.Prefix, v6 bool, now time.Time) (netip.Addr, error) {
 	for attempt := 0; attempt < 2; attempt++ {
 		if a, ok := t.searchLocked(name, pool); ok {
 			return a, nil
 		}
 		t.sweepLocked(now) // a quarantine may have ended
+	}
+	ofFamily := func(e *vipEntry) bool { return e.addr(v6).IsValid() }
+	ok, err := t.recycleLocked(now, recyclePool, ofFamily)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if ok {
+		if a, ok := t.searchLocked(name, pool); ok {
+			return a, nil
+		}
 	}
 	return netip.Addr{}, fmt.Errorf("%w: no free address in %s", ErrPoolExhausted, pool)
 }
@@ -430,4 +816,37 @@ func canonicalName(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// rateLog writes at most one line per every and says how many it suppressed: a flood of
+// over-quota queries must not become a flood of log lines.
+type rateLog struct {
+	log   *slog.Logger
+	every time.Duration
+	now   func() time.Time
+
+	mu   sync.Mutex
+	last time.Time
+	skip int
+}
+
+func (r *rateLog) warn(msg string, args ...any) {
+	if r.log == nil {
+		return
+	}
+	now := time.Now
+	if r.now != nil {
+		now = r.now
+	}
+	r.mu.Lock()
+	t := now()
+	if !r.last.IsZero() && t.Sub(r.last) < r.every {
+		r.skip++
+		r.mu.Unlock()
+		return
+	}
+	skipped := r.skip
+	r.last, r.skip = t, 0
+	r.mu.Unlock()
+	r.log.Warn(msg, append(args, "suppressed", skipped)...)
 }
