@@ -355,3 +355,27 @@ func TestEmptyJSONAnswerPasses(t *testing.T) {
 		})
 	}
 }
+
+// Case 11: an argument key that a server decoding with encoding/json reads as one a rule reads
+// (PATH for path, optſ for opts) is refused at every depth, not only down to params.
+func TestCaseVariantArgumentKeysRefused(t *testing.T) {
+	rules := append([]policy.RuleSpec{{Name: "no-deep-etc", When: `mcp.method == "tools/call" && has(mcp.arguments.opts) && has(mcp.arguments.opts.path) && mcp.arguments.opts.path.startsWith("/etc")`, Action: "deny"}}, denyRules...)
+	for _, args := range []string{`{"PATH":"/etc/passwd"}`, `{"opt\u017f":{"path":"/etc/passwd"}}`, `{"opts":{"Path":"/etc/passwd"}}`, `{"opts":{"PATH":"/etc"}}`} {
+		t.Run(args, func(t *testing.T) {
+			u := newUpstream(t, echoServer)
+			h := newHarness(t, u, rules, Options{}, NewSessions(0))
+			r := post(t, h.addr, jsonHeaders, call(1, "read", args))
+			if u.calls.Load() != 0 {
+				t.Fatalf("the call reached the server: %d %s", r.status, r.body)
+			}
+			if r.status != 400 || !bytes.Contains(r.body, []byte(Intermediary)) {
+				t.Fatalf("refusal %d %s", r.status, r.body)
+			}
+		})
+	}
+	u := newUpstream(t, echoServer)
+	h := newHarness(t, u, rules, Options{}, NewSessions(0))
+	if r := post(t, h.addr, jsonHeaders, call(1, "read", `{"path":"/tmp/x","Other":1}`)); r.status != 200 || u.calls.Load() != 1 {
+		t.Fatalf("an exact key and a key no rule reads must pass: %d %s", r.status, r.body)
+	}
+}

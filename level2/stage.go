@@ -227,6 +227,14 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 		}
 		return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+err.Error())
 	}
+	if rs := s.rules(); rs != nil {
+		for _, m := range msgs {
+			// A key a server reads as one that a rule reads, but spelt so the rule misses it.
+			if why, bad := argumentCaseVariant(m, rs); bad {
+				return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+why)
+			}
+		}
+	}
 	for _, m := range msgs {
 		r := s.newRecord(x, st, m, ClientToServer)
 		st.reqs = append(st.reqs, r)
@@ -571,7 +579,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			d := s.evaluate(x, st, m, req, ServerToClient, req, nil)
 			if m.Kind == KindError && m.Error != nil {
 				// The record gets the message as the client sees it: redacted first.
-				req.Err = fmt.Sprintf("server error %d: %s", m.Error.Code, oneLine(scrubText(m.Error.Message, d.Redactions)))
+				req.Err = fmt.Sprintf("server error %d: %s", m.Error.Code, oneLine(redactText(m.Error.Message, d.Redactions)))
 			}
 			if d.Action != policy.ActionAllow && m.Kind == KindResponse {
 				// Policy on a result: the client gets an error naming the appliance instead,
