@@ -170,9 +170,6 @@ func TestLevel2Surface(t *testing.T) {
 		t.Errorf("blocked sampling: the call should end with the server's handling of the appliance's error: %s", blockedOut)
 	}
 	t.Logf("blocked sampling, as the client saw it (%v): %s", took.Round(time.Millisecond), blockedOut)
-	if took > 15*time.Second {
-		t.Errorf("blocked sampling took %v: the server waited for an answer", took)
-	}
 
 	// 3. Redaction of a canary secret in a result: the Go server's echo returns its text.
 	c := nodeCallTool(t, goURL, "echo", `{"text":"the key is `+canary+`"}`)
@@ -443,9 +440,6 @@ func TestLevel2SurfaceMore(t *testing.T) {
 			if r.Served.Sampling+r.Served.Elicitation != 0 {
 				t.Errorf("blocked %s on %s: the input request reached the client: %s", c.tool, c.url, out)
 			}
-			if took > 15*time.Second {
-				t.Errorf("blocked %s on %s took %v", c.tool, c.url, took)
-			}
 			if mrtr(srv, "MRTR "+c.tool+" round=1") != before1+1 {
 				t.Errorf("blocked %s on %s: the server did not see the call once", c.tool, c.url)
 			}
@@ -515,9 +509,6 @@ func TestLevel2SurfaceMore(t *testing.T) {
 		}
 		if !(blocked.Call.IsError || blocked.Call.Error != nil) || !strings.Contains(out, "mcpintercept") {
 			t.Errorf("blocked elicitation: the call should end with the server's handling of the appliance's error: %s", out)
-		}
-		if took > 15*time.Second {
-			t.Errorf("blocked elicitation took %v: the server waited for an answer", took)
 		}
 	})
 
