@@ -234,6 +234,18 @@ func (w *redactWalker) anyMatch(b []byte) bool {
 	return false
 }
 
+// anyMatchString is anyMatch for a string (a key), without copying it.
+func (w *redactWalker) anyMatchString(s string) bool {
+	for _, r := range w.reds {
+		for _, re := range r.Patterns {
+			if re.MatchString(s) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (w *redactWalker) str(start, end int) {
 	if !w.patterns || !w.patternScope() {
 		return
@@ -282,11 +294,11 @@ func (w *redactWalker) number(start, end int) {
 
 // key returns the key at the top of w.loc rewritten by the patterns, when one matches it.
 func (w *redactWalker) key(key string) (string, bool) {
-	if !w.patterns || !w.keyScope() || !w.anyMatch([]byte(key)) {
+	if !w.patterns || !w.keyScope() || !w.anyMatchString(key) {
 		return "", false
 	}
 	nk, _ := w.rewrite(key)
-	if w.anyMatch([]byte(nk)) {
+	if w.anyMatchString(nk) {
 		// The replacements made a new match (markers next to each other): use a marker alone.
 		nk = w.firstMarker(key)
 	}
@@ -411,7 +423,7 @@ func (w *redactWalker) objectCtx() ctx {
 // matches no pattern.
 func (w *redactWalker) uniqueKey(base string, taken map[string]bool) (string, bool) {
 	free := func(k string) bool {
-		return !taken[string(appendFolded(nil, []byte(k)))] && !w.anyMatch([]byte(k))
+		return !taken[string(appendFolded(nil, []byte(k)))] && !w.anyMatchString(k)
 	}
 	if free(base) {
 		return base, true
@@ -488,7 +500,7 @@ func (w *redactWalker) shownLoc() []policy.PathSeg {
 	}
 	var out []policy.PathSeg
 	for i, s := range w.loc {
-		if s.Index >= 0 || !w.anyMatch([]byte(s.Key)) {
+		if s.Index >= 0 || !w.anyMatchString(s.Key) {
 			continue
 		}
 		if out == nil {
