@@ -712,6 +712,24 @@ func (s *Set) ArgumentPaths() [][]string {
 	return s.argPaths
 }
 
+// Redactions returns the redact blocks of every redact rule, matched or not, in rule order. A
+// string that came from a message and goes into a log without having been judged (the strict
+// decoder's error quoting a key, a refused body's reason) passes the patterns of all of them:
+// whether a rule's `when` would have matched that message is not known there. The caller must
+// not modify the result.
+func (s *Set) Redactions() []*Redaction {
+	if s == nil {
+		return nil
+	}
+	var out []*Redaction
+	for _, r := range s.rules {
+		if r.redact != nil {
+			out = append(out, r.redact)
+		}
+	}
+	return out
+}
+
 // JudgesServerMessages reports whether some rule is written for messages from the server (see
 // Input.ServerMessage); when none is, evaluating such a message cannot decide anything.
 func (s *Set) JudgesServerMessages() bool {

@@ -171,3 +171,18 @@ func equalPaths(a, b [][]string) bool {
 	}
 	return true
 }
+
+func TestRedactionsAll(t *testing.T) {
+	s := mustCompile(t, []RuleSpec{
+		{Name: "a", When: `mcp.method == "x"`, Action: RuleRedact, Redact: &Redact{Patterns: []string{`CANARY-[a-z]+`}}},
+		{Name: "d", Action: RuleDeny, When: `mcp.method == "y"`},
+		{Name: "b", Action: RuleRedact, Redact: &Redact{Paths: []string{"$..pin"}, Marker: "*"}},
+	})
+	got := s.Redactions()
+	if len(got) != 2 || got[0].Rule != "a" || got[1].Rule != "b" || got[1].Marker != "*" {
+		t.Fatalf("%+v", got)
+	}
+	if (*Set)(nil).Redactions() != nil {
+		t.Fatal("nil set")
+	}
+}
