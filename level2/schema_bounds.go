@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -56,18 +57,21 @@ type snode struct {
 	// Evaluated on child values.
 	props                                      map[string]*snode
 	patterns                                   []*snode
-	patternLen                                 []int // length of each pattern, for the regexp cost
+	patternRE                                  []*regexp.Regexp // the walk matches keys as the library does
+	patternLen                                 []int            // program size of each pattern, for the regexp cost
 	additional, unevalProps, propNames         *snode
 	prefix                                     []*snode
 	items, additionalItems, contains, unevItem *snode
 
 	falsyAdditional bool  // additionalProperties false: the message lists every extra key
 	work            int64 // static work units of one evaluation (schema_budget.go)
-	local           int64 // static bound on the bytes of its own error message
+	wrapText        int64 // bytes of "validating <name>: " the library wraps its failures in
+	local           int64 // static bound on the bytes of its own keywords' error message
+	anyOfText       int64 // bytes of a failed anyOf's message besides its branches' messages
 	enumBytes       int64 // size of enum and const values, compared against the instance
 	enumLen         int
 	stringChecks    bool // minLength/maxLength: the string is counted
-	patternSelf     int  // len(pattern)+1 when a pattern applies to a string instance, else 0
+	patternSelf     int  // program size of pattern when one applies to a string instance, else 0
 	uniqueItems     bool
 
 	closure int // evaluations of one value here before moving to a child value; 0 = not computed
@@ -264,8 +268,13 @@ func (b *planBuilder) link(n *snode) error {
 		}
 	}
 	for p, c := range s.PatternProperties {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return refuseSchema("patternProperties %q at %s: %v", p, ptrText(n.path), err)
+		}
 		n.patterns = append(n.patterns, b.byPtr[c])
-		n.patternLen = append(n.patternLen, len(p))
+		n.patternRE = append(n.patternRE, re)
+		n.patternLen = append(n.patternLen, regexpInsts(p))
 	}
 	n.additional, n.unevalProps, n.propNames = get(s.AdditionalProperties), get(s.UnevaluatedProperties), get(s.PropertyNames)
 	n.falsyAdditional = s.AdditionalProperties != nil && s.AdditionalProperties.Not != nil
@@ -273,7 +282,7 @@ func (b *planBuilder) link(n *snode) error {
 	n.items, n.additionalItems, n.contains, n.unevItem = get(s.Items), get(s.AdditionalItems), get(s.Contains), get(s.UnevaluatedItems)
 	n.stringChecks = s.MinLength != nil || s.MaxLength != nil
 	if s.Pattern != "" {
-		n.patternSelf = len(s.Pattern) + 1
+		n.patternSelf = regexpInsts(s.Pattern)
 	}
 	n.uniqueItems = s.UniqueItems
 	n.price()

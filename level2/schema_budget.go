@@ -3,6 +3,7 @@ package level2
 import (
 	"fmt"
 	"math"
+	"regexp/syntax"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
@@ -37,19 +38,23 @@ import (
 // maxValidationAlloc bytes of messages plus per-evaluation bookkeeping.
 const (
 	maxValidationWork  = 8_000_000 // units (~ns) per call
-	maxValidationAlloc = 4 << 20   // bytes of error messages and bookkeeping per call
+	maxValidationAlloc = 4 << 20   // bytes of error messages per call (what a failing validation holds)
 	maxEvalDepth       = 256       // nested evaluations (library stack frames) per call
 	maxInstanceDepth   = DefaultMaxDepth
 
-	costEval  = 400 // one evaluation: defer, stack push, annotations, map lookups
-	costEntry = 20  // one schema entry looked up (a property, a required name, an enum value)
-	costKey   = 60  // one key or item of the value iterated, noted and merged
-	costByte  = 1   // one byte scanned, hashed or compared
+	costEval      = 400 // one evaluation: defer, stack push, annotations, map lookups
+	costEntry     = 20  // one schema entry looked up (a property, a required name)
+	costEnumEntry = 150 // one enum/const value compared (the library allocates two big.Rat per compare)
+	costKey       = 60  // one key or item of the value iterated, noted and merged
+	costByte      = 1   // one byte scanned, hashed or compared
+	costRegexp    = 16  // one input byte through one instruction of a compiled regexp (Go's NFA)
+	costAllocByte = 1   // one byte allocated (building a message, GC)
 
 	allocEval  = 320 // bytes one evaluation allocates (annotations, closures, stack growth)
 	allocKey   = 64  // bytes per key noted in an evaluated-properties map
 	instFmtMax = 48  // bytes an argument value prints as in a message (instString.Format)
-	msgFactor  = 8   // bytes allocated per byte of a failing evaluation's message (fmt buffers, wraps, joins)
+	msgFactor  = 6   // bytes allocated per byte of a failing evaluation's message (fmt buffers, wraps, joins)
+	allocFail  = 192 // bytes of error values a failing evaluation allocates beside its message
 )
 
 // errBudget is the refusal of a call whose validation would cost more than the budget.
@@ -125,7 +130,7 @@ func toInstance(v any, depth int) (any, *inode, error) {
 // price sets the static parts of one evaluation of n: its work and its own message bound.
 func (n *snode) price() {
 	s := n.s
-	entries := len(s.Properties) + len(s.Required) + len(s.Enum) + len(s.DependentRequired) +
+	entries := len(s.Properties) + len(s.Required) + len(s.DependentRequired) +
 		len(s.DependencyStrings) + len(s.DependentSchemas) + len(s.DependencySchemas)
 	for _, l := range s.DependentRequired {
 		entries += len(l)
@@ -133,7 +138,10 @@ func (n *snode) price() {
 	for _, l := range s.DependencyStrings {
 		entries += len(l)
 	}
-	n.work = costEval + int64(entries)*costEntry
+	n.work = costEval + int64(entries)*costEntry + int64(len(s.Enum))*costEnumEntry
+	if s.Const != nil {
+		n.work += costEnumEntry
+	}
 
 	name := s.ID
 	if name == "" {
@@ -142,22 +150,21 @@ func (n *snode) price() {
 			name = "root"
 		}
 	}
-	local := int64(16 + len(name)) // "validating <name>: "
-	add := func(cond bool, k int) {
-		if cond {
-			local += int64(k)
-		}
+	// validate returns at the first keyword that fails: its own message is one keyword's.
+	var local int64
+	kw := func(k int) { local = max(local, int64(k)) }
+	if s.Type != "" || s.Types != nil {
+		kw(64 + instFmtMax + len(s.Type) + sumLen(s.Types, 4))
 	}
-	add(s.Type != "" || s.Types != nil, 64+instFmtMax+len(s.Type)+sumLen(s.Types, 4))
 	if s.Enum != nil {
 		e := len(fmt.Sprint(s.Enum))
-		local += int64(48 + instFmtMax + e)
+		kw(48 + instFmtMax + e)
 		n.enumBytes += int64(e)
 		n.enumLen += len(s.Enum)
 	}
 	if s.Const != nil {
 		c := len(fmt.Sprint(*s.Const))
-		local += int64(48 + instFmtMax + c)
+		kw(48 + instFmtMax + c)
 		n.enumBytes += int64(c)
 		n.enumLen++
 	}
@@ -165,30 +172,40 @@ func (n *snode) price() {
 		if f != nil {
 			// The value prints as an exact rational (up to ~1100 digits for a float64 such as
 			// 5e-324) beside the bound printed with %f.
-			local += int64(64 + 1200 + len(fmt.Sprintf("%f", *f)))
+			kw(64 + 1200 + len(fmt.Sprintf("%f", *f)))
 		}
 	}
-	add(n.stringChecks, 96+instFmtMax)
-	add(s.Pattern != "", 64+instFmtMax+4*len(s.Pattern))
-	add(s.DynamicRef != "", 48+4*len(s.DynamicRef))
-	add(s.AnyOf != nil, 64+sumNames(s.AnyOf))
-	add(s.OneOf != nil, 64+sumNames(s.OneOf))
+	if n.stringChecks {
+		kw(96 + instFmtMax)
+	}
+	if s.Pattern != "" {
+		kw(64 + instFmtMax + 4*len(s.Pattern))
+	}
+	if s.DynamicRef != "" {
+		kw(48 + 4*len(s.DynamicRef))
+	}
+	if s.OneOf != nil {
+		kw(64 + sumNames(s.OneOf))
+	}
 	if s.Not != nil {
-		local += int64(48 + schemaName(s.Not))
+		kw(48 + schemaName(s.Not))
 	}
 	if s.Contains != nil {
-		local += int64(64 + instFmtMax + schemaName(s.Contains))
+		kw(64 + instFmtMax + schemaName(s.Contains))
 	}
-	add(s.UniqueItems || s.MinItems != nil || s.MaxItems != nil || s.MinContains != nil || s.MaxContains != nil ||
-		s.MinProperties != nil || s.MaxProperties != nil, 7*96)
-	add(s.Required != nil, 48+sumLen(s.Required, 3)*4)
+	kw(96) // uniqueItems, minItems ... maxProperties: a fixed text and two integers
+	if s.Required != nil {
+		kw(48 + 4*sumLen(s.Required, 3))
+	}
 	for k, l := range s.DependentRequired {
-		local += int64(64 + 4*len(k) + 4*sumLen(l, 3))
+		kw(64 + 4*len(k) + 4*sumLen(l, 3))
 	}
 	for k, l := range s.DependencyStrings {
-		local += int64(64 + 4*len(k) + 4*sumLen(l, 3))
+		kw(64 + 4*len(k) + 4*sumLen(l, 3))
 	}
+	n.wrapText = int64(16 + len(name)) // "validating <name>: "
 	n.local = local
+	n.anyOfText = int64(64 + sumNames(s.AnyOf))
 }
 
 func sumLen(l []string, extra int) int {
@@ -213,7 +230,8 @@ func sumNames(l []*jsonschema.Schema) int {
 }
 
 // cost is the walk's bound for one (subschema, value) pair: msg, the longest error message it
-// can return; alloc, the bytes it can allocate; allocOK, those it can allocate when it succeeds.
+// can return; alloc, the bytes of error messages it can allocate; allocOK, those it can
+// allocate when it succeeds (failures of branches it absorbs).
 type cost struct{ msg, alloc, allocOK int64 }
 
 // walker adds up an upper bound of the library's work on one call, stopping at the budget.
@@ -227,8 +245,12 @@ type walker struct {
 func budgetValidation(p *schemaPlan, v *inode) error {
 	w := &walker{}
 	c := w.eval(p.root, v)
-	if w.over == "" && sat(c.alloc+msgFactor*c.msg) > maxValidationAlloc {
+	alloc := sat(c.alloc + msgFactor*c.msg) // the final message is read once more (Error)
+	if w.over == "" && alloc > maxValidationAlloc {
 		w.over = "memory"
+	}
+	if w.over == "" && w.work+alloc*costAllocByte > maxValidationWork {
+		w.over = "work"
 	}
 	if w.over != "" {
 		return &errBudget{what: w.over}
@@ -261,21 +283,28 @@ func (w *walker) eval(n *snode, v *inode) cost {
 	if w.charge(n.work + w.local(n, v)) {
 		return cost{}
 	}
-	var acc accum
-	acc.ok = allocEval
+	// Bookkeeping (annotations, closures, evaluated-property maps) is garbage as soon as the
+	// evaluation returns: it costs time, charged as work, not memory held.
+	garbage := int64(allocEval)
 	if v.kind == 'o' {
-		acc.ok += allocKey * int64(len(v.keys))
+		garbage += allocKey * int64(len(v.keys))
 	}
+	if w.charge(garbage * costAllocByte) {
+		return cost{}
+	}
+	var acc accum
 	for _, c := range n.seq {
 		acc.seq(w.eval(c, v))
 	}
-	var anyMsg int64
-	for _, c := range n.anyOf {
-		r := w.eval(c, v)
-		anyMsg = sat(anyMsg + r.msg + 2)
-		acc.ok = sat(acc.ok + r.alloc)
+	if len(n.anyOf) > 0 {
+		anyMsg := n.anyOfText
+		for _, c := range n.anyOf {
+			r := w.eval(c, v)
+			anyMsg = sat(anyMsg + r.msg + 2)
+			acc.ok = sat(acc.ok + r.alloc)
+		}
+		acc.worst = max(acc.worst, anyMsg)
 	}
-	acc.worst = max(acc.worst, anyMsg)
 	for _, c := range n.absorbed {
 		acc.ok = sat(acc.ok + w.eval(c, v).alloc)
 	}
@@ -285,12 +314,12 @@ func (w *walker) eval(n *snode, v *inode) cost {
 	case 'o':
 		w.members(n, v, &acc)
 	}
-	msg := n.local + acc.worst
+	own := n.local
 	if n.falsyAdditional && v.kind == 'o' {
-		msg += 4*v.keyBytes + 4*int64(len(v.keys)) + 2
+		own = max(own, 64+4*v.keyBytes+4*int64(len(v.keys)))
 	}
-	msg = sat(msg)
-	return cost{msg: msg, allocOK: acc.ok, alloc: sat(acc.ok + acc.delta + msgFactor*msg)}
+	msg := sat(n.wrapText + max(own, acc.worst))
+	return cost{msg: msg, allocOK: acc.ok, alloc: sat(acc.ok + acc.delta + allocFail + msgFactor*msg)}
 }
 
 // accum gathers children's costs: the worst message among sequential children (one failure
@@ -328,10 +357,25 @@ func (w *walker) local(n *snode, v *inode) int64 {
 	return u
 }
 
-// regexpCost bounds one match of a pattern of patLen bytes over n bytes: Go's regexp runs in
-// time linear in the input, times the size of the compiled program (~ the pattern).
-func regexpCost(n, patLen int) int64 {
-	return 200 + int64(n+1)*int64(patLen+1)*2
+// regexpCost bounds one match of a compiled program of insts instructions over n bytes: Go's
+// regexp runs in time linear in the input times the size of the program (its NFA may step
+// every instruction for every byte).
+func regexpCost(n, insts int) int64 {
+	return 200 + int64(n+1)*int64(insts)*costRegexp
+}
+
+// regexpInsts is the size of pattern's compiled program, as package regexp compiles it; the
+// pattern's length says little ("a{1000}" is 7 bytes and 1000 instructions).
+func regexpInsts(pattern string) int {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return len(pattern) + 1 // the library refused it when resolving; never matched
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return len(pattern) + 1
+	}
+	return len(prog.Inst)
 }
 
 // items charges the keywords that evaluate an array's items.
@@ -362,10 +406,13 @@ func (w *walker) members(n *snode, v *inode, acc *accum) {
 			acc.seq(w.eval(c, e))
 		}
 		for j, c := range n.patterns {
+			// Charged before it runs: the match costs the walk what it costs the library.
 			if w.charge(regexpCost(len(k), n.patternLen[j])) {
 				return
 			}
-			acc.seq(w.eval(c, e))
+			if n.patternRE[j].MatchString(k) {
+				acc.seq(w.eval(c, e))
+			}
 		}
 		for _, c := range []*snode{n.additional, n.unevalProps} {
 			if c != nil {
