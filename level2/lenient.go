@@ -123,3 +123,34 @@ func numericID(text []byte) (int64, bool) {
 	}
 	return int64(f), true
 }
+
+// pythonEncoding is the encoding Python's json.loads gives a bytes body (json.detect_encoding):
+// a UTF-32 or UTF-16 BOM, or NUL bytes in the first positions, make it UTF-32 or UTF-16, which a
+// UTF-8 reader (Level 2, the SDKs) sees as something else entirely. "" for UTF-8.
+func pythonEncoding(b []byte) string {
+	switch {
+	case bytes.HasPrefix(b, []byte{0, 0, 0xfe, 0xff}):
+		return "utf-32-be"
+	case bytes.HasPrefix(b, []byte{0xff, 0xfe, 0, 0}):
+		return "utf-32-le"
+	case bytes.HasPrefix(b, []byte{0xfe, 0xff}):
+		return "utf-16-be"
+	case bytes.HasPrefix(b, []byte{0xff, 0xfe}):
+		return "utf-16-le"
+	}
+	switch {
+	case len(b) >= 4 && b[0] == 0 && b[1] == 0:
+		return "utf-32-be"
+	case len(b) >= 4 && b[0] == 0:
+		return "utf-16-be"
+	case len(b) >= 4 && b[1] == 0 && b[2] == 0 && b[3] == 0:
+		return "utf-32-le"
+	case len(b) >= 4 && b[1] == 0:
+		return "utf-16-le"
+	case len(b) == 2 && b[0] == 0:
+		return "utf-16-be"
+	case len(b) == 2 && b[1] == 0:
+		return "utf-16-le"
+	}
+	return ""
+}

@@ -209,6 +209,11 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 	if ct.ForeignCharset {
 		return s.refuseUnreadable(x, st, 415, "charset "+ct.Charset+" cannot be inspected (JSON-RPC bodies are UTF-8)")
 	}
+	if enc := pythonEncoding(body); enc != "" {
+		// Python's json reads such bytes as UTF-16 or UTF-32 text, where Level 2 (a UTF-8
+		// reader) would see no JSON at all.
+		return s.refuseUnreadable(x, st, 415, "body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)")
+	}
 	if !ct.JSON && !namesJSON(ctv) && !looksJSON(body) {
 		// Not JSON-RPC by its type, however spelt, or by its bytes, however padded: plain HTTP,
 		// judged at Level 1 only. No supported server parses such a body as JSON.
@@ -447,6 +452,9 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 		body, encoded = dec, true
 	}
 	ctv, _ := contentTypes(x.Resp)
+	if enc := pythonEncoding(body); enc != "" {
+		return s.refuseResponse(x, st, "response body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)")
+	}
 	if !ParseContentType(ctv).JSON && !namesJSON(ctv) && !looksJSON(body) {
 		return exchange.Continue // not JSON by its type or its bytes: no client reads it as JSON-RPC
 	}
