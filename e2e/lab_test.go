@@ -64,6 +64,7 @@ func testMain(m *testing.M) int {
 		"mcpclient":    "./e2e/peers/mcpclient",
 		"bytepump":     "./e2e/peers/bytepump",
 		"tlsprobe":     "./e2e/peers/tlsprobe",
+		"hostile":      "./e2e/peers/hostile",
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
 		cmd.Dir = repoRoot
