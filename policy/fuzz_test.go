@@ -17,6 +17,8 @@ func FuzzCompile(f *testing.F) {
 		`client.address`,
 		`cidr_contains("10.0.0.0/8", client.address)`,
 		`prefix(client.address, 32, 64)`,
+		`mcp.arguments.a[0].b == "x" || has(mcp.arguments.c) || "k" in mcp.arguments.d`,
+		`mcp["arguments"]["p"].startsWith("/etc")`,
 	} {
 		f.Add(seed)
 	}
@@ -49,6 +51,10 @@ func FuzzCompile(f *testing.F) {
 		}
 		if s.Len() != 2 {
 			t.Fatalf("Len = %d", s.Len())
+		}
+		// A rule that reads argument keys reads the arguments: Level 2 must build them.
+		if ap := s.ArgumentPaths(); len(ap) > 0 && !s.Reads("arguments") {
+			t.Fatalf("ArgumentPaths %q, yet Reads(arguments) is false", ap)
 		}
 		// Nested comprehensions are exponential in their depth, which is a property of the
 		// rule, not a bug; evaluate only rules that cannot take long.
