@@ -3,15 +3,22 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netns"
 )
 
 // The dns mechanism end to end (issue 12; the draft names "DNS-based interception" among the
@@ -353,4 +360,105 @@ func TestDNS(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(stateDir, "vips.jsonl")); errors.Is(err, os.ErrNotExist) {
 		t.Errorf("no VIP table in %s", stateDir)
 	}
+}
+
+// TestDNSQuotaFlood: one client asking for every name under a wildcard (issue 16 case 12: 254
+// names used to fill the /24 pool, and every new name then got SERVFAIL for a day) is stopped
+// at its VIP quota with REFUSED for those queries only, counted and logged with the client and
+// the pattern; another client in the same network still gets VIPs for new names, under the
+// wildcard and exact, and its real SDK client works through them.
+func TestDNSQuotaFlood(t *testing.T) {
+	needLab(t)
+	tlsServer(t)
+	goServer(t)
+	u := "https://mcp.lab.test:8443/mcp"
+	direct := runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", u, "-ca", labPKI("server-ca.pem"))
+
+	// The flooder is a second address of mcpi-client (its own quota: quotas are per address).
+	const flooder = "10.200.1.3"
+	runT(t, 10*time.Second, nsClient, "ip", "addr", "add", flooder+"/32", "dev", "lo")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		run(ctx, nsClient, "ip", "addr", "del", flooder+"/32", "dev", "lo")
+	})
+	useApplianceResolver(t)
+	caDir, stateDir := filepath.Join(t.TempDir(), "ca"), filepath.Join(t.TempDir(), "dns-state")
+	cfg := dnsLabConfig(t, caDir, stateDir)
+	a := startAppliance(t, "dns", cfg)
+	applianceCA := exportCA(t, cfg)
+
+	conn := udpInNS(t, nsClient, flooder+":0", "10.200.1.1:53")
+	defer conn.Close()
+	c := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
+	rcodes := map[string]int{}
+	for i := range 300 {
+		q := new(dns.Msg)
+		q.SetQuestion(fmt.Sprintf("flood%d.mcp.lab.test.", i), dns.TypeA)
+		r, _, err := c.ExchangeWithConn(q, &dns.Conn{Conn: conn})
+		if err != nil {
+			t.Fatalf("flood query %d: %v", i, err)
+		}
+		rcodes[dns.RcodeToString[r.Rcode]]++
+	}
+	// 254 usable addresses, 4 patterns: a client may hold an eighth (31).
+	if rcodes["NOERROR"] != 31 || rcodes["REFUSED"] != 300-31 {
+		t.Fatalf("flood answered %v, want 31 NOERROR (the client quota) and the rest REFUSED", rcodes)
+	}
+	if err := a.waitFor("VIP quota exceeded", 10*time.Second); err != nil {
+		t.Error(err)
+	}
+	if logs := a.stderr.String() + a.stdout.String(); !strings.Contains(logs, "client="+flooder) || !strings.Contains(logs, "pattern=*.mcp.lab.test") {
+		t.Errorf("the quota log line does not name the client and the pattern:\n%s", logs)
+	}
+
+	// The other client: new names get VIPs, and its SDK client works through them.
+	vipOf(t, "victim.mcp.lab.test")
+	vipOf(t, "mcp.lab.test")
+	if got := runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", u, "-ca", applianceCA); got != direct {
+		t.Errorf("go through DNS interception after the flood differs from direct:\n%s\nwant\n%s", got, direct)
+	}
+	metrics := runT(t, 10*time.Second, nsAppliance, "curl", "-s", "http://127.0.0.1:9464/metrics")
+	for _, want := range []string{
+		fmt.Sprintf(`mcpintercept_dns_quota_refused_total{scope="client"} %d`, 300-31),
+		fmt.Sprintf(`mcpintercept_dns_queries_total{outcome="quota",type="A"} %d`, 300-31),
+		`mcpintercept_dns_pool_used_ratio{family="v4"} `,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(metrics, `outcome="exhausted"`) || strings.Contains(metrics, `outcome="servfail"`) {
+		t.Errorf("a query failed for want of a VIP:\n%s", metrics)
+	}
+	a.stopGracefully(t)
+}
+
+// udpInNS opens a UDP socket from local to remote inside a lab namespace (the socket stays there).
+func udpInNS(t *testing.T, ns, local, remote string) net.Conn {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	target, err := netns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	if err := netns.Set(target); err != nil {
+		t.Fatal(err)
+	}
+	d := net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(netip.MustParseAddrPort(local))}
+	c, derr := d.Dial("udp", remote)
+	if err := netns.Set(orig); err != nil {
+		t.Fatalf("cannot return to the original namespace: %v", err)
+	}
+	if derr != nil {
+		t.Fatal(derr)
+	}
+	return c
 }
