@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -372,5 +373,241 @@ func TestDifferentialTSLegacyClientInfo(t *testing.T) {
 	}
 	if denied != 1 || allowed != 1 {
 		t.Errorf("flow log: legacy sampling requests denied by no-sampling-for-untrusted %d (want 1), allowed %d (want 1, the trusted client)", denied, allowed)
+	}
+}
+
+const tsCorpusAddr = "10.200.2.2:3042" // e2e/node/ts-corpus.mjs serve
+
+// tsItem is one line of e2e/testdata/differential/ts-corpus.jsonl (the node script reads the
+// payload; the test needs the name and the transport).
+type tsItem struct {
+	Name      string `json:"name"`
+	Transport string `json:"transport"`
+	Why       string `json:"why"`
+}
+
+// tsReport is what ts-corpus.mjs client prints for one item.
+type tsReport struct {
+	Name       string            `json:"name"`
+	Transport  string            `json:"transport"`
+	Dispatched []json.RawMessage `json:"dispatched"`
+	Sampling   int               `json:"sampling"`
+	Call       json.RawMessage   `json:"call"`
+	End        string            `json:"end"`
+	Errors     []string          `json:"errors"`
+}
+
+// tsMessage is the part of a dispatched JSON-RPC message the judge check reads.
+type tsMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Error  *struct {
+		Data struct {
+			Intermediary string `json:"intermediary"`
+		} `json:"data"`
+	} `json:"error"`
+}
+
+// tsLogRecord is a flow log line with the request path (flowRecord has none).
+type tsLogRecord struct {
+	Path      string `json:"path"`
+	OrigDst   string `json:"orig_dst"`
+	Direction string `json:"direction"`
+	MCPMethod string `json:"mcp_method"`
+	JSONRPCID string `json:"jsonrpc_id"`
+	Decision  string `json:"decision"`
+	Rule      string `json:"rule"`
+	Reason    string `json:"reason"`
+}
+
+func tsCorpusPath() string { return filepath.Join(repoRoot, "e2e", "testdata", "differential", "ts-corpus.jsonl") }
+
+func tsLoadCorpus(t *testing.T) []tsItem {
+	t.Helper()
+	b, err := os.ReadFile(tsCorpusPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []tsItem
+	for i, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var it tsItem
+		if err := json.Unmarshal([]byte(l), &it); err != nil {
+			t.Fatalf("corpus line %d: %v", i+1, err)
+		}
+		items = append(items, it)
+	}
+	return items
+}
+
+// tsCorpusRun runs the TS SDK client over every item from mcpi-client and returns its reports.
+func tsCorpusRun(t *testing.T, n int) []tsReport {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute) // a hang guard; each item has its own
+	defer cancel()
+	out, errOut, err := run(ctx, nsClient, "node", filepath.Join(repoRoot, "e2e", "node", "ts-corpus.mjs"),
+		"client", "http://"+tsCorpusAddr, tsCorpusPath(), "--name", "lab-agent-untrusted")
+	if err != nil {
+		t.Fatalf("ts-corpus client: %v\n%s", err, errOut)
+	}
+	var reps []tsReport
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r tsReport
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("ts-corpus client line %q: %v", l, err)
+		}
+		reps = append(reps, r)
+	}
+	if len(reps) != n {
+		t.Fatalf("ts-corpus client reported %d items, the corpus has %d\n%s", len(reps), n, errOut)
+	}
+	return reps
+}
+
+// tsItemPath is where item i's records are: its POST path, or its legacy stream and endpoint.
+func tsItemPath(i int, it tsItem) func(string) bool {
+	if it.Transport == "legacy" {
+		prefix := fmt.Sprintf("/legacy/%d/", i)
+		return func(p string) bool { return strings.HasPrefix(p, prefix) }
+	}
+	path := fmt.Sprintf("/item/%d", i)
+	return func(p string) bool { return p == path }
+}
+
+// tsSameID compares a dispatched id with a record's id as sent: numbers by value, strings
+// exactly, as a judge that correlates by value must.
+func tsSameID(dispatched json.RawMessage, logged string) bool {
+	var a, b any
+	if json.Unmarshal(dispatched, &a) != nil || json.Unmarshal([]byte(logged), &b) != nil {
+		return false
+	}
+	switch a := a.(type) {
+	case float64:
+		b, ok := b.(float64)
+		return ok && a == b
+	case string:
+		b, ok := b.(string)
+		return ok && a == b
+	}
+	return false
+}
+
+// tsJudged reports whether the flow log shows msg judged on the item's paths: a server request or
+// notification has a server→client record of its own; a response is judged with the request it
+// answers, on that request's record (same id, compared by value: a response the appliance did not
+// correlate was judged by nobody).
+func tsJudged(recs []tsLogRecord, onItem func(string) bool, m tsMessage) bool {
+	for _, r := range recs {
+		if !strings.HasSuffix(r.OrigDst, ":3042") || !onItem(r.Path) {
+			continue
+		}
+		switch {
+		case m.Method != "":
+			if r.Direction == "server_to_client" && r.MCPMethod == m.Method && (len(m.ID) == 0 || tsSameID(m.ID, r.JSONRPCID)) {
+				return true
+			}
+		case len(m.ID) > 0:
+			if r.Direction == "client_to_server" && tsSameID(m.ID, r.JSONRPCID) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tsRecordsOf summarises an item's records for a failure message.
+func tsRecordsOf(recs []tsLogRecord, onItem func(string) bool) string {
+	var out []string
+	for _, r := range recs {
+		if strings.HasSuffix(r.OrigDst, ":3042") && onItem(r.Path) {
+			out = append(out, fmt.Sprintf("[%s %s %s id=%s %s %s %q]", r.Path, r.Direction, r.MCPMethod, r.JSONRPCID, r.Decision, r.Rule, r.Reason))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+var tsCanary = regexp.MustCompile(`CANARY-[0-9A-Za-z]+`)
+
+// TestDifferentialTSCorpus is the issue's TypeScript corpus differential: every item of
+// e2e/testdata/differential/ts-corpus.jsonl (JSON bodies and SSE events built to probe the TS
+// client's leniency: whitespace and BOMs, media types, event types, CR framing, multi-line data,
+// batches mixing requests and responses, ids 1, 1.0 and "1"...) answers a real TS SDK client's
+// tools/call. Directly, the client says what it dispatches. Through Level 2 (the client named
+// lab-agent-untrusted, so every sampling request is denied by no-sampling-for-untrusted and
+// every tools/call result is redacted by redact-canary), each message it dispatches must have
+// been judged (a server→client record of it in the flow log); a sampling request and a canary
+// are never delivered at all.
+func TestDifferentialTSCorpus(t *testing.T) {
+	needLab(t)
+	items := tsLoadCorpus(t)
+	tsNode(t, nsServer, "ts-corpus.mjs", "serve", tsCorpusAddr, tsCorpusPath())
+
+	direct := tsCorpusRun(t, len(items))
+	var samplingItems, canaryItems, dispatched int
+	for i, r := range direct {
+		if r.Name != items[i].Name || r.End == "timeout" || r.End == "connect-error" {
+			t.Fatalf("control, item %d %q: %+v", i, items[i].Name, r)
+		}
+		dispatched += len(r.Dispatched)
+		if r.Sampling > 0 {
+			samplingItems++
+		}
+		if tsCanary.MatchString(string(r.Call)) {
+			canaryItems++
+		}
+	}
+	t.Logf("control: %d items, %d messages dispatched by the TS client, a sampling request served in %d items, a canary delivered in %d",
+		len(items), dispatched, samplingItems, canaryItems)
+	if samplingItems == 0 || canaryItems == 0 {
+		t.Fatalf("control: the corpus no longer shows the TS client serving sampling (%d) or receiving a canary (%d)", samplingItems, canaryItems)
+	}
+
+	a := startAppliance(t, "nftables-tproxy", tsConfig(t))
+	through := tsCorpusRun(t, len(items))
+	a.stopGracefully(t)
+	var recs []tsLogRecord
+	for _, l := range strings.Split(a.stdout.String(), "\n") {
+		var r tsLogRecord
+		if json.Unmarshal([]byte(l), &r) == nil {
+			recs = append(recs, r)
+		}
+	}
+
+	var failed []string
+	for i, r := range through {
+		it := items[i]
+		var why []string
+		if r.Sampling > 0 {
+			why = append(why, fmt.Sprintf("the client served %d sampling request(s)", r.Sampling))
+		}
+		if r.End == "timeout" {
+			why = append(why, "no end within the item's hang guard")
+		}
+		for _, raw := range r.Dispatched {
+			if c := tsCanary.FindString(string(raw)); c != "" {
+				why = append(why, "a canary was delivered: "+string(raw))
+				continue
+			}
+			var m tsMessage
+			json.Unmarshal(raw, &m)
+			if m.Error != nil && m.Error.Data.Intermediary == "mcpintercept" {
+				continue // the appliance's own answer
+			}
+			if m.Method == "sampling/createMessage" {
+				why = append(why, "a denied sampling request was delivered: "+string(raw))
+			}
+			if !tsJudged(recs, tsItemPath(i, it), m) {
+				why = append(why, "dispatched but not in the flow log: "+string(raw))
+			}
+		}
+		if c := tsCanary.FindString(string(r.Call)); c != "" {
+			why = append(why, "the call's outcome carries a canary: "+string(r.Call))
+		}
+		if len(why) > 0 {
+			failed = append(failed, fmt.Sprintf("item %d %q (%s; directly %d dispatched, %d sampling):\n    %s\n    records: %s",
+				i, it.Name, it.Why, len(direct[i].Dispatched), direct[i].Sampling, strings.Join(why, "\n    "), tsRecordsOf(recs, tsItemPath(i, it))))
+		}
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d of %d corpus items get past Level 2 with the TS SDK client:\n%s", len(failed), len(items), strings.Join(failed, "\n"))
 	}
 }
