@@ -91,11 +91,14 @@ type VIPTable struct {
 	log          *slog.Logger
 	obs          vipObserver
 
-	byName    map[string]*vipEntry
-	byAddr    map[netip.Addr]*vipEntry
-	lru       *list.List // of *vipEntry, most recently used first
-	byClient  map[string]int
-	byPattern map[string]int
+	byName map[string]*vipEntry
+	byAddr map[netip.Addr]*vipEntry
+	// lru orders every binding, most recently used first; byClient and byPattern order those
+	// charged to one client or pattern the same way (their length is the quota used), so that
+	// the recycling scan for a quota reads only that owner's bindings.
+	lru       *list.List
+	byClient  map[string]*list.List
+	byPattern map[string]*list.List
 	n4, n6    int     // addresses bound per family
 	full      [2]bool // a family is above the near-full mark (logged once per crossing)
 	recycleLg rateLog
@@ -117,6 +120,8 @@ type vipEntry struct {
 	Pattern string     `json:"pattern,omitempty"` // the dns.names pattern charged
 
 	elem  *list.Element  // in VIPTable.lru
+	elemC *list.Element  // in VIPTable.byClient[Client]
+	elemP *list.Element  // in VIPTable.byPattern[Pattern]
 	flows []syscall.Conn // connections accepted through its VIPs, pruned when closed
 }
 
@@ -192,7 +197,7 @@ func OpenVIPTable(opt VIPOptions) (*VIPTable, error) {
 	t := &VIPTable{v4: opt.V4.Masked(), v6: opt.V6.Masked(), hold: opt.Hold, quarantine: opt.Quarantine,
 		max: opt.MaxNames, now: opt.Now, log: opt.Log,
 		byName: map[string]*vipEntry{}, byAddr: map[netip.Addr]*vipEntry{}, lru: list.New(),
-		byClient: map[string]int{}, byPattern: map[string]int{}}
+		byClient: map[string]*list.List{}, byPattern: map[string]*list.List{}}
 	if !opt.V4.IsValid() {
 		t.v4 = netip.Prefix{}
 	}
@@ -254,9 +259,6 @@ func (t *VIPTable) Quotas() (client, pattern int) { return t.clientQuota, t.patt
 func (t *VIPTable) orderLocked() {
 	es := make([]*vipEntry, 0, len(t.byName))
 	for _, e := range t.byName {
-		if e.elem != nil {
-			t.lru.Remove(e.elem)
-		}
 		es = append(es, e)
 	}
 	slices.SortFunc(es, func(a, b *vipEntry) int {
@@ -266,8 +268,59 @@ func (t *VIPTable) orderLocked() {
 		return strings.Compare(a.Name, b.Name)
 	})
 	for _, e := range es {
-		e.elem = t.lru.PushFront(e)
+		t.pushLocked(e)
 	}
+}
+
+// pushLocked puts e, just entered, at the front of its LRU lists.
+func (t *VIPTable) pushLocked(e *vipEntry) {
+	e.elem = t.lru.PushFront(e)
+	if e.Client != "" {
+		e.elemC = ownerList(t.byClient, e.Client).PushFront(e)
+	}
+	if e.Pattern != "" {
+		e.elemP = ownerList(t.byPattern, e.Pattern).PushFront(e)
+	}
+}
+
+func ownerList(m map[string]*list.List, k string) *list.List {
+	l := m[k]
+	if l == nil {
+		l = list.New()
+		m[k] = l
+	}
+	return l
+}
+
+// unlistLocked takes e out of its LRU lists, dropping an owner's list once empty.
+func (t *VIPTable) unlistLocked(e *vipEntry) {
+	if e.elem != nil {
+		t.lru.Remove(e.elem)
+		e.elem = nil
+	}
+	for _, o := range []struct {
+		m  map[string]*list.List
+		k  string
+		el **list.Element
+	}{{t.byClient, e.Client, &e.elemC}, {t.byPattern, e.Pattern, &e.elemP}} {
+		if *o.el == nil {
+			continue
+		}
+		l := o.m[o.k]
+		l.Remove(*o.el)
+		*o.el = nil
+		if l.Len() == 0 {
+			delete(o.m, o.k)
+		}
+	}
+}
+
+// held is how many bindings an owner holds (the quota used).
+func held(m map[string]*list.List, k string) int {
+	if l := m[k]; l != nil {
+		return l.Len()
+	}
+	return 0
 }
 
 // SetObserver makes o hear recycling and near-full crossings (before the table is shared).
@@ -324,20 +377,14 @@ func (t *VIPTable) load() error {
 	return sc.Err()
 }
 
-// addLocked enters e (not yet in the table) with its addresses and charges its quotas. The
-// caller places it in the LRU list.
+// addLocked enters e (not yet in the table) with its addresses. The caller places it in the
+// LRU lists (pushLocked), which charges its quotas.
 func (t *VIPTable) addLocked(e *vipEntry) {
 	t.byName[e.Name] = e
 	for _, v6 := range []bool{false, true} {
 		if a := e.addr(v6); a.IsValid() {
 			t.setAddrLocked(e, v6, a)
 		}
-	}
-	if e.Client != "" {
-		t.byClient[e.Client]++
-	}
-	if e.Pattern != "" {
-		t.byPattern[e.Pattern]++
 	}
 }
 
@@ -384,20 +431,7 @@ func (t *VIPTable) removeLocked(e *vipEntry) {
 			e.V4 = a
 		}
 	}
-	if e.elem != nil {
-		t.lru.Remove(e.elem)
-		e.elem = nil
-	}
-	if e.Client != "" {
-		if t.byClient[e.Client]--; t.byClient[e.Client] <= 0 {
-			delete(t.byClient, e.Client)
-		}
-	}
-	if e.Pattern != "" {
-		if t.byPattern[e.Pattern]--; t.byPattern[e.Pattern] <= 0 {
-			delete(t.byPattern, e.Pattern)
-		}
-	}
+	t.unlistLocked(e)
 	e.flows = nil
 }
 
@@ -406,6 +440,12 @@ func (t *VIPTable) touchLocked(e *vipEntry, now time.Time) {
 	e.Used = now.Unix()
 	if e.elem != nil {
 		t.lru.MoveToFront(e.elem)
+	}
+	if e.elemC != nil {
+		t.byClient[e.Client].MoveToFront(e.elemC)
+	}
+	if e.elemP != nil {
+		t.byPattern[e.Pattern].MoveToFront(e.elemP)
 	}
 }
 
@@ -468,7 +508,7 @@ func (t *VIPTable) LookupFor(name string, v6 bool, c Claim) (vip netip.Addr, fre
 	}
 	if isNew {
 		t.addLocked(e)
-		e.elem = t.lru.PushFront(e)
+		t.pushLocked(e)
 	}
 	revived := e.Freed != 0
 	e.Freed = 0
@@ -493,15 +533,13 @@ func (t *VIPTable) LookupFor(name string, v6 bool, c Claim) (vip netip.Addr, fre
 // admitLocked decides whether a new name may be entered for c: its client and pattern under
 // quota (or one of their own idle bindings recycled), and the table under dns.max_names.
 func (t *VIPTable) admitLocked(c Claim, now time.Time) error {
-	if c.Client != "" && t.byClient[c.Client] >= t.clientQuota {
-		mine := func(e *vipEntry) bool { return e.Client == c.Client }
-		if ok, err := t.recycleLocked(now, recycleClientQuota, mine); err != nil || !ok {
+	if c.Client != "" && held(t.byClient, c.Client) >= t.clientQuota {
+		if ok, err := t.recycleLocked(now, recycleClientQuota, t.byClient[c.Client], nil); err != nil || !ok {
 			return errors.Join(&QuotaError{Scope: "client", Client: c.Client, Pattern: c.Pattern, Limit: t.clientQuota}, err)
 		}
 	}
-	if c.Pattern != "" && t.byPattern[c.Pattern] >= t.patternQuota {
-		ours := func(e *vipEntry) bool { return e.Pattern == c.Pattern }
-		if ok, err := t.recycleLocked(now, recyclePatternQuota, ours); err != nil || !ok {
+	if c.Pattern != "" && held(t.byPattern, c.Pattern) >= t.patternQuota {
+		if ok, err := t.recycleLocked(now, recyclePatternQuota, t.byPattern[c.Pattern], nil); err != nil || !ok {
 			return errors.Join(&QuotaError{Scope: "pattern", Client: c.Client, Pattern: c.Pattern, Limit: t.patternQuota}, err)
 		}
 	}
@@ -509,20 +547,20 @@ func (t *VIPTable) admitLocked(c Claim, now time.Time) error {
 		t.sweepLocked(now)
 	}
 	if len(t.byName) >= t.max {
-		if ok, err := t.recycleLocked(now, recycleMaxNames, nil); err != nil || !ok {
+		if ok, err := t.recycleLocked(now, recycleMaxNames, t.lru, nil); err != nil || !ok {
 			return errors.Join(fmt.Errorf("%w: %d names bound (dns.max_names)", ErrPoolExhausted, len(t.byName)), err)
 		}
 	}
 	return nil
 }
 
-// recycleLocked removes the least recently used binding that keep accepts (nil: any) and
-// that is idle: no open flow through its VIPs and no answer or dial for longer than the
-// quarantine (so no client can still hold its answer or be starting a flow to it). Its
-// removal is journaled first (a restart must not bring it back beside the new binding). ok is
-// false when no binding qualifies.
-func (t *VIPTable) recycleLocked(now time.Time, reason string, keep func(*vipEntry) bool) (ok bool, err error) {
-	for el := t.lru.Back(); el != nil; el = el.Prev() {
+// recycleLocked removes the least recently used binding of l (an LRU list of the table) that
+// keep accepts (nil: any) and that is idle: no open flow through its VIPs and no answer or dial
+// for longer than the quarantine (so no client can still hold its answer or be starting a flow
+// to it). Its removal is journaled first (a restart must not bring it back beside the new
+// binding). ok is false when no binding qualifies.
+func (t *VIPTable) recycleLocked(now time.Time, reason string, l *list.List, keep func(*vipEntry) bool) (ok bool, err error) {
+	for el := l.Back(); el != nil; el = el.Prev() {
 		e := el.Value.(*vipEntry)
 		if now.Sub(time.Unix(e.Used, 0)) <= t.quarantine {
 			return false, nil // the rest were used more recently
@@ -691,7 +729,7 @@ func (t *VIPTable) allocLocked(name string, pool netip.Prefix, v6 bool, now time
 		t.sweepLocked(now) // a quarantine may have ended
 	}
 	ofFamily := func(e *vipEntry) bool { return e.addr(v6).IsValid() }
-	ok, err := t.recycleLocked(now, recyclePool, ofFamily)
+	ok, err := t.recycleLocked(now, recyclePool, t.lru, ofFamily)
 	if err != nil {
 		return netip.Addr{}, err
 	}
