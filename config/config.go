@@ -312,7 +312,10 @@ type DNSConfig struct {
 	Hold Duration `yaml:"hold"`
 	// Quarantine is how long a freed VIP is not given to another name; it
 	// must exceed ttl + limits.idle_timeout (clients may still hold the
-	// answer, and a flow may still be starting).
+	// answer, and a flow may still be starting). When the pool, max_names or
+	// a quota is full, the least recently used VIP with no open flow and no
+	// answer or dial for longer than the quarantine is recycled before hold
+	// runs out (a VIP is never re-mapped under an open flow).
 	Quarantine Duration `yaml:"quarantine"`
 	// StateDir holds the VIP table across restarts. Relative paths are
 	// resolved like ca.dir.

@@ -330,3 +330,26 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestVIPQuotaSurvivesRestart: what a client holds is journaled with the binding, so a restart
+// does not hand a flooding client a fresh quota.
+func TestVIPQuotaSurvivesRestart(t *testing.T) {
+	opt := VIPOptions{V4: pfx("198.18.0.0/24"), Hold: 24 * time.Hour, Quarantine: time.Hour, ClientQuota: 3, StateDir: t.TempDir()}
+	tb, err := OpenVIPTable(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := Claim{Client: "10.0.0.66", Pattern: "*.mcp.test"}
+	for i := range 3 {
+		if _, _, err := tb.LookupFor(fmt.Sprintf("n%d.mcp.test", i), false, me); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb2, err := OpenVIPTable(opt) // a crash: no Close
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tb2.LookupFor("n3.mcp.test", false, me); !errors.Is(err, ErrQuota) {
+		t.Fatalf("after a restart: %v, want the quota still used", err)
+	}
+}
