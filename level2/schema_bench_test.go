@@ -142,9 +142,25 @@ func BenchmarkValidateHostileExponential(b *testing.B) {
 
 // BenchmarkValidateHostileCompile is the one-time cost of bounding a hostile schema (compile
 // runs once per listed tool).
+// largestDecodable is a schema just under maxSchemaParseWork: subschemas nested 16 deep (32
+// JSON levels) around a long enum value, the costliest decoding the bounds allow.
+func largestDecodable() string {
+	wrap := func(n int) string {
+		return strings.Repeat(`{"allOf":[`, 16) + `{"enum":["` + strings.Repeat("x", n) + `"]}` + strings.Repeat(`]}`, 16)
+	}
+	n := 1
+	for {
+		if _, w := jsonDepth([]byte(wrap(2 * n))); w > maxSchemaParseWork {
+			return wrap(n)
+		}
+		n *= 2
+	}
+}
+
 func BenchmarkValidateHostileCompile(b *testing.B) {
 	for _, c := range []struct{ name, schema string }{
 		{"Recursive", recursiveSchema}, {"Exponential19", exponentialSchema(19)},
+		{"LargestDecodable", largestDecodable()},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -25,7 +25,12 @@ import (
 // nodes) are real, and such a cycle ends with the instance, whose depth is bounded
 // (DefaultMaxDepth); its cost is charged to the per-call work budget (schema_budget.go).
 const (
-	maxSchemaJSONDepth = 128  // nesting of JSON objects/arrays in the raw schema, checked before decoding
+	maxSchemaJSONDepth = 128 // nesting of JSON objects/arrays in the raw schema, checked before decoding
+	// maxSchemaParseWork bounds the library's decoding, which re-reads every subschema's bytes
+	// at each level above it (Schema.UnmarshalJSON decodes its raw members again): its cost is
+	// the sum over the bytes of their nesting depth. 512 Ki byte-levels is ~20 ms once per
+	// listed tool (BenchmarkValidateHostileCompile); a 64 KiB schema of average depth 8 fits.
+	maxSchemaParseWork = 512 << 10
 	maxSchemaDepth     = 32   // nesting of subschemas in subschemas
 	maxSchemaNodes     = 8192 // subschemas in one schema
 	// maxInPlaceEvals bounds the evaluations one value costs at one schema before any keyword
@@ -89,17 +94,24 @@ func checkRawSchema(raw []byte) error {
 	if len(raw) > maxSchemaBytes {
 		return refuseSchema("%d bytes, more than %d", len(raw), maxSchemaBytes)
 	}
-	if d := jsonDepth(raw); d > maxSchemaJSONDepth {
+	d, work := jsonDepth(raw)
+	if d > maxSchemaJSONDepth {
 		return refuseSchema("JSON nesting deeper than %d", maxSchemaJSONDepth)
+	}
+	if work > maxSchemaParseWork {
+		return refuseSchema("too large for its nesting (%d byte-levels to decode, more than %d)", work, maxSchemaParseWork)
 	}
 	return nil
 }
 
-// jsonDepth is the deepest nesting of objects and arrays in b (strings skipped), counted
-// without recursion so that the check itself cannot be made to overflow.
-func jsonDepth(b []byte) int {
+// jsonDepth is the deepest nesting of objects and arrays in b (strings skipped) and the sum over
+// its bytes of their depth, counted without recursion so that the check itself cannot be made
+// to overflow.
+func jsonDepth(b []byte) (int, int64) {
 	depth, max, inStr := 0, 0, false
+	var work int64
 	for i := 0; i < len(b); i++ {
+		work += int64(depth)
 		c := b[i]
 		switch {
 		case inStr && c == '\\':
@@ -116,7 +128,7 @@ func jsonDepth(b []byte) int {
 			depth--
 		}
 	}
-	return max
+	return max, work
 }
 
 // planSchema checks a schema the library resolved against the bounds and records the edges

@@ -95,6 +95,7 @@ func TestSchemaBoundsRefuseHostileSchemas(t *testing.T) {
 		{"cycle through an anchor", `{"$defs":{"a":{"$anchor":"x","$ref":"#x"}},"$ref":"#x"}`, `{}`, "$ref cycle"},
 		{"cycle through dependentSchemas", `{"dependentSchemas":{"p":{"$ref":"#"}}}`, `{"p":1}`, "$ref cycle"},
 		{"subschemas nested too deep", deep, `{}`, "nested deeper than 32"},
+		{"deep and large", strings.Repeat(`{"allOf":[`, 30) + `{"const":"` + strings.Repeat("x", 64<<10) + `"}` + strings.Repeat(`]}`, 30), `{}`, "too large for its nesting"},
 		{"JSON nested too deep", `{"const":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`, `{}`, "JSON nesting deeper"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
