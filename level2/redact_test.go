@@ -125,3 +125,23 @@ func TestRedactText(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// A body the strict decoder refuses is never judged, yet its error quotes a key: every redact
+// rule's patterns apply to it, whether or not its when would have matched.
+func TestRedactTextAll(t *testing.T) {
+	set, err := policy.Compile([]policy.RuleSpec{{Name: "c", When: `mcp.method == "never"`, Action: policy.RuleRedact,
+		Redact: &policy.Redact{Patterns: []string{`CANARY-[a-z]+`}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, derr := DecodeMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":{"CANARY-abc":1,"CANARY-abc":2}}}`), DecodeOptions{})
+	if derr == nil || !strings.Contains(derr.Error(), "CANARY-abc") {
+		t.Fatalf("premise: the decoder's error quotes the key: %v", derr)
+	}
+	if got := redactTextAll(derr.Error(), set); strings.Contains(got, "CANARY") || !strings.Contains(got, "[REDACTED]") {
+		t.Fatalf("%q", got)
+	}
+	if got := redactTextAll("CANARY-x", nil); got != "CANARY-x" {
+		t.Fatalf("no rules: %q", got)
+	}
+}
