@@ -381,6 +381,7 @@ func (s *stage) refuseWith(x *exchange.Exchange, st *xstate, msgs []*Message, ba
 
 // refuseUnreadable answers a body Level 2 cannot inspect; it is never forwarded uninspected.
 func (s *stage) refuseUnreadable(x *exchange.Exchange, st *xstate, status int, why string) exchange.Result {
+	why = redactTextAll(why, s.rules()) // a decoder's detail may quote a key or value a rule hides
 	code := CodeUnreadable
 	if status == 413 {
 		code = CodeTooLarge
@@ -735,6 +736,7 @@ func appendReason(r *Record, s string) {
 // refuseResponse replaces a response body Level 2 cannot read with a JSON-RPC error naming the
 // appliance (never the server's bytes uninspected, never a made-up result).
 func (s *stage) refuseResponse(x *exchange.Exchange, st *xstate, why string) exchange.Result {
+	why = redactTextAll(why, s.rules())
 	s.unreadableResponse(x, st, why)
 	var id json.RawMessage
 	if len(st.reqs) == 1 && st.reqs[0].ID != "" {
