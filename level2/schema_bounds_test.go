@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -348,5 +349,33 @@ func TestSchemaOversizeIsRefused(t *testing.T) {
 	}
 	if v := ts.validate(map[string]any{}); !strings.Contains(v.schema, "more than") || len(ts.raw) != 0 {
 		t.Fatalf("verdict %+v, %d bytes kept", v, len(ts.raw))
+	}
+}
+
+// TestSchemaStackBounded validates the deepest evaluation chain the bounds allow on a goroutine
+// whose stack may not grow past 4 MiB (runtime/debug.SetMaxStack; the default is 1 GB): if the
+// budget did not bound the library's recursion, this would die of "stack overflow". The schema
+// chains three subschemas per level of the value, so the recursion is deeper than the value.
+func TestSchemaStackBounded(t *testing.T) {
+	schema := `{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/b"}]},"b":{"allOf":[{"$ref":"#/$defs/c"}]},` +
+		`"c":{"type":"object","properties":{"c":{"$ref":"#/$defs/a"}}}},"$ref":"#/$defs/a"}`
+	deepest := 0
+	for d := 1; d < maxInstanceDepth; d++ {
+		if v := checkWithin(t, schema, nested("c", d, "{}")); v.budget != "" {
+			break
+		}
+		deepest = d
+	}
+	t.Logf("deepest value that validates: %d levels", deepest)
+	if deepest < 10 {
+		t.Fatalf("only %d levels validate", deepest)
+	}
+	if v := checkWithin(t, schema, nested("c", deepest+1, "{}")); v.budget == "" {
+		t.Fatalf("one level more: %+v, want a budget refusal", v)
+	}
+	old := debug.SetMaxStack(4 << 20)
+	defer debug.SetMaxStack(old)
+	if v := checkWithin(t, schema, nested("c", deepest-1, `{"c":7}`)); !v.checked || v.problem == "" {
+		t.Fatalf("verdict %+v: want the deepest value checked and refused", v)
 	}
 }
