@@ -71,11 +71,12 @@ func surfaceHarness(t *testing.T, u *upstream, rules []policy.RuleSpec, sessions
 	return h
 }
 
-// eventually waits for cond: records are written when an exchange is done, which can be just
+// eventually waits for cond (30 s, a hang guard; the caller checks what it found): records are
+// written when an exchange is done, which can be just
 // after the client read its response.
 func eventually(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if cond() {
 			return
 		}
