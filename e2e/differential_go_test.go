@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -491,8 +492,33 @@ func TestDifferentialGoSchema(t *testing.T) {
 		if err := other(); err != nil {
 			t.Errorf("another client was not served after %s was called: %v", tool, err)
 		}
+		// Bounded cost without a clock: the appliance's peak memory (VmHWM) after the call. An
+		// unbounded validator spends about 1.3 GB on anyOf 19 deep (issue 16).
+		if kb := hostilePeakKB(t, a); kb > 256<<10 {
+			t.Errorf("after the call of %s the appliance's peak memory is %d MiB, want a bounded validation (< 256 MiB)", tool, kb>>10)
+		} else {
+			t.Logf("appliance peak memory after %s: %d MiB", tool, kb>>10)
+		}
 	}
 	a.stopGracefully(t)
+}
+
+// hostilePeakKB is the appliance process's peak resident memory (VmHWM) in KiB.
+func hostilePeakKB(t *testing.T, a *appliance) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("appliance status: %v", err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb int
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", a.cmd.Process.Pid)
+	return 0
 }
 
 // hostileTail is the end of a long log.
