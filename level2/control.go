@@ -131,12 +131,17 @@ func (s *stage) serverIdentity(h *exchange.Head) string {
 	return b.String()
 }
 
-// endpointTarget is the request target (path and query) of a 2024-11-05 endpoint event's URL.
-func endpointTarget(data string) string {
+// endpointTarget is the request target (path and query) of a 2024-11-05 endpoint event's URL,
+// resolved against the GET stream's target as the clients resolve it (the Go SDK's server sends
+// "?sessionid=…", relative to the stream's path).
+func endpointTarget(stream, data string) string {
 	data = strings.TrimSpace(data)
 	u, err := url.Parse(data)
-	if err != nil {
+	if err != nil || data == "" {
 		return ""
+	}
+	if base, err := url.Parse(pathOf(stream)); err == nil {
+		u = base.ResolveReference(u)
 	}
 	t := u.EscapedPath()
 	if t == "" {

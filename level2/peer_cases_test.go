@@ -282,11 +282,23 @@ func TestHTTPPathAbsoluteForm(t *testing.T) {
 // Case 13: a 2024-11-05 client's initialize clientInfo judges what the server asks of it on the
 // GET stream (that transport never sends Mcp-Session-Id; its session is the endpoint URL's).
 func TestLegacyClientInfo(t *testing.T) {
+	// The TypeScript SDK's endpoint (an absolute path, sessionId) and the Go SDK's (relative to the
+	// stream, sessionid), and one whose parameter has another name.
+	for _, c := range []struct{ endpoint, post string }{
+		{"/messages?sessionId=L1", "/messages?sessionId=L1"},
+		{"?sessionid=L2", "/sse?sessionid=L2"},
+		{"/m?session=L3", "/m?session=L3"},
+	} {
+		t.Run(c.endpoint, func(t *testing.T) { legacyClientInfo(t, c.endpoint, c.post) })
+	}
+}
+
+func legacyClientInfo(t *testing.T, endpoint, post string) {
 	initialized := make(chan struct{})
 	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == "GET" {
 			w.Header().Set("Content-Type", "text/event-stream")
-			io.WriteString(w, "event: endpoint\ndata: /messages?sessionId=L1\n\n")
+			io.WriteString(w, "event: endpoint\ndata: "+endpoint+"\n\n")
 			w.(http.Flusher).Flush()
 			select {
 			case <-initialized:
@@ -317,7 +329,7 @@ func TestLegacyClientInfo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.HasPrefix(l, "data: /messages") {
+		if strings.HasPrefix(l, "data: "+endpoint) {
 			break
 		}
 	}
@@ -327,7 +339,7 @@ func TestLegacyClientInfo(t *testing.T) {
 	}
 	defer c.Close()
 	body := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{"sampling":{}},"clientInfo":{"name":"lab-agent-untrusted","version":"1"}}}`
-	fmt.Fprintf(c, "POST /messages?sessionId=L1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	fmt.Fprintf(c, "POST "+post+" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	if r, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || r.StatusCode != 202 {
 		t.Fatalf("legacy POST: %v %v", r, err)
 	}

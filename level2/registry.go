@@ -75,6 +75,27 @@ func (s *Sessions) get(key string, create bool) *session {
 	return ss
 }
 
+// Open makes sure a session exists for key (a 2024-11-05 endpoint announced on a GET stream),
+// so that POSTs to that endpoint are known to belong to it.
+func (s *Sessions) Open(key string) {
+	if s == nil || key == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(key, true)
+}
+
+// Known reports whether a session exists for key.
+func (s *Sessions) Known(key string) bool {
+	if s == nil || key == "" {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.get(key, false) != nil
+}
+
 // SetVersion records the version a session negotiated.
 func (s *Sessions) SetVersion(key, version string) {
 	if s == nil || key == "" || version == "" {

@@ -163,8 +163,10 @@ func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 	x.Set(stateKey{}, st)
 	if v, ok := h.Get("Mcp-Session-Id"); ok && v != "" {
 		st.session = hashKey(v)
-	} else if sid := legacySession(h.Target); sid != "" {
-		st.session, st.legacy = hashKey(sid), h.Method == "POST"
+	} else if k := legacyKey(h.Target); s.f.Sessions.Known(k) || legacySession(h.Target) != "" {
+		// 2024-11-05: a POST to an endpoint a GET stream announced (whatever the server calls
+		// its session parameter: sessionId, the Go SDK's sessionid, …).
+		st.session, st.legacy = k, h.Method == "POST"
 	}
 	if v, ok := h.Get("MCP-Protocol-Version"); ok {
 		st.version = v
@@ -514,9 +516,9 @@ func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 		// 2024-11-05: the stream announces where to POST; its session id ties the POSTs
 		// (other connections) to this stream. An endpoint event whose data is JSON is judged
 		// below like any other: the Go SDK's legacy client decodes every event after the first.
-		if sid := legacySession(ev.Data); sid != "" {
-			st.session, st.legacy = hashKey(sid), true
-			st.endpoint = endpointTarget(ev.Data)
+		if ep := endpointTarget(x.Req.Target, ev.Data); ep != "" {
+			st.session, st.legacy, st.endpoint = legacyKey(ep), true, ep
+			s.f.Sessions.Open(st.session)
 		}
 		return exchange.Continue
 	}
@@ -969,7 +971,12 @@ func hashKey(v string) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// legacySession returns the sessionId query parameter of a 2024-11-05 endpoint URL or POST target.
+// legacyKey is the session key of a 2024-11-05 endpoint: the target (path and query) the client
+// POSTs to, which is what ties its POSTs to the GET stream that announced it.
+func legacyKey(target string) string { return hashKey("ep:" + target) }
+
+// legacySession returns the session parameter of a 2024-11-05 POST target (sessionId, sessionid,
+// session_id, in any case), for a POST whose GET stream this appliance did not see.
 func legacySession(target string) string {
 	i := strings.IndexByte(target, '?')
 	if i < 0 {
@@ -979,10 +986,12 @@ func legacySession(target string) string {
 	if err != nil {
 		return ""
 	}
-	if v := q.Get("sessionId"); v != "" {
-		return v
+	for k, v := range q {
+		if (strings.EqualFold(k, "sessionid") || strings.EqualFold(k, "session_id")) && len(v) > 0 && v[0] != "" {
+			return v[0]
+		}
 	}
-	return q.Get("session_id")
+	return ""
 }
 
 // pathOf is http.path: Level 1's function, so that both levels read a target alike.
