@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -219,8 +218,9 @@ func (x *Exchange) DelResponseHeader(name string) {
 // WantEvents asks for a text/event-stream response as events: the stream is parsed as it
 // arrives, each event goes to every stage's Event hook as soon as its blank line has arrived, and
 // is then written on its own (one write, never merged with another, never held back). Events
-// over maxEvent bytes (DefaultMaxEventSize when 0 or less) close the connection. It is honoured
-// only when the response is text/event-stream; call it from ResponseHead.
+// over maxEvent bytes (DefaultMaxEventSize when 0 or less) close the connection. The stage decides
+// what is a stream (a peer may read `\xa0text/event-stream` as one): the response is parsed as
+// events whatever its Content-Type says. Call it from ResponseHead.
 func (x *Exchange) WantEvents(maxEvent int) {
 	if maxEvent <= 0 {
 		maxEvent = DefaultMaxEventSize
@@ -444,17 +444,3 @@ func editHead(raw []byte, edits []headerEdit) []byte {
 	return out
 }
 
-// isEventStream reports a text/event-stream Content-Type (parameters ignored).
-func isEventStream(h *Head) bool {
-	ct, ok := h.Get("Content-Type")
-	if !ok {
-		return false
-	}
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	for ct != "" && (ct[len(ct)-1] == ' ' || ct[len(ct)-1] == '\t') {
-		ct = ct[:len(ct)-1]
-	}
-	return equalFold(ct, "text/event-stream")
-}

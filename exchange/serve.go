@@ -970,7 +970,7 @@ func (p *proxy) respond(x *Exchange) (more bool) {
 		if !h.NoBody {
 			var n int64
 			switch {
-			case x.maxEvent > 0 && isEventStream(h):
+			case x.maxEvent > 0:
 				n, err = p.streamEvents(x, h, head)
 			case x.respMax >= 0:
 				n, err = p.inspectResponse(x, h, head)

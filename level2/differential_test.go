@@ -213,7 +213,8 @@ func sameID(r *Record, id jsonrpc.ID) bool {
 	case nil:
 		return r.ID == ""
 	case string:
-		return r.key == "s:"+v || (r.key == "" && r.ID == v)
+		q, _ := json.Marshal(v)
+		return r.key == idKey(&Message{ID: q}) || (r.key == "" && r.ID == v)
 	case int64:
 		return r.key == fmt.Sprintf("n:%d", v)
 	}

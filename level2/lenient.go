@@ -2,6 +2,7 @@ package level2
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -153,4 +154,90 @@ func pythonEncoding(b []byte) string {
 		return "utf-16-le"
 	}
 	return ""
+}
+
+// jsNumber is JavaScript's Number(s) for a string (ECMA-262 StringToNumber), which the TypeScript
+// SDK applies to a response's id before it looks up the request it answers: " 1 ", "0x1", "1e0",
+// "+1", "01", "1." and even "" (0) answer request 1 (or 0) there. ok is false for NaN.
+func jsNumber(s string) (float64, bool) {
+	s = strings.TrimFunc(s, jsSpace)
+	if s == "" {
+		return 0, true
+	}
+	if len(s) > 2 && s[0] == '0' {
+		base := 0
+		switch s[1] {
+		case 'x', 'X':
+			base = 16
+		case 'o', 'O':
+			base = 8
+		case 'b', 'B':
+			base = 2
+		}
+		if base != 0 {
+			if strings.ContainsAny(s[2:], "_+-") {
+				return 0, false
+			}
+			n, err := strconv.ParseUint(s[2:], base, 64)
+			if err != nil {
+				// Too large for uint64 still is a number (a large one): never a small id.
+				var ne *strconv.NumError
+				if errors.As(err, &ne) && ne.Err == strconv.ErrRange {
+					return math.Inf(1), true
+				}
+				return 0, false
+			}
+			return float64(n), true
+		}
+	}
+	body := strings.TrimLeft(s, "+-")
+	if len(s)-len(body) > 1 {
+		return 0, false
+	}
+	if body == "Infinity" {
+		return math.Inf(1), true
+	}
+	// StrUnsignedDecimalLiteral: digits, '.', an exponent; none of Go's extras (underscores, hex
+	// floats, "inf", "nan").
+	digits, dot, exp := 0, false, false
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && !dot && !exp:
+			dot = true
+		case (c == 'e' || c == 'E') && !exp && digits > 0:
+			exp = true
+			if i+1 < len(body) && (body[i+1] == '+' || body[i+1] == '-') {
+				i++
+			}
+			if i+1 >= len(body) {
+				return 0, false
+			}
+		default:
+			return 0, false
+		}
+	}
+	if digits == 0 {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		var ne *strconv.NumError
+		if !errors.As(err, &ne) || ne.Err != strconv.ErrRange {
+			return 0, false
+		}
+	}
+	return f, true
+}
+
+// jsSpace is ECMA-262 StrWhiteSpaceChar: WhiteSpace (TAB, VT, FF, ZWNBSP, any Zs) and
+// LineTerminator (LF, CR, LS, PS).
+func jsSpace(r rune) bool {
+	switch r {
+	case '\t', '\v', '\f', ' ', '\n', '\r', '\u00a0', '\ufeff', '\u2028', '\u2029':
+		return true
+	}
+	return unicode.Is(unicode.Zs, r)
 }

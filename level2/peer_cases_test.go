@@ -391,3 +391,23 @@ func TestCaseVariantArgumentKeysRefused(t *testing.T) {
 		t.Fatalf("an exact key and a key no rule reads must pass: %d %s", r.status, r.body)
 	}
 }
+
+// Case 6 (TypeScript): the TypeScript SDK matches a response to its request by Number(id), so
+// "1", " 1 ", "0x1" and "1e0" answer request 1 there; Level 2 correlates them so, and a response
+// it cannot pair with an outstanding request of this client is dropped, never passed on to be
+// matched by the client to a request whose response rules it would skip.
+func TestResponseIDsAsTheClientMatchesThem(t *testing.T) {
+	for _, respID := range []string{`"1"`, `" 1 "`, `"0x1"`, `"1e0"`, `"+1"`, `2`, `"x"`} {
+		t.Run(respID, func(t *testing.T) {
+			u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"echo"},{"name":"denied_delete"}],"x":"CANARY-zz"}}`, respID)
+			})
+			h := newHarness(t, u, peerRules, Options{}, NewSessions(0))
+			r := post(t, h.addr, jsonHeaders, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+			if bytes.Contains(r.body, []byte("denied_delete")) || bytes.Contains(r.body, []byte("CANARY-zz")) {
+				t.Fatalf("a response skipped its request's rules: %s", r.body)
+			}
+		})
+	}
+}

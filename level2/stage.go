@@ -2,6 +2,7 @@ package level2
 
 import (
 	"bytes"
+	"math"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -322,8 +323,9 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 		// Mcp-Session-Id, so the client's info is kept for its GET stream here.
 		s.f.Sessions.SetClientInfo(st.session, st.clientInfo)
 	}
-	if st.legacy {
-		// 2024-11-05: the answers come on the GET stream, another connection.
+	if st.session != "" {
+		// The answer may come on another connection: the 2024-11-05 GET stream, or a stream of
+		// the same session (a client matches a response to any of its outstanding requests).
 		for _, r := range st.reqs {
 			if r.Kind == KindRequest.String() {
 				s.f.Sessions.AddPending(st.session, r.key, Pending{Method: r.Method, Name: r.Name})
@@ -567,18 +569,28 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 		out[i] = m.Raw
 		switch m.Kind {
 		case KindResponse, KindError:
-			req := st.byID[idKey(m)]
+			key := idKey(m)
+			req := st.byID[key]
+			if req != nil && st.session != "" {
+				s.f.Sessions.TakePending(st.session, key) // answered here
+			}
 			if req == nil {
-				// Not answering a request of this exchange: a 2024-11-05 stream (the request came
-				// on another connection) or a stray response. Recorded as its own message.
+				// Not answering a request of this exchange: one of the session's requests made on
+				// another connection (the 2024-11-05 GET stream, a resumed stream), or a response
+				// to nothing this client asked. A client matches a response to any request it
+				// has outstanding, so one Level 2 cannot pair with its request is never passed
+				// on: it would skip that request's response rules (list filtering, redaction).
 				r := s.newRecord(x, st, m, ServerToClient)
-				if st.legacy {
-					if p, ok := s.f.Sessions.TakePending(st.session, idKey(m)); ok {
-						r.Method, r.Name = p.Method, p.Name
-					}
-				}
 				st.messages++
 				defer s.emit(r)
+				p, ok := s.f.Sessions.TakePending(st.session, key)
+				if !ok && len(m.ID) > 0 {
+					r.Decision, r.Rule = policy.ActionDeny, "level2"
+					r.Reason = "response dropped: it answers no outstanding request of this client"
+					out[i], changed = nil, true
+					continue
+				}
+				r.Method, r.Name = p.Method, p.Name
 				req = r
 			}
 			if st.initialize && m.Kind == KindResponse {
@@ -1098,7 +1110,13 @@ func oneLine(s string) string {
 // its value (1, 1.0 and 1e0 are one id: the peers read them so; Decode refused the others).
 func idKey(m *Message) string {
 	if len(m.ID) > 0 && m.ID[0] == '"' {
-		return "s:" + m.IDText()
+		// The TypeScript SDK finds the request a response answers by Number(id): a string that
+		// JavaScript reads as an integer id is that id ("1" answers 1 there, and so here).
+		t := m.IDText()
+		if f, ok := jsNumber(t); ok && f == math.Trunc(f) && math.Abs(f) < maxExactID {
+			return "n:" + strconv.FormatInt(int64(f), 10)
+		}
+		return "s:" + t
 	}
 	if n, ok := numericID(m.ID); ok {
 		return "n:" + strconv.FormatInt(n, 10)
