@@ -11,7 +11,9 @@
 //
 // run, exec and cleanup need Linux; check, declare and ca work everywhere. Signals to run: SIGINT
 // and SIGTERM drain and stop, SIGHUP reloads routes and rules, SIGUSR1 reopens the flow log file
-// (for logrotate).
+// (for logrotate). Outside systemd, run and exec are two processes: a supervisor that forwards
+// these signals and removes the steering if the data plane dies of a fatal runtime error, and
+// the data plane (MCPINTERCEPT_SUPERVISOR=off: one process).
 package main
 
 import (
@@ -41,7 +43,18 @@ const (
 	exitUsage   = 2
 )
 
-func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	// run and exec from a terminal: this process only supervises the data plane, its child, and
+	// removes the steering should it die of what no Go code survives (supervise_linux.go).
+	if code, ok := superviseIfWanted(os.Args[1:], os.Stderr); ok {
+		os.Exit(code)
+	}
+	supervisor = openSupervisorLink()
+	armFault()
+	code := realMain(os.Args[1:], os.Stdout, os.Stderr)
+	supervisor.exited() // reached only when the orderly exit ran
+	os.Exit(code)
+}
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: mcpintercept <command> [flags]
@@ -262,6 +275,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	supervisor.steering(cfg.Mechanism)
 	app, err := appliance.New(ctx, cfg, appliance.Options{Stdout: stdout, Log: log})
 	if err != nil {
 		var ce *appliance.ConfigError

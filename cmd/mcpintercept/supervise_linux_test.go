@@ -1,0 +1,206 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestWantSupervisor: run and exec from a terminal are supervised; systemd (NOTIFY_SOCKET: its
+// ExecStopPost cleans up and it wants the main process to notify), the data plane itself and the
+// opt-out are not, nor are the commands that install nothing.
+func TestWantSupervisor(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{name: "run", args: []string{"run", "--config", "x"}, want: true},
+		{name: "exec", args: []string{"exec", "--", "true"}, want: true},
+		{name: "cleanup", args: []string{"cleanup"}},
+		{name: "check", args: []string{"check", "--config", "x"}},
+		{name: "no command", args: nil},
+		{name: "under systemd", args: []string{"run"}, env: map[string]string{"NOTIFY_SOCKET": "/run/systemd/notify"}},
+		{name: "the data plane", args: []string{"run"}, env: map[string]string{envSupervisorFD: "3"}},
+		{name: "opted out", args: []string{"exec"}, env: map[string]string{envSupervisor: "off"}},
+		{name: "other values do not opt out", args: []string{"run"}, env: map[string]string{envSupervisor: "on"}, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := wantSupervisor(tt.args, func(k string) string { return tt.env[k] }); got != tt.want {
+				t.Fatalf("wantSupervisor(%q, %v) = %v, want %v", tt.args, tt.env, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSupervisor runs the real binary (built with -tags faultinject) as `run` with mechanism
+// external (no privileges needed; nothing to remove): readiness, SIGHUP reload and SIGTERM stop
+// reach the data plane through the supervisor exactly as they reached the single process, the
+// exit status is the data plane's, and a data plane killed by a fatal runtime error is noticed
+// (and would have its steering removed), with the runtime's status 2 passed on.
+func TestSupervisor(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "mcpintercept")
+	if out, err := exec.Command("go", "build", "-tags", "faultinject", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	t.Run("signals and orderly stop", func(t *testing.T) {
+		cfg := externalConfig(t)
+		p := startSupervised(t, bin, cfg, "MCPINTERCEPT_FAULT=concurrent-map-writes")
+		p.waitFor(t, "msg=ready")
+		dataPlane(t, p.cmd.Process.Pid) // two processes
+		p.cmd.Process.Signal(syscall.SIGHUP)
+		p.waitFor(t, "reloaded routes and rules")
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.wait(t); code != 0 {
+			t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, p.stderr.String())
+		}
+		if s := p.stderr.String(); strings.Contains(s, "data plane died") || !strings.Contains(s, "steering removed") {
+			t.Fatalf("an orderly stop was taken for a death, or did not stop the appliance:\n%s", s)
+		}
+	})
+	for _, fault := range []string{"concurrent-map-writes", "stack-overflow"} {
+		t.Run(fault, func(t *testing.T) {
+			cfg := externalConfig(t)
+			p := startSupervised(t, bin, cfg, "MCPINTERCEPT_FAULT="+fault)
+			p.waitFor(t, "msg=ready")
+			syscall.Kill(dataPlane(t, p.cmd.Process.Pid), syscall.SIGUSR2)
+			if code := p.wait(t); code != 2 {
+				t.Fatalf("exit %d, want the runtime's 2:\n%s", code, p.stderr.String())
+			}
+			s := p.stderr.String()
+			if !strings.Contains(s, "fatal error: "+strings.ReplaceAll(fault, "-", " ")) {
+				t.Fatalf("the data plane did not die of %s:\n%s", fault, s)
+			}
+			if !strings.Contains(s, "data plane died without its orderly stop") || !strings.Contains(s, "mechanism=external") {
+				t.Fatalf("the supervisor did not notice the death:\n%s", s)
+			}
+		})
+	}
+	t.Run("opted out: one process", func(t *testing.T) {
+		cfg := externalConfig(t)
+		p := startSupervised(t, bin, cfg, envSupervisor+"=off")
+		p.waitFor(t, "msg=ready")
+		if kids := children(p.cmd.Process.Pid); len(kids) != 0 {
+			t.Fatalf("children %v with %s=off", kids, envSupervisor)
+		}
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.wait(t); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, p.stderr.String())
+		}
+	})
+}
+
+// externalConfig is a `run` configuration that installs nothing: mechanism external on an
+// loopback port that was free a moment ago.
+func externalConfig(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cfg := filepath.Join(t.TempDir(), "run.yaml")
+	src := fmt.Sprintf("mechanism: external\nlisten: {addresses: [127.0.0.1], port: %d}\n", port) +
+		"intercept: {destinations: [10.200.2.0/24], ports: [8080]}\nadmin: {listen: \"off\"}\nlog: {flows: \"off\"}\n"
+	if err := os.WriteFile(cfg, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// supervised is a started `mcpintercept run` whose stderr the test reads while it runs.
+type supervised struct {
+	cmd    *exec.Cmd
+	stderr *notifyBuffer
+	done   chan struct{}
+}
+
+func startSupervised(t *testing.T, bin, cfg string, env ...string) *supervised {
+	t.Helper()
+	cmd := exec.Command(bin, "run", "--config", cfg)
+	cmd.Env = append(filterEnv(os.Environ(), "NOTIFY_SOCKET", envSupervisorFD, envSupervisor), env...)
+	p := &supervised{cmd: cmd, stderr: newNotifyBuffer(), done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// waitFor waits until stderr holds s (or the process exits); the deadline is a hang guard.
+func (p *supervised) waitFor(t *testing.T, s string) {
+	t.Helper()
+	if !p.stderr.waitFor(s, p.done, 2*time.Minute) {
+		t.Fatalf("no %q on stderr:\n%s", s, p.stderr.String())
+	}
+}
+
+// wait returns the exit code; the deadline is a hang guard.
+func (p *supervised) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("did not exit:\n%s", p.stderr.String())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func filterEnv(env []string, drop ...string) []string {
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		keep := true
+		for _, d := range drop {
+			keep = keep && k != d
+		}
+		if keep {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// dataPlane is the supervisor's one child.
+func dataPlane(t *testing.T, pid int) int {
+	t.Helper()
+	kids := children(pid)
+	if len(kids) != 1 {
+		t.Fatalf("supervisor %d has children %v, want one data plane", pid, kids)
+	}
+	return kids[0]
+}
+
+func children(pid int) []int {
+	files, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "children"))
+	var kids []int
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			if k, err := strconv.Atoi(s); err == nil {
+				kids = append(kids, k)
+			}
+		}
+	}
+	return kids
+}
