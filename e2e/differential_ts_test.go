@@ -9,11 +9,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -491,6 +495,42 @@ func tsSameID(dispatched json.RawMessage, logged string) bool {
 	return false
 }
 
+// tsAnswers reports whether a dispatched response answers the logged request the way the TS SDK
+// client pairs them: its Protocol looks the request up by Number(response.id), so the string
+// "1" (or " 1 ", "0x1") answers request 1. Node itself computes Number(), not this test.
+func tsAnswers(dispatched json.RawMessage, logged string) bool {
+	want, err := strconv.ParseFloat(logged, 64)
+	if err != nil {
+		return tsSameID(dispatched, logged)
+	}
+	got, ok := tsNumberOf(string(dispatched))
+	return ok && got == want
+}
+
+var (
+	tsNumberMu    sync.Mutex
+	tsNumberCache = map[string]float64{}
+)
+
+// tsNumberOf is JavaScript's Number(JSON.parse(raw)), asked of node (cached per id).
+func tsNumberOf(raw string) (float64, bool) {
+	tsNumberMu.Lock()
+	defer tsNumberMu.Unlock()
+	if v, ok := tsNumberCache[raw]; ok {
+		return v, !math.IsNaN(v)
+	}
+	out, err := exec.Command("node", "-e", "process.stdout.write(String(Number(JSON.parse(process.argv[1]))))", raw).Output()
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(string(out), 64)
+	if err != nil {
+		v = math.NaN()
+	}
+	tsNumberCache[raw] = v
+	return v, !math.IsNaN(v)
+}
+
 // tsJudged reports whether the flow log shows msg judged on the item's paths: a server request or
 // notification has a server→client record of its own; a response is judged with the request it
 // answers, on that request's record (same id, compared by value: a response the appliance did not
@@ -506,7 +546,7 @@ func tsJudged(recs []tsLogRecord, onItem func(string) bool, m tsMessage) bool {
 				return true
 			}
 		case len(m.ID) > 0:
-			if r.Direction == "client_to_server" && tsSameID(m.ID, r.JSONRPCID) {
+			if r.Direction == "client_to_server" && tsAnswers(m.ID, r.JSONRPCID) {
 				return true
 			}
 		}
