@@ -24,6 +24,8 @@ type Options struct {
 	User       User
 	Stderr     io.Writer
 	Log        *slog.Logger
+	// CgroupCreated is told the command's cgroup (Linux only).
+	CgroupCreated func(path string)
 }
 
 // ResolveUser needs Linux.

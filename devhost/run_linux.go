@@ -38,6 +38,9 @@ type Options struct {
 	// Stderr gets the live request lines, the summary and Run's own messages.
 	Stderr io.Writer
 	Log    *slog.Logger
+	// CgroupCreated, when set, is told the command's cgroup as soon as it exists (the watchdog of
+	// `mcpintercept exec` removes it should this process crash).
+	CgroupCreated func(path string)
 }
 
 // ZeroConfigRouting is exec's route when no configuration is given: everything but loopback, TLS
@@ -102,6 +105,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	cg, err := intercept.NewCgroup(root)
 	if err != nil {
 		return 0, fmt.Errorf("create cgroup: %w", err)
+	}
+	if o.CgroupCreated != nil {
+		o.CgroupCreated(cg)
 	}
 	defer func() {
 		if err := intercept.RemoveCgroup(cg); err != nil {

@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,9 +15,12 @@ import (
 // A fatal runtime error (stack overflow, out of memory, concurrent map writes) is not a panic:
 // no recover, no deferred function runs. "The host is never left broken: on exit, and by
 // `cleanup` after a crash, steering is removed; a fatal runtime error (which `recover` cannot
-// catch) must not leave steering behind either" (DESIGN.md). These tests kill the data plane
+// catch) must not leave steering behind either" (DESIGN.md). These tests kill the appliance
 // with a real one, from a binary built with -tags faultinject (SIGUSR2 provokes the fault named
-// by $MCPINTERCEPT_FAULT), and look at the host afterwards.
+// by $MCPINTERCEPT_FAULT), and look at the host once its watchdog is done.
+
+// crashLine is what the watchdog logs when it removes a crashed appliance's steering.
+const crashLine = "the appliance crashed (a fatal runtime error); removing its steering"
 
 // faultyBinary builds mcpintercept with the fault injector, once per test.
 func faultyBinary(t *testing.T) string {
@@ -31,25 +32,6 @@ func faultyBinary(t *testing.T) string {
 		t.Fatalf("build faultinject binary: %v\n%s", err, b)
 	}
 	return out
-}
-
-// dataPlanePID is the supervised data plane: the one child of the supervisor pid.
-func dataPlanePID(t *testing.T, supervisor int) int {
-	t.Helper()
-	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", supervisor))
-	var kids []int
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		for _, s := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(s); err == nil {
-				kids = append(kids, pid)
-			}
-		}
-	}
-	if len(kids) != 1 {
-		t.Fatalf("supervisor %d has children %v, want exactly one data plane", supervisor, kids)
-	}
-	return kids[0]
 }
 
 // waitDone waits for p to exit (the deadline is a hang guard only) and returns its exit code.
@@ -64,31 +46,30 @@ func waitDone(t *testing.T, p *proc) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-// TestFatalErrorRun: `run` in a terminal, its data plane killed by `fatal error: concurrent map
-// writes` (nftables-tproxy) or `fatal error: stack overflow` (iptables-redirect) while steering:
-// the supervisor removes the steering, exits with the data plane's status (2, the Go runtime's),
-// nothing of ours is left (a later `cleanup` finds nothing), and the client reaches the server
-// directly.
-// The control run (MCPINTERCEPT_SUPERVISOR=off, one process as before the supervisor) shows the
-// same fault leaving the steering installed.
+// TestFatalErrorRun: `run` in a terminal killed by `fatal error: concurrent map writes`
+// (nftables-tproxy) or `fatal error: stack overflow` (iptables-redirect) while steering: it exits
+// with the Go runtime's status 2, its watchdog removes the steering, nothing of ours is left (a
+// later `cleanup` finds nothing), and the client reaches the server directly. The control run
+// (MCPINTERCEPT_WATCHDOG=off, one process as before the watchdog) shows the same fault leaving
+// the steering installed.
 func TestFatalErrorRun(t *testing.T) {
 	needLab(t)
 	goServer(t)
 	faulty := faultyBinary(t)
 	cases := []struct {
 		name, mechanism, fault, message string
-		unsupervised                    bool
+		unwatched                       bool
 	}{
 		{name: "nftables concurrent map writes", mechanism: "nftables-tproxy", fault: "concurrent-map-writes", message: "fatal error: concurrent map writes"},
 		{name: "iptables stack overflow", mechanism: "iptables-redirect", fault: "stack-overflow", message: "fatal error: stack overflow"},
-		{name: "control: unsupervised leaves the steering", mechanism: "nftables-tproxy", fault: "concurrent-map-writes", message: "fatal error: concurrent map writes", unsupervised: true},
+		{name: "control: unwatched leaves the steering", mechanism: "nftables-tproxy", fault: "concurrent-map-writes", message: "fatal error: concurrent map writes", unwatched: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Cleanup(func() { runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "cleanup") })
 			env := []string{"MCPINTERCEPT_FAULT=" + c.fault}
-			if c.unsupervised {
-				env = append(env, "MCPINTERCEPT_SUPERVISOR=off")
+			if c.unwatched {
+				env = append(env, "MCPINTERCEPT_WATCHDOG=off")
 			}
 			p := startT(t, nsAppliance, "env", append(env, faulty, "run", "--config", labConfig(), "--mechanism", c.mechanism)...)
 			if err := p.waitFor("msg=ready", 60*time.Second); err != nil {
@@ -103,33 +84,29 @@ func TestFatalErrorRun(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			target := p.cmd.Process.Pid
-			if !c.unsupervised {
-				target = dataPlanePID(t, target)
-			}
-			syscall.Kill(target, syscall.SIGUSR2)
-			code := waitDone(t, p)
+			p.cmd.Process.Signal(syscall.SIGUSR2)
+			code := waitDone(t, p) // the watchdog's exit too: it holds stderr until it is done
 			if !strings.Contains(p.stderr.String(), c.message) {
-				t.Fatalf("no %q: the data plane did not die of the fault:\n%s", c.message, p.stderr)
+				t.Fatalf("no %q: the appliance did not die of the fault:\n%s", c.message, p.stderr)
 			}
 			if code != 2 {
-				t.Errorf("exit status %d, want 2 (the Go runtime's, passed on)", code)
+				t.Errorf("exit status %d, want the Go runtime's 2", code)
 			}
 			left := oursLeft(steeringState(t))
-			if c.unsupervised {
+			if c.unwatched {
 				if len(left) == 0 {
-					t.Fatal("the unsupervised data plane's steering vanished with it: the control shows nothing")
+					t.Fatal("the unwatched appliance's steering vanished with it: the control shows nothing")
 				}
 				return
 			}
 			if len(left) > 0 {
 				t.Fatalf("after the fatal error, still installed:\n%s\nstderr:\n%s", strings.Join(left, "\n"), p.stderr)
 			}
-			if !strings.Contains(p.stderr.String(), "data plane died without its orderly stop") {
-				t.Errorf("the supervisor did not say why it removed the steering:\n%s", p.stderr)
+			if !strings.Contains(p.stderr.String(), crashLine) {
+				t.Errorf("the watchdog did not say why it removed the steering:\n%s", p.stderr)
 			}
 			if again := runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "cleanup"); strings.TrimSpace(again) != "nothing to remove" {
-				t.Errorf("cleanup after the supervisor found more: %q", again)
+				t.Errorf("cleanup after the watchdog found more: %q", again)
 			}
 			out := runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", "http://10.200.2.2:8080/mcp")
 			if !strings.Contains(out, "hello through the network") {
@@ -139,10 +116,10 @@ func TestFatalErrorRun(t *testing.T) {
 	}
 }
 
-// TestFatalErrorExec: `exec`'s data plane dies of `fatal error: stack overflow` while its command
-// runs: no cgroup, link or pin of ours is left (the supervisor removed them; the kernel had
-// detached the links with the dead process's descriptors), and the command, still running as
-// with a SIGKILLed exec (fail-open), then reaches the server directly.
+// TestFatalErrorExec: `exec` dies of `fatal error: stack overflow` while its command runs: no
+// cgroup, link or pin of ours is left (the watchdog removed the cgroup, moving the command out of
+// it; the kernel had detached the links with the dead process's descriptors), and the command,
+// still running as after a SIGKILLed exec (fail-open), then reaches the server directly.
 func TestFatalErrorExec(t *testing.T) {
 	needLab(t)
 	goServer(t)
@@ -168,14 +145,14 @@ func TestFatalErrorExec(t *testing.T) {
 	if len(ourCgroups(t)) == 0 {
 		t.Fatal("no cgroup of ours while exec runs; this test would prove nothing")
 	}
-	syscall.Kill(dataPlanePID(t, p.cmd.Process.Pid), syscall.SIGUSR2)
-	// The supervisor exits once it has cleaned up; its stdout stays open in the command, so
-	// p.done comes only after the command: wait for the supervisor's last line instead.
-	if err := p.waitFor("steering removed", 2*time.Minute); err != nil {
+	p.cmd.Process.Signal(syscall.SIGUSR2)
+	// exec's stdout stays open in the command, so p.done comes only after the command: wait for
+	// the watchdog's last line instead.
+	if err := p.waitFor("steering removed after the crash", 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(p.stderr.String(), "fatal error: stack overflow") {
-		t.Fatalf("the data plane did not die of the fault:\n%s", p.stderr)
+		t.Fatalf("exec did not die of the fault:\n%s", p.stderr)
 	}
 	if left := ourCgroups(t); len(left) > 0 {
 		t.Errorf("cgroups of ours left: %v\n%s", left, p.stderr)
@@ -193,12 +170,12 @@ func TestFatalErrorExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	if code := waitDone(t, p); code != 2 {
-		t.Errorf("exit status %d, want 2 (the Go runtime's, passed on)", code)
+		t.Errorf("exit status %d, want the Go runtime's 2", code)
 	}
 	if !strings.Contains(p.stdout.String(), "hello through the network") {
 		t.Fatalf("the command did not reach the server directly after the fault:\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
 	}
 	if out := runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "cleanup"); strings.TrimSpace(out) != "nothing to remove" {
-		t.Errorf("cleanup after the supervisor found more: %q", out)
+		t.Errorf("cleanup after the watchdog found more: %q", out)
 	}
 }

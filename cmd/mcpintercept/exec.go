@@ -64,9 +64,9 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		cfg = config.Default(config.EBPF)
 	}
 	log := appliance.NewLogger(cfg.Log.Level, stderr).With("mode", "exec")
-	supervisor.steering(config.EBPF) // exec always steers a cgroup of its own with eBPF
+	watchdog.steering(config.EBPF) // exec always steers a cgroup of its own with eBPF
 	code, err := devhost.Run(context.Background(), devhost.Options{Config: cfg, ZeroConfig: *cfgPath == "", Level: *level,
-		Argv: argv, User: who, Stderr: stderr, Log: log})
+		Argv: argv, User: who, Stderr: stderr, Log: log, CgroupCreated: watchdog.cgroup})
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept exec: %v\n", err)
 		if code == 0 {

@@ -11,9 +11,8 @@
 //
 // run, exec and cleanup need Linux; check, declare and ca work everywhere. Signals to run: SIGINT
 // and SIGTERM drain and stop, SIGHUP reloads routes and rules, SIGUSR1 reopens the flow log file
-// (for logrotate). Outside systemd, run and exec are two processes: a supervisor that forwards
-// these signals and removes the steering if the data plane dies of a fatal runtime error, and
-// the data plane (MCPINTERCEPT_SUPERVISOR=off: one process).
+// (for logrotate). Outside systemd, run and exec start a watchdog child that removes the
+// steering should they die of a fatal runtime error (MCPINTERCEPT_WATCHDOG=off: none).
 package main
 
 import (
@@ -44,16 +43,14 @@ const (
 )
 
 func main() {
-	// run and exec from a terminal: this process only supervises the data plane, its child, and
-	// removes the steering should it die of what no Go code survives (supervise_linux.go).
-	if code, ok := superviseIfWanted(os.Args[1:], os.Stderr); ok {
+	// The watchdog is this binary too: it only waits for the data plane to end and cleans up
+	// after a crash (watchdog_linux.go).
+	if code, ok := runWatchdogIfAsked(os.Stderr); ok {
 		os.Exit(code)
 	}
-	supervisor = openSupervisorLink()
+	watchdog = startWatchdog(os.Args[1:], os.Stderr)
 	armFault()
-	code := realMain(os.Args[1:], os.Stdout, os.Stderr)
-	supervisor.exited() // reached only when the orderly exit ran
-	os.Exit(code)
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func usage(w io.Writer) {
@@ -275,7 +272,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	supervisor.steering(cfg.Mechanism)
+	watchdog.steering(cfg.Mechanism)
 	app, err := appliance.New(ctx, cfg, appliance.Options{Stdout: stdout, Log: log})
 	if err != nil {
 		var ce *appliance.ConfigError

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,56 +14,62 @@ type nopCloser struct{ *bytes.Buffer }
 
 func (nopCloser) Close() error { return nil }
 
-// TestReport: what the data plane writes is what the supervisor reads, and a data plane that died
-// before its orderly exit is told from one that ran it.
+// TestReport: what the data plane announces is what the watchdog reads, whatever the crash cut.
 func TestReport(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
 		want childReport
 	}{
-		{name: "died before installing", in: "", want: childReport{}},
-		{name: "died while steering", in: "steering nftables-tproxy\n", want: childReport{Mechanism: config.NftablesTProxy}},
-		{name: "orderly exit", in: "steering ebpf\nexited\n", want: childReport{Mechanism: config.EBPF, Exited: true}},
-		{name: "exited without steering (a usage error)", in: "exited\n", want: childReport{Exited: true}},
-		{name: "a line cut by the death", in: "steering iptables-redirect\nexi", want: childReport{Mechanism: config.IptablesRedirect}},
+		{name: "nothing installed", in: "", want: childReport{}},
+		{name: "steering", in: "steering nftables-tproxy\n", want: childReport{Mechanism: config.NftablesTProxy}},
+		{name: "exec", in: "steering ebpf\ncgroup /sys/fs/cgroup/mcpintercept-7-1\n",
+			want: childReport{Mechanism: config.EBPF, Cgroups: []string{"/sys/fs/cgroup/mcpintercept-7-1"}}},
+		{name: "a line cut by the crash", in: "steering iptables-redirect", want: childReport{Mechanism: config.IptablesRedirect}},
+		{name: "CRLF", in: "steering dns\r\n", want: childReport{Mechanism: config.DNS}},
 		{name: "unknown lines ignored", in: "hello\nsteering dns\n\n", want: childReport{Mechanism: config.DNS}},
-		{name: "empty mechanism ignored", in: "steering \n", want: childReport{}},
-		{name: "bounded", in: "steering dns\n" + strings.Repeat("x", 2*maxReport) + "\nexited\n", want: childReport{Mechanism: config.DNS}},
+		{name: "empty values ignored", in: "steering \ncgroup\n", want: childReport{}},
+		{name: "bounded", in: "steering dns\n" + strings.Repeat("x", 2*maxReport) + "\nsteering ebpf\n", want: childReport{Mechanism: config.DNS}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := parseReport(strings.NewReader(tt.in)); got != tt.want {
-				t.Fatalf("parseReport(%q) = %+v, want %+v", tt.in, got, tt.want)
+			got := parseReport(strings.NewReader(tt.in))
+			if got.Mechanism != tt.want.Mechanism || !slices.Equal(got.Cgroups, tt.want.Cgroups) {
+				t.Fatalf("parseReport(%.60q) = %+v, want %+v", tt.in, got, tt.want)
 			}
 		})
 	}
-	// The writer's side round-trips; a nil link (unsupervised) writes nothing and does not panic.
+	// The writer's side round-trips; a value with a newline is not written (it would forge a
+	// line); a nil link (no watchdog) writes nothing and does not panic.
 	var b bytes.Buffer
-	l := &supervisorLink{w: nopCloser{&b}}
-	l.steering(config.IptablesRedirect)
-	l.exited()
-	if got := parseReport(&b); got != (childReport{Mechanism: config.IptablesRedirect, Exited: true}) {
+	l := &watchdogLink{w: nopCloser{&b}}
+	l.steering(config.EBPF)
+	l.cgroup("/sys/fs/cgroup/mcpintercept-1-1\nsteering external")
+	l.cgroup("/sys/fs/cgroup/mcpintercept-1-2")
+	got := parseReport(&b)
+	if got.Mechanism != config.EBPF || !slices.Equal(got.Cgroups, []string{"/sys/fs/cgroup/mcpintercept-1-2"}) {
 		t.Fatalf("round trip = %+v", got)
 	}
-	var none *supervisorLink
+	var none *watchdogLink
 	none.steering(config.EBPF)
-	none.exited()
+	none.cgroup("x")
 }
 
-// FuzzParseReport: whatever bytes come down the pipe, the parse terminates, and it reports an
-// orderly exit only when an "exited" line is there (a false "exited" would skip the cleanup).
+// FuzzParseReport: whatever bytes come down the pipe, the parse terminates and reports only what
+// is in them.
 func FuzzParseReport(f *testing.F) {
-	for _, s := range []string{"", "steering nftables-tproxy\n", "steering ebpf\nexited\n", "exited", "steering  dns \r\nexited\r\n", "\x00\xff"} {
+	for _, s := range []string{"", "steering nftables-tproxy\n", "steering ebpf\ncgroup /a/mcpintercept-1-1\n", "cgroup", "steering  dns \r\n", "\x00\xff"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
 		rep := parseReport(strings.NewReader(in))
-		if rep.Exited && !strings.Contains(in, reportExited) {
-			t.Fatalf("%q read as an orderly exit", in)
-		}
 		if rep.Mechanism != "" && !strings.Contains(in, string(rep.Mechanism)) {
 			t.Fatalf("%q read as mechanism %q", in, rep.Mechanism)
+		}
+		for _, cg := range rep.Cgroups {
+			if cg == "" || !strings.Contains(in, cg) || strings.ContainsAny(cg, "\n") {
+				t.Fatalf("%q read as cgroup %q", in, cg)
+			}
 		}
 	})
 }

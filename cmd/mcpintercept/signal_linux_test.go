@@ -5,30 +5,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// lockedBuffer is the daemon's stderr, read while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
 
 // TestRunSignals: `run` (mechanism external: nothing to install, no privileges) reopens the
 // flow log file on SIGUSR1, after logrotate renamed it, instead of dying of it, and still stops
@@ -48,20 +28,16 @@ func TestRunSignals(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr lockedBuffer
+	stdout := newNotifyBuffer() // written by the flow log goroutine
+	stderr := newNotifyBuffer()
 	done := make(chan int, 1)
-	go func() { done <- realMain([]string{"run", "--config", cfg}, &stdout, &stderr) }()
+	exited := make(chan struct{})
+	go func() { done <- realMain([]string{"run", "--config", cfg}, stdout, stderr); close(exited) }()
+	// The deadlines are hang guards: the waits end on the line being written, or on run's exit.
 	waitFor := func(what string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), what); time.Sleep(10 * time.Millisecond) {
-			select {
-			case code := <-done:
-				t.Fatalf("run exited %d before %q:\n%s", code, what, stderr.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q in:\n%s", what, stderr.String())
-			}
+		if !stderr.waitFor(what, exited, 2*time.Minute) {
+			t.Fatalf("no %q in:\n%s", what, stderr.String())
 		}
 	}
 	waitFor("msg=ready")
@@ -79,7 +55,7 @@ func TestRunSignals(t *testing.T) {
 		if code != exitOK {
 			t.Fatalf("run exited %d:\n%s", code, stderr.String())
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatal("run did not stop on SIGTERM")
 	}
 }

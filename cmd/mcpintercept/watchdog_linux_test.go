@@ -13,10 +13,10 @@ import (
 	"time"
 )
 
-// TestWantSupervisor: run and exec from a terminal are supervised; systemd (NOTIFY_SOCKET: its
-// ExecStopPost cleans up and it wants the main process to notify), the data plane itself and the
-// opt-out are not, nor are the commands that install nothing.
-func TestWantSupervisor(t *testing.T) {
+// TestWantWatchdog: run and exec outside systemd get a watchdog; systemd (NOTIFY_SOCKET: its
+// ExecStopPost cleans up), the watchdog itself and the opt-out do not, nor do the commands that
+// install nothing.
+func TestWantWatchdog(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
@@ -29,71 +29,80 @@ func TestWantSupervisor(t *testing.T) {
 		{name: "check", args: []string{"check", "--config", "x"}},
 		{name: "no command", args: nil},
 		{name: "under systemd", args: []string{"run"}, env: map[string]string{"NOTIFY_SOCKET": "/run/systemd/notify"}},
-		{name: "the data plane", args: []string{"run"}, env: map[string]string{envSupervisorFD: "3"}},
-		{name: "opted out", args: []string{"exec"}, env: map[string]string{envSupervisor: "off"}},
-		{name: "other values do not opt out", args: []string{"run"}, env: map[string]string{envSupervisor: "on"}, want: true},
+		{name: "the watchdog", args: []string{"run"}, env: map[string]string{envWatchdog: watchdogArg}},
+		{name: "opted out", args: []string{"exec"}, env: map[string]string{envWatchdog: "off"}},
+		{name: "other values do not opt out", args: []string{"run"}, env: map[string]string{envWatchdog: "on"}, want: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := wantSupervisor(tt.args, func(k string) string { return tt.env[k] }); got != tt.want {
-				t.Fatalf("wantSupervisor(%q, %v) = %v, want %v", tt.args, tt.env, got, tt.want)
+			if got := wantWatchdog(tt.args, func(k string) string { return tt.env[k] }); got != tt.want {
+				t.Fatalf("wantWatchdog(%q, %v) = %v, want %v", tt.args, tt.env, got, tt.want)
 			}
 		})
 	}
 }
 
-// TestSupervisor runs the real binary (built with -tags faultinject) as `run` with mechanism
-// external (no privileges needed; nothing to remove): readiness, SIGHUP reload and SIGTERM stop
-// reach the data plane through the supervisor exactly as they reached the single process, the
-// exit status is the data plane's, and a data plane killed by a fatal runtime error is noticed
-// (and would have its steering removed), with the runtime's status 2 passed on.
-func TestSupervisor(t *testing.T) {
+// TestWatchdog runs the real binary (built with -tags faultinject) as `run` with mechanism
+// external (no privileges needed; nothing to remove): the appliance is still the process that was
+// started (signals, exit status, readiness as before), with one watchdog child; a fatal runtime
+// error is noticed by the watchdog (which would remove that steering) and the runtime's status 2
+// is the process's; an orderly stop and SIGKILL are not taken for a crash.
+func TestWatchdog(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "mcpintercept")
 	if out, err := exec.Command("go", "build", "-tags", "faultinject", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	const crashLine = "the appliance crashed (a fatal runtime error); removing its steering"
 	t.Run("signals and orderly stop", func(t *testing.T) {
-		cfg := externalConfig(t)
-		p := startSupervised(t, bin, cfg, "MCPINTERCEPT_FAULT=concurrent-map-writes")
+		p := startRun(t, bin, externalConfig(t), "MCPINTERCEPT_FAULT=concurrent-map-writes")
 		p.waitFor(t, "msg=ready")
-		dataPlane(t, p.cmd.Process.Pid) // two processes
+		if kids := children(p.cmd.Process.Pid); len(kids) != 1 {
+			t.Fatalf("children %v, want one watchdog", kids)
+		}
 		p.cmd.Process.Signal(syscall.SIGHUP)
 		p.waitFor(t, "reloaded routes and rules")
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		if code := p.wait(t); code != 0 {
 			t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, p.stderr.String())
 		}
-		if s := p.stderr.String(); strings.Contains(s, "data plane died") || !strings.Contains(s, "steering removed") {
-			t.Fatalf("an orderly stop was taken for a death, or did not stop the appliance:\n%s", s)
+		if s := p.stderr.String(); strings.Contains(s, "crashed") || !strings.Contains(s, "steering removed") {
+			t.Fatalf("an orderly stop was taken for a crash, or did not stop the appliance:\n%s", s)
+		}
+	})
+	t.Run("SIGKILL is not a crash", func(t *testing.T) {
+		p := startRun(t, bin, externalConfig(t))
+		p.waitFor(t, "msg=ready")
+		p.cmd.Process.Kill()
+		p.wait(t) // after the watchdog too: it holds stderr until it exits
+		if s := p.stderr.String(); strings.Contains(s, "crashed") {
+			t.Fatalf("SIGKILL was taken for a crash:\n%s", s)
 		}
 	})
 	for _, fault := range []string{"concurrent-map-writes", "stack-overflow"} {
 		t.Run(fault, func(t *testing.T) {
-			cfg := externalConfig(t)
-			p := startSupervised(t, bin, cfg, "MCPINTERCEPT_FAULT="+fault)
+			p := startRun(t, bin, externalConfig(t), "MCPINTERCEPT_FAULT="+fault)
 			p.waitFor(t, "msg=ready")
-			syscall.Kill(dataPlane(t, p.cmd.Process.Pid), syscall.SIGUSR2)
+			p.cmd.Process.Signal(syscall.SIGUSR2)
 			if code := p.wait(t); code != 2 {
 				t.Fatalf("exit %d, want the runtime's 2:\n%s", code, p.stderr.String())
 			}
 			s := p.stderr.String()
 			if !strings.Contains(s, "fatal error: "+strings.ReplaceAll(fault, "-", " ")) {
-				t.Fatalf("the data plane did not die of %s:\n%s", fault, s)
+				t.Fatalf("the appliance did not die of %s:\n%s", fault, s)
 			}
-			if !strings.Contains(s, "data plane died without its orderly stop") || !strings.Contains(s, "mechanism=external") {
-				t.Fatalf("the supervisor did not notice the death:\n%s", s)
+			if !strings.Contains(s, crashLine) || !strings.Contains(s, "mechanism=external") {
+				t.Fatalf("the watchdog did not notice the crash:\n%s", s)
 			}
 		})
 	}
-	t.Run("opted out: one process", func(t *testing.T) {
-		cfg := externalConfig(t)
-		p := startSupervised(t, bin, cfg, envSupervisor+"=off")
+	t.Run("opted out", func(t *testing.T) {
+		p := startRun(t, bin, externalConfig(t), envWatchdog+"=off", "MCPINTERCEPT_FAULT=concurrent-map-writes")
 		p.waitFor(t, "msg=ready")
 		if kids := children(p.cmd.Process.Pid); len(kids) != 0 {
-			t.Fatalf("children %v with %s=off", kids, envSupervisor)
+			t.Fatalf("children %v with %s=off", kids, envWatchdog)
 		}
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		if code := p.wait(t); code != 0 {
+		p.cmd.Process.Signal(syscall.SIGUSR2)
+		if code := p.wait(t); code != 2 || strings.Contains(p.stderr.String(), crashLine) {
 			t.Fatalf("exit %d:\n%s", code, p.stderr.String())
 		}
 	})
@@ -118,18 +127,18 @@ func externalConfig(t *testing.T) string {
 	return cfg
 }
 
-// supervised is a started `mcpintercept run` whose stderr the test reads while it runs.
-type supervised struct {
+// runProc is a started `mcpintercept run` whose stderr the test reads while it runs.
+type runProc struct {
 	cmd    *exec.Cmd
 	stderr *notifyBuffer
 	done   chan struct{}
 }
 
-func startSupervised(t *testing.T, bin, cfg string, env ...string) *supervised {
+func startRun(t *testing.T, bin, cfg string, env ...string) *runProc {
 	t.Helper()
 	cmd := exec.Command(bin, "run", "--config", cfg)
-	cmd.Env = append(filterEnv(os.Environ(), "NOTIFY_SOCKET", envSupervisorFD, envSupervisor), env...)
-	p := &supervised{cmd: cmd, stderr: newNotifyBuffer(), done: make(chan struct{})}
+	cmd.Env = append(filterEnv(os.Environ(), "NOTIFY_SOCKET", envWatchdog, "MCPINTERCEPT_FAULT"), env...)
+	p := &runProc{cmd: cmd, stderr: newNotifyBuffer(), done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -148,7 +157,7 @@ func startSupervised(t *testing.T, bin, cfg string, env ...string) *supervised {
 }
 
 // waitFor waits until stderr holds s (or the process exits); the deadline is a hang guard.
-func (p *supervised) waitFor(t *testing.T, s string) {
+func (p *runProc) waitFor(t *testing.T, s string) {
 	t.Helper()
 	if !p.stderr.waitFor(s, p.done, 2*time.Minute) {
 		t.Fatalf("no %q on stderr:\n%s", s, p.stderr.String())
@@ -156,7 +165,7 @@ func (p *supervised) waitFor(t *testing.T, s string) {
 }
 
 // wait returns the exit code; the deadline is a hang guard.
-func (p *supervised) wait(t *testing.T) int {
+func (p *runProc) wait(t *testing.T) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -181,16 +190,7 @@ func filterEnv(env []string, drop ...string) []string {
 	return out
 }
 
-// dataPlane is the supervisor's one child.
-func dataPlane(t *testing.T, pid int) int {
-	t.Helper()
-	kids := children(pid)
-	if len(kids) != 1 {
-		t.Fatalf("supervisor %d has children %v, want one data plane", pid, kids)
-	}
-	return kids[0]
-}
-
+// children are the processes pid started.
 func children(pid int) []int {
 	files, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "children"))
 	var kids []int
