@@ -5,9 +5,15 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/cryptobyte"
 )
+
+// hangGuard bounds waits that only keep a broken test from hanging: a connection deadline on a
+// peer that should answer, a wait for a goroutine that should end. It is never what a test
+// asserts (CI runs these beside the end-to-end tests on two loaded cores), so it is minutes.
+const hangGuard = 2 * time.Minute
 
 // captureHello runs a crypto/tls client against one end of a pipe and returns the records it
 // writes before it waits for the server: its ClientHello as it would appear on the wire.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -52,7 +53,7 @@ func tlsServer(t *testing.T, host string, cfg *tls.Config) (addr string, seen <-
 			go func() {
 				defer wg.Done()
 				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
+				c.SetDeadline(time.Now().Add(hangGuard))
 				h, peeked, err := Peek(c, 0)
 				if err != nil {
 					ch <- serverSide{err: err}
@@ -94,7 +95,7 @@ func nextSeen(t *testing.T, seen <-chan serverSide) serverSide {
 	select {
 	case s := <-seen:
 		return s
-	case <-time.After(10 * time.Second):
+	case <-time.After(hangGuard):
 		t.Fatal("the upstream saw no handshake")
 	}
 	return serverSide{}
@@ -169,7 +170,7 @@ func TestOriginate(t *testing.T) {
 			dst := netip.MustParseAddr(orDefault(tt.dst, listen))
 
 			tc, err := Originate(context.Background(), dialTCP(t, addr), tt.sni, dst,
-				OriginateConfig{Roots: ca.pool, HandshakeTimeout: 5 * time.Second})
+				OriginateConfig{Roots: ca.pool, HandshakeTimeout: hangGuard})
 			srv := nextSeen(t, seen)
 
 			// What Originate offered, whatever the outcome: the SNI (or none), only http/1.1, and
@@ -275,7 +276,9 @@ func TestOriginateTLS11Control(t *testing.T) {
 
 // TestOriginateNetworkErrors: failures that are not about the certificate are not *VerifyError
 // (the engine resets the client for them instead of refusing its handshake as untrusted), and a
-// silent upstream is bounded by HandshakeTimeout or the context.
+// silent upstream is bounded by HandshakeTimeout or the context. No clock is read: a bound that
+// fired is told by its error (context.DeadlineExceeded), and an upstream's own failure by the
+// absence of one under a handshake timeout of minutes.
 func TestOriginateNetworkErrors(t *testing.T) {
 	ca := newTestCA(t, "upstream test CA")
 	tests := []struct {
@@ -283,15 +286,14 @@ func TestOriginateNetworkErrors(t *testing.T) {
 		serve   func(c *net.TCPConn)   // the upstream's behaviour on the accepted connection
 		cfg     OriginateConfig        // HandshakeTimeout and roots
 		ctx     func() context.Context // nil: Background
-		min     time.Duration          // the error must not come before this (a timeout that fired early)
-		max     time.Duration          // nor after this
+		slow    bool                   // the error must come from the bound (else from the upstream)
 		isErr   error                  // errors.Is target, if any
 		errText string                 // substring, if any
 	}{
 		{name: "silent upstream hits the handshake timeout",
 			serve: func(c *net.TCPConn) { io.Copy(io.Discard, c) },
 			cfg:   OriginateConfig{Roots: ca.pool, HandshakeTimeout: 300 * time.Millisecond},
-			min:   250 * time.Millisecond, max: 3 * time.Second, isErr: context.DeadlineExceeded},
+			slow:  true, isErr: context.DeadlineExceeded},
 		{name: "silent upstream bounded by the context",
 			serve: func(c *net.TCPConn) { io.Copy(io.Discard, c) },
 			cfg:   OriginateConfig{Roots: ca.pool},
@@ -300,22 +302,21 @@ func TestOriginateNetworkErrors(t *testing.T) {
 				t.Cleanup(cancel)
 				return ctx
 			},
-			min: 250 * time.Millisecond, max: 3 * time.Second, isErr: context.DeadlineExceeded},
+			slow: true, isErr: context.DeadlineExceeded},
 		{name: "upstream resets after the hello",
 			serve: func(c *net.TCPConn) { Peek(c, 0); c.SetLinger(0); c.Close() },
-			cfg:   OriginateConfig{Roots: ca.pool, HandshakeTimeout: 5 * time.Second},
-			max:   3 * time.Second},
+			cfg:   OriginateConfig{Roots: ca.pool, HandshakeTimeout: hangGuard}},
 		{name: "upstream closes after the hello",
 			serve: func(c *net.TCPConn) { Peek(c, 0); c.Close() },
-			cfg:   OriginateConfig{Roots: ca.pool, HandshakeTimeout: 5 * time.Second},
-			max:   3 * time.Second, isErr: io.EOF},
+			cfg:   OriginateConfig{Roots: ca.pool, HandshakeTimeout: hangGuard},
+			isErr: io.EOF},
 		{name: "upstream speaks HTTP",
 			serve: func(c *net.TCPConn) {
 				io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
 				io.Copy(io.Discard, c)
 			},
-			cfg: OriginateConfig{Roots: ca.pool, HandshakeTimeout: 5 * time.Second},
-			max: 3 * time.Second, errText: "does not look like a TLS handshake"},
+			cfg:     OriginateConfig{Roots: ca.pool, HandshakeTimeout: hangGuard},
+			errText: "does not look like a TLS handshake"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -324,9 +325,7 @@ func TestOriginateNetworkErrors(t *testing.T) {
 			if tt.ctx != nil {
 				ctx = tt.ctx()
 			}
-			start := time.Now()
 			tc, err := Originate(ctx, dialTCP(t, addr), "mcp.test", netip.MustParseAddr("127.0.0.1"), tt.cfg)
-			took := time.Since(start)
 			if err == nil || tc != nil {
 				t.Fatalf("Originate succeeded against %s", tt.name)
 			}
@@ -337,8 +336,8 @@ func TestOriginateNetworkErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), "mcp.test") {
 				t.Errorf("err %q does not name the upstream", err)
 			}
-			if took < tt.min || took > tt.max {
-				t.Errorf("failed after %v, want between %v and %v", took, tt.min, tt.max)
+			if timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded); timedOut != tt.slow {
+				t.Errorf("err %v: ended by a time bound %v, want %v", err, timedOut, tt.slow)
 			}
 			if tt.isErr != nil && !errors.Is(err, tt.isErr) {
 				t.Errorf("err %v, want it to wrap %v", err, tt.isErr)
@@ -375,7 +374,7 @@ func rawServer(t *testing.T, serve func(c *net.TCPConn)) string {
 			go func() {
 				defer wg.Done()
 				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
+				c.SetDeadline(time.Now().Add(hangGuard))
 				serve(c)
 			}()
 		}
@@ -416,7 +415,7 @@ func orDefault(s, def string) string {
 // echoCheck writes msg and expects it back.
 func echoCheck(t *testing.T, c net.Conn, msg string) {
 	t.Helper()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.SetDeadline(time.Now().Add(hangGuard))
 	if _, err := io.WriteString(c, msg); err != nil {
 		t.Fatalf("write: %v", err)
 	}

@@ -169,7 +169,7 @@ func serverView(t *testing.T, wire []byte) *tls.ClientHelloInfo {
 			return nil, errors.New("seen enough")
 		},
 	})
-	srv.SetDeadline(time.Now().Add(5 * time.Second))
+	srv.SetDeadline(time.Now().Add(hangGuard))
 	srv.Handshake()
 	select {
 	case h := <-infos:

@@ -43,7 +43,7 @@ func acceptOne[T any](t *testing.T, dial func(addr string) T) (net.Conn, <-chan 
 	defer ln.Close()
 	out := make(chan T, 1)
 	go func() { out <- dial(ln.Addr().String()) }()
-	ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(hangGuard))
 	c, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func tlsClient(cfg *tls.Config) func(addr string) clientResult {
 		if err != nil {
 			return clientResult{err: err}
 		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.SetDeadline(time.Now().Add(hangGuard))
 		var mu sync.Mutex
 		calls := 0
 		cfg := cfg.Clone()
@@ -127,14 +127,14 @@ func TestTerminate(t *testing.T) {
 			cfg := tt.client.Clone()
 			cfg.RootCAs = pool
 			sc, res := acceptOne(t, tlsClient(cfg))
-			sc.SetDeadline(time.Now().Add(5 * time.Second))
+			sc.SetDeadline(time.Now().Add(hangGuard))
 			peeked, name := tt.peek(sc)
 			sc.SetDeadline(time.Time{})
 			cert, err := minter.Leaf(name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc, err := Terminate(context.Background(), sc, peeked, cert, 5*time.Second)
+			tc, err := Terminate(context.Background(), sc, peeked, cert, hangGuard)
 			if tt.wantErr != "" {
 				if err == nil {
 					t.Fatal("Terminate accepted a client it must refuse")
@@ -225,23 +225,20 @@ func TestRefuseHandshake(t *testing.T) {
 			cfg := tt.client.Clone()
 			cfg.RootCAs = pool
 			sc, res := acceptOne(t, tlsClient(cfg))
-			sc.SetDeadline(time.Now().Add(5 * time.Second))
+			sc.SetDeadline(time.Now().Add(hangGuard))
 			if _, _, err := Peek(sc, 0); err != nil {
 				t.Fatalf("peek: %v", err)
 			}
-			start := time.Now()
 			if err := RefuseHandshake(sc); err != nil {
 				t.Fatal(err)
 			}
-			// The connection stays open: the client must fail on the alert, not on the close.
+			// The connection stays open: the client must fail on the alert, not on the close
+			// (nor on its deadline: the error below tells which).
 			var r clientResult
 			select {
 			case r = <-res:
-			case <-time.After(5 * time.Second):
+			case <-time.After(hangGuard):
 				t.Fatal("the client is still waiting after the alert")
-			}
-			if took := time.Since(start); took > 2*time.Second {
-				t.Errorf("the client took %v to give up", took)
 			}
 			if r.err == nil {
 				t.Fatal("the client completed a handshake")
@@ -258,7 +255,9 @@ func TestRefuseHandshake(t *testing.T) {
 }
 
 // TestTerminateBadClients: a client that sends garbage, half a hello or nothing gets a clean
-// error from Terminate within the timeout, and nothing Terminate started outlives it.
+// error from Terminate within the timeout, and nothing Terminate started outlives it. No clock is
+// read: a client that already failed is judged under a timeout of minutes and must not end on
+// it; a silent one under a short timeout must end on exactly that (context.DeadlineExceeded).
 func TestTerminateBadClients(t *testing.T) {
 	minter, _ := newMinter(t)
 	cert, err := minter.Leaf("mcp.test")
@@ -266,7 +265,7 @@ func TestTerminateBadClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	hello := captureHello(t, &tls.Config{ServerName: "mcp.test"})
-	const timeout = 300 * time.Millisecond
+	const timeout = 300 * time.Millisecond // only the slow cases reach it
 
 	tests := []struct {
 		name    string
@@ -274,19 +273,19 @@ func TestTerminateBadClients(t *testing.T) {
 		close   bool   // then closes (else it stays silent and open)
 		peeked  []byte // what Peek consumed earlier, replayed by Terminate
 		ctx     func(t *testing.T) context.Context
-		timeout time.Duration
-		slow    bool  // the error may only come from the timeout
-		isErr   error // errors.Is target, if any
+		timeout time.Duration // 0 with slow false: hangGuard
+		slow    bool          // the error must come from the timeout (or the context), else from the client
+		isErr   error         // errors.Is target, if any
 		text    string
 	}{
-		{name: "garbage", send: []byte("GET / HTTP/1.1\r\nHost: mcp.test\r\n\r\n"), timeout: timeout, text: "does not look like a TLS handshake"},
-		{name: "garbage replayed from the peek", peeked: []byte("SSH-2.0-OpenSSH_9.6\r\n"), timeout: timeout},
-		{name: "oversized record", send: []byte{0x16, 0x03, 0x01, 0xff, 0xff}, timeout: timeout},
+		{name: "garbage", send: []byte("GET / HTTP/1.1\r\nHost: mcp.test\r\n\r\n"), text: "does not look like a TLS handshake"},
+		{name: "garbage replayed from the peek", peeked: []byte("SSH-2.0-OpenSSH_9.6\r\n")},
+		{name: "oversized record", send: []byte{0x16, 0x03, 0x01, 0xff, 0xff}},
 		{name: "half a hello then silence", send: hello[:len(hello)/2], timeout: timeout, slow: true, isErr: context.DeadlineExceeded},
 		{name: "half a hello peeked then silence", peeked: hello[:len(hello)/2], timeout: timeout, slow: true, isErr: context.DeadlineExceeded},
-		{name: "half a hello then close", send: hello[:len(hello)/2], close: true, timeout: timeout},
+		{name: "half a hello then close", send: hello[:len(hello)/2], close: true},
 		{name: "nothing", timeout: timeout, slow: true, isErr: context.DeadlineExceeded},
-		{name: "nothing then close", close: true, timeout: timeout, isErr: io.EOF},
+		{name: "nothing then close", close: true, isErr: io.EOF},
 		{name: "nothing, bounded by the context", slow: true, isErr: context.DeadlineExceeded,
 			ctx: func(t *testing.T) context.Context {
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -319,23 +318,19 @@ func TestTerminateBadClients(t *testing.T) {
 			if tt.ctx != nil {
 				ctx = tt.ctx(t)
 			}
-			start := time.Now()
-			tc, err := Terminate(ctx, sc, tt.peeked, cert, tt.timeout)
-			took := time.Since(start)
+			limit := tt.timeout
+			if limit == 0 && !tt.slow {
+				limit = hangGuard
+			}
+			tc, err := Terminate(ctx, sc, tt.peeked, cert, limit)
 			if err == nil || tc != nil {
 				t.Fatal("Terminate completed a handshake")
 			}
 			if !strings.HasPrefix(err.Error(), "client tls handshake: ") {
 				t.Errorf("err %q lacks its context", err)
 			}
-			if took > timeout+2*time.Second {
-				t.Errorf("Terminate returned after %v, timeout %v", took, timeout)
-			}
-			if tt.slow && took < timeout-50*time.Millisecond {
-				t.Errorf("Terminate returned after %v, before the %v timeout: %v", took, timeout, err)
-			}
-			if !tt.slow && took >= timeout {
-				t.Errorf("Terminate waited %v for a client that had already failed: %v", took, err)
+			if timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded); timedOut != tt.slow {
+				t.Errorf("err %v: ended by the timeout %v, want %v (a client that already failed is not waited for)", err, timedOut, tt.slow)
 			}
 			if tt.isErr != nil && !errors.Is(err, tt.isErr) {
 				t.Errorf("err %v, want it to wrap %v", err, tt.isErr)
@@ -345,7 +340,7 @@ func TestTerminateBadClients(t *testing.T) {
 			}
 			// The client is not left hanging on a half-open handshake once the caller closes.
 			sc.Close()
-			client.SetReadDeadline(time.Now().Add(2 * time.Second))
+			client.SetReadDeadline(time.Now().Add(hangGuard))
 			if _, err := io.Copy(io.Discard, client); errors.Is(err, os.ErrDeadlineExceeded) {
 				t.Errorf("the client's connection was not closed: %v", err)
 			}
@@ -357,10 +352,11 @@ func TestTerminateBadClients(t *testing.T) {
 	}
 }
 
-// settleTo waits up to 3 s for the goroutine count to come down to want and returns it.
+// settleTo waits for the goroutine count to come down to want (hangGuard at most: a leak stays
+// above it) and returns it.
 func settleTo(want int) int {
 	n := runtime.NumGoroutine()
-	for deadline := time.Now().Add(3 * time.Second); n > want && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(hangGuard); n > want && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 		n = runtime.NumGoroutine()
 	}
