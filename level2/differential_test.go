@@ -63,15 +63,7 @@ func FuzzPeerDifferential(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s.req), []byte(s.resp), s.mode)
 	}
-	set, err := policy.Compile([]policy.RuleSpec{
-		{Name: "deny-denied-tools", When: `mcp.method == "tools/call" && mcp.name.startsWith("denied_")`, Action: "deny"},
-		{Name: "no-sampling", When: `mcp.direction == "server_to_client" && mcp.method == "sampling/createMessage"`, Action: "deny"},
-		{Name: "redact-canary", When: `mcp.direction == "server_to_client"`, Action: "redact",
-			Redact: &policy.Redact{Patterns: []string{`CANARY-[0-9A-Za-z]+`}}},
-	})
-	if err != nil {
-		f.Fatal(err)
-	}
+	set := differentialRules(f)
 	f.Fuzz(func(t *testing.T, req, resp []byte, mode uint8) {
 		if len(req) > 1<<14 || len(resp) > 1<<14 {
 			return
@@ -372,15 +364,7 @@ func sdkEvents(body []byte) []sdkEvent {
 // TestPeerDifferentialSeeds runs the differential over each seed by name, so that a regression
 // names the bypass it reopens.
 func TestPeerDifferentialSeeds(t *testing.T) {
-	set, err := policy.Compile([]policy.RuleSpec{
-		{Name: "deny-denied-tools", When: `mcp.method == "tools/call" && mcp.name.startsWith("denied_")`, Action: "deny"},
-		{Name: "no-sampling", When: `mcp.direction == "server_to_client" && mcp.method == "sampling/createMessage"`, Action: "deny"},
-		{Name: "redact-canary", When: `mcp.direction == "server_to_client"`, Action: "redact",
-			Redact: &policy.Redact{Patterns: []string{`CANARY-[0-9A-Za-z]+`}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := differentialRules(t)
 	// The oracle itself must see the tricks: each response below is one the Go SDK dispatches.
 	for _, c := range []struct {
 		name, ctype, body string
@@ -414,4 +398,19 @@ func TestPeerDifferentialSeeds(t *testing.T) {
 			})
 		}
 	}
+}
+
+// differentialRules deny every sampling request and denied_* tool and redact canaries, so that
+// what a peer dispatches can be checked against them without knowing the client.
+func differentialRules(tb testing.TB) *policy.Set {
+	set, err := policy.Compile([]policy.RuleSpec{
+		{Name: "deny-denied-tools", When: `mcp.method == "tools/call" && mcp.name.startsWith("denied_")`, Action: "deny"},
+		{Name: "no-sampling", When: `mcp.direction == "server_to_client" && mcp.method == "sampling/createMessage"`, Action: "deny"},
+		{Name: "redact-canary", When: `mcp.direction == "server_to_client"`, Action: "redact",
+			Redact: &policy.Redact{Patterns: []string{`CANARY-[0-9A-Za-z]+`}}},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return set
 }
