@@ -424,7 +424,9 @@ type tsLogRecord struct {
 	Reason    string `json:"reason"`
 }
 
-func tsCorpusPath() string { return filepath.Join(repoRoot, "e2e", "testdata", "differential", "ts-corpus.jsonl") }
+func tsCorpusPath() string {
+	return filepath.Join(repoRoot, "e2e", "testdata", "differential", "ts-corpus.jsonl")
+}
 
 func tsLoadCorpus(t *testing.T) []tsItem {
 	t.Helper()

@@ -443,4 +443,3 @@ func editHead(raw []byte, edits []headerEdit) []byte {
 	}
 	return out
 }
-

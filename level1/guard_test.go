@@ -325,7 +325,7 @@ func TestProxyBodyTimeout(t *testing.T) {
 				t.Errorf("upstream got %q of a refused request", got)
 			}
 			deadline(e.client)
-			io.ReadAll(e.client) // a refusal, if any, then the close
+			io.ReadAll(e.client)                                         // a refusal, if any, then the close
 			if d := time.Since(start); d < timeout-50*time.Millisecond { // a lower bound only: a loaded machine may be late, never early
 				t.Errorf("closed after %v", d)
 			}

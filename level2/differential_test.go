@@ -368,7 +368,7 @@ func TestPeerDifferentialSeeds(t *testing.T) {
 	// The oracle itself must see the tricks: each response below is one the Go SDK dispatches.
 	for _, c := range []struct {
 		name, ctype, body string
-		legacy           bool
+		legacy            bool
 	}{
 		{"sampling in a JSON body", "application/json", samplingRequest, false},
 		{"vertical tab in SSE data", "text/event-stream", "data: \v" + samplingRequest + "\n\n", false},

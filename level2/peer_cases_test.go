@@ -245,7 +245,9 @@ func TestRedactedErrorMessageNotRecorded(t *testing.T) {
 	if bytes.Contains(r.body, []byte("CANARY-e77")) {
 		t.Fatalf("the client saw the canary: %s", r.body)
 	}
-	rec := h.awaitRecord(t, func(r *Record) bool { return r.Direction == ClientToServer && r.Method == "tools/call" && r.Status != 0 })
+	rec := h.awaitRecord(t, func(r *Record) bool {
+		return r.Direction == ClientToServer && r.Method == "tools/call" && r.Status != 0
+	})
 	for _, r := range h.recs() {
 		if strings.Contains(fmt.Sprintf("%+v", *r), "CANARY-e77") {
 			t.Fatalf("a record holds the redacted value: %+v", *r)

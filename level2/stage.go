@@ -2,13 +2,13 @@ package level2
 
 import (
 	"bytes"
-	"math"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
