@@ -3,6 +3,7 @@ package level2
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 )
 
 // Sessions remembers, across the connections of one appliance, what Level 2 learnt about each MCP
@@ -19,6 +20,9 @@ type Sessions struct {
 	// schemas are the tool input schemas learnt from tools/list (validate_arguments), bounded
 	// and expiring on their own.
 	schemas *schemaStore
+	// endpoints is set once a 2024-11-05 endpoint was opened: until then no request needs the
+	// endpoint lookup (a hash and a lock) to tell whether it is a legacy POST.
+	endpoints atomic.Bool
 }
 
 // DefaultSessions bounds a Sessions built with 0.
@@ -81,9 +85,15 @@ func (s *Sessions) Open(key string) {
 	if s == nil || key == "" {
 		return
 	}
+	s.endpoints.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.get(key, true)
+}
+
+// KnownEndpoint reports whether target is the endpoint a 2024-11-05 GET stream announced.
+func (s *Sessions) KnownEndpoint(target string) bool {
+	return s != nil && s.endpoints.Load() && s.Known(legacyKey(target))
 }
 
 // Known reports whether a session exists for key.

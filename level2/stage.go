@@ -164,10 +164,10 @@ func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 	x.Set(stateKey{}, st)
 	if v, ok := h.Get("Mcp-Session-Id"); ok && v != "" {
 		st.session = hashKey(v)
-	} else if k := legacyKey(h.Target); s.f.Sessions.Known(k) || legacySession(h.Target) != "" {
+	} else if s.f.Sessions.KnownEndpoint(h.Target) || legacySession(h.Target) != "" {
 		// 2024-11-05: a POST to an endpoint a GET stream announced (whatever the server calls
 		// its session parameter: sessionId, the Go SDK's sessionid, …).
-		st.session, st.legacy = k, h.Method == "POST"
+		st.session, st.legacy = legacyKey(h.Target), h.Method == "POST"
 	}
 	if v, ok := h.Get("MCP-Protocol-Version"); ok {
 		st.version = v
