@@ -115,12 +115,7 @@ func TestSSEBareCRRefused(t *testing.T) {
 		io.WriteString(w, "data:\r"+samplingRequest+"\n\n")
 	})
 	h := newHarness(t, u, peerRules, Options{}, NewSessions(0))
-	c, err := net.Dial("tcp", h.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := dialHarness(t, h.addr)
 	body := call(1, "echo", `{}`)
 	fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n%s", jsonHeaders, len(body), body)
 	got, _ := io.ReadAll(c)
@@ -139,12 +134,7 @@ func TestEndpointEventCarryingARequest(t *testing.T) {
 		io.WriteString(w, "event: endpoint\ndata: "+samplingRequest+"\n\n")
 	})
 	h := newHarness(t, u, peerRules, Options{}, NewSessions(0))
-	c, err := net.Dial("tcp", h.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := dialHarness(t, h.addr)
 	io.WriteString(c, "GET /sse HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -263,12 +253,7 @@ func TestHTTPPathAbsoluteForm(t *testing.T) {
 	u := newUpstream(t, echoServer)
 	rules := []policy.RuleSpec{{Name: "no-admin", When: `http.path == "/admin"`, Action: "deny"}}
 	h := newHarness(t, u, rules, Options{}, NewSessions(0))
-	c, err := net.Dial("tcp", h.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := dialHarness(t, h.addr)
 	body := call(1, "echo", `{}`)
 	fmt.Fprintf(c, "POST http://x/admin HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n%s", jsonHeaders, len(body), body)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -314,12 +299,7 @@ func legacyClientInfo(t *testing.T, endpoint, post string) {
 		close(initialized)
 	})
 	h := newHarness(t, u, peerRules[:2], Options{}, NewSessions(0))
-	g, err := net.Dial("tcp", h.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	g.SetDeadline(time.Now().Add(30 * time.Second))
+	g := dialHarness(t, h.addr)
 	io.WriteString(g, "GET /sse HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(g), nil)
 	if err != nil {
@@ -412,4 +392,16 @@ func TestResponseIDsAsTheClientMatchesThem(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dialHarness connects to the harness, closed when the test ends; its deadline is a hang guard.
+func dialHarness(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	return c
 }
