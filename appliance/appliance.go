@@ -99,7 +99,7 @@ type Appliance struct {
 	opened   intercept.Opener // the mechanism's own resources (dns: VIP table, DNS sockets)
 
 	mu        sync.Mutex // orders Reload, Start and Stop
-	sets      engine.CompiledRuleSets
+	sets      CompiledRuleSets
 	keep      []netip.Prefix // the destinations the request series keep a share for
 	installed bool
 	stopped   bool
@@ -128,7 +128,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 
 	routing := opt.Routing
 	if routing == nil {
-		if routing, a.sets, err = engine.RoutingFromConfig(cfg, nil); err != nil {
+		if routing, a.sets, err = RoutingFromConfig(cfg, nil); err != nil {
 			return nil, &ConfigError{Err: err}
 		}
 	}
@@ -390,7 +390,7 @@ func (a *Appliance) Reload(path string) error {
 		a.log.Error("reload refused: invalid configuration; keeping the running one", "err", err)
 		return fmt.Errorf("reload refused: invalid configuration: %w", err)
 	}
-	routing, sets, err := engine.RoutingFromConfig(next, a.sets)
+	routing, sets, err := RoutingFromConfig(next, a.sets)
 	if err != nil {
 		a.log.Error("reload refused: invalid policy; keeping the running one", "err", err)
 		return fmt.Errorf("reload refused: invalid policy: %w", err)

@@ -2,7 +2,6 @@ package appliance
 
 import (
 	"mcpintercept/config"
-	"mcpintercept/engine"
 	"mcpintercept/intercept"
 	"mcpintercept/telemetry"
 )
@@ -10,7 +9,7 @@ import (
 // Check compiles cfg's rule sets and routes as New does, without opening anything: nil, or a
 // *ConfigError (policy.CompileErrors inside, with file, line and column).
 func Check(cfg *config.Config) error {
-	if _, _, err := engine.RoutingFromConfig(cfg, nil); err != nil {
+	if _, _, err := RoutingFromConfig(cfg, nil); err != nil {
 		return &ConfigError{Err: err}
 	}
 	return nil

@@ -939,6 +939,17 @@ func dnsDefaults(d *DNSConfig, set func(key string) bool) {
 	}
 }
 
+// WithDefaults returns r with the defaults Parse fills for the keys a route
+// leaves out, taking a zero value as absent (a route built in code).
+func (r Route) WithDefaults() Route {
+	unset := map[string]bool{
+		".level": r.Level == nil, ".on_mismatch": r.OnMismatch == "", ".on_rule_error": r.OnRuleError == "",
+		".max_body": r.MaxBody == 0, ".on_oversized_response": r.OnOversizedResponse == "",
+	}
+	routeDefaults(&r, "", func(key string) bool { return !unset[key] })
+	return r
+}
+
 // routeDefaults fills the keys of the route at key that the file left out.
 func routeDefaults(r *Route, key string, set func(key string) bool) {
 	if !set(key + ".level") {

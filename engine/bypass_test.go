@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"mcpintercept/config"
 	"mcpintercept/policy"
 	"mcpintercept/tlsmitm"
 )
@@ -285,45 +284,6 @@ func TestPlaintextOnTerminateRouteCloses(t *testing.T) {
 				t.Fatalf("the upstream received %d bytes", got.Load())
 			}
 		})
-	}
-}
-
-// TestRoutingFromConfigDefaults: routes built in code get on_mismatch close at Level >= 1 and
-// on_rule_error closed, and default_route maps to the routing table.
-func TestRoutingFromConfigDefaults(t *testing.T) {
-	one, zero := 1, 0
-	cfg := &config.Config{
-		Routes: []config.Route{
-			{Name: "l1", TLS: "terminate", Level: &one},
-			{Name: "l0", TLS: "passthrough", Level: &zero},
-			{Name: "open", TLS: "plaintext", Level: &one, OnRuleError: config.OnRuleErrorOpen, OnMismatch: "passthrough",
-				AllowUpgrade: []string{"websocket"}},
-		},
-		DefaultRoute: &config.DefaultRoute{Route: &config.Route{TLS: "terminate", Level: &one, RuleSet: "r"}},
-		RuleSets:     map[string][]config.Rule{"r": {{Name: "deny", Action: "deny"}}},
-	}
-	rt, _, err := RoutingFromConfig(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, want := range []struct{ mismatch, ruleErr string }{{"close", "closed"}, {"passthrough", "closed"}, {"passthrough", "open"}} {
-		if r := rt.Routes[i]; r.OnMismatch != want.mismatch || r.OnRuleError != want.ruleErr {
-			t.Errorf("route %s: on_mismatch %q on_rule_error %q, want %q %q", r.Name, r.OnMismatch, r.OnRuleError, want.mismatch, want.ruleErr)
-		}
-	}
-	if got := rt.Routes[2].AllowUpgrade; len(got) != 1 || got[0] != "websocket" {
-		t.Errorf("allow_upgrade %v", got)
-	}
-	if d := rt.Default; d == nil || d.Name != "default" || d.TLS != Terminate || d.Level != 1 || d.RuleSet != "r" || d.OnMismatch != "close" {
-		t.Fatalf("default route %+v", rt.Default)
-	}
-	cfg.DefaultRoute = &config.DefaultRoute{Close: true}
-	if rt, _, err = RoutingFromConfig(cfg, nil); err != nil || !rt.DefaultClose || rt.Default != nil {
-		t.Fatalf("default_route close: %+v, %v", rt, err)
-	}
-	cfg.DefaultRoute = nil
-	if rt, _, err = RoutingFromConfig(cfg, nil); err != nil || rt.DefaultClose || rt.Default != nil {
-		t.Fatalf("no default_route: %+v, %v", rt, err)
 	}
 }
 

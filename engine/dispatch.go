@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"mcpintercept/config"
 	"mcpintercept/flowconn"
 	"mcpintercept/origin"
 	"mcpintercept/policy"
@@ -143,14 +142,14 @@ func (e *Engine) notTLS(ctx context.Context, f *flow, route *Route) outcome {
 	return e.mismatch(ctx, f, route, string(route.TLS)+" route saw non-TLS bytes")
 }
 
-// closesOnMismatch is the route's on_mismatch: close, or passthrough. Unset, it is close for
-// routes with Level >= 1 (forwarding the bytes opaque would skip the inspection the route asks
-// for), passthrough for Level 0, as config fills it.
+// closesOnMismatch is the route's on_mismatch: close, or passthrough. A route built in code may
+// leave it unset: then it is close for routes with Level >= 1 (forwarding the bytes opaque would
+// skip the inspection the route asks for), passthrough for Level 0.
 func (r *Route) closesOnMismatch() bool {
 	if r.OnMismatch == "" {
 		return r.Level >= 1
 	}
-	return r.OnMismatch == config.OnMismatchClose
+	return r.OnMismatch == OnMismatchClose
 }
 
 // mismatch applies the route's on_mismatch choice to bytes that are not what the route declared,

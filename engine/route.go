@@ -3,8 +3,6 @@ package engine
 import (
 	"net/netip"
 	"strings"
-
-	"mcpintercept/config"
 )
 
 // Disposition is how a flow's TLS is treated (draft, "TLS Considerations").
@@ -19,6 +17,16 @@ const (
 	// HTTP request line is read at the route's level, anything else is forwarded opaque.
 	Auto Disposition = "auto"
 )
+
+// Values of Route.OnMismatch and Route.OnRuleError, spelled as in the configuration file.
+const (
+	OnMismatchPassthrough = "passthrough" // forward the bytes opaque
+	OnMismatchClose       = "close"       // reset the flow
+	OnRuleErrorOpen       = "open"        // skip a rule whose evaluation fails
+)
+
+// DefaultRouteName is the name the flows of Routing.Default are logged under.
+const DefaultRouteName = "default"
 
 // PortRange is an inclusive range of ports.
 type PortRange struct{ From, To uint16 }
@@ -43,8 +51,8 @@ type Route struct {
 	ValidateArguments bool
 
 	// OnMismatch is what happens when a terminate/passthrough route sees non-TLS bytes, or a
-	// plaintext route with Level ≥ 1 sees a TLS ClientHello: "passthrough" (forward opaque) or
-	// "close". Logged either way.
+	// plaintext route with Level ≥ 1 sees a TLS ClientHello: OnMismatchPassthrough (forward
+	// opaque) or OnMismatchClose; unset, see closesOnMismatch. Logged either way.
 	OnMismatch string
 	// Development suppresses the once-per-route warning about plaintext traffic.
 	Development bool
@@ -132,7 +140,7 @@ func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
 
 // DefaultRoute is what a flow gets when no route matches: the transparent core's behaviour, bytes
 // forwarded untouched at level 0.
-var DefaultRoute = &Route{Name: "default", TLS: Passthrough, Level: 0, OnMismatch: config.OnMismatchPassthrough}
+var DefaultRoute = &Route{Name: DefaultRouteName, TLS: Passthrough, Level: 0, OnMismatch: OnMismatchPassthrough}
 
 // selectRoute returns the first route that matches. sni is called at most once, and only when a
 // candidate route depends on the server name; it returns "" when the flow has none.

@@ -21,7 +21,7 @@ type flowRules struct {
 
 // rulesFor resolves route's rule set in rt, once per flow.
 func rulesFor(rt *Routing, route *Route) flowRules {
-	r := flowRules{name: route.RuleSet, failOpen: route.OnRuleError == "open"}
+	r := flowRules{name: route.RuleSet, failOpen: route.OnRuleError == OnRuleErrorOpen}
 	if r.name != "" {
 		r.start = rt.RuleSets[r.name]
 		if r.start == nil {

@@ -1,0 +1,117 @@
+package appliance
+
+import (
+	"errors"
+
+	"mcpintercept/config"
+	"mcpintercept/engine"
+	"mcpintercept/policy"
+)
+
+// CompiledRuleSets keeps the compiled rule sets of the previous load, so that a reload carries
+// the token buckets of unchanged rate-limit rules over (a reload must not reset a client's
+// budget).
+type CompiledRuleSets map[string]*policy.Set
+
+// RoutingFromConfig compiles the configuration's rule sets and converts its routes. Every compile
+// error of every set is returned (policy.CompileErrors, with file, line and column).
+func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*engine.Routing, CompiledRuleSets, error) {
+	sets, err := compileRuleSets(cfg, prev)
+	if err != nil {
+		return nil, nil, err
+	}
+	rt := &engine.Routing{RuleSets: map[string]engine.RuleSet{}}
+	for n, s := range sets {
+		rt.RuleSets[n] = s
+	}
+	for i := range cfg.Routes {
+		rt.Routes = append(rt.Routes, routeFromConfig(cfg.Routes[i]))
+	}
+	switch d := cfg.DefaultRoute; {
+	case d == nil:
+	case d.Close:
+		rt.DefaultClose = true
+	case d.Route != nil:
+		rt.Default = routeFromConfig(*d.Route)
+		rt.Default.Name = engine.DefaultRouteName
+		// It matches every flow that reaches it: no conditions.
+		rt.Default.Destinations, rt.Default.Ports, rt.Default.SNI, rt.Default.Clients = nil, nil, nil, nil
+	}
+	return rt, sets, nil
+}
+
+// compileRuleSets compiles every rule set in file order, collecting the compile errors of all of
+// them.
+func compileRuleSets(cfg *config.Config, prev CompiledRuleSets) (CompiledRuleSets, error) {
+	sets := CompiledRuleSets{}
+	var errs policy.CompileErrors
+	names := cfg.RuleSetOrder
+	if len(names) == 0 {
+		for n := range cfg.RuleSets {
+			names = append(names, n)
+		}
+	}
+	for _, name := range names {
+		var specs []policy.RuleSpec
+		for _, r := range cfg.RuleSets[name] {
+			specs = append(specs, ruleSpec(r))
+		}
+		set, err := policy.CompileWithState(specs, prev[name])
+		if err != nil {
+			var ce policy.CompileErrors
+			if errors.As(err, &ce) {
+				errs = append(errs, ce...)
+				continue
+			}
+			return nil, err
+		}
+		sets[name] = set
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return sets, nil
+}
+
+func ruleSpec(r config.Rule) policy.RuleSpec {
+	s := policy.RuleSpec{
+		Name: r.Name, When: r.When, Action: r.Action, Reason: r.Reason,
+		Pos:    policy.Pos{File: r.WhenPos.File, Line: r.WhenPos.Line, Column: r.WhenPos.Column},
+		KeyPos: policy.Pos{File: r.KeyPos.File, Line: r.KeyPos.Line, Column: r.KeyPos.Column},
+	}
+	if r.RateLimit != nil {
+		s.RateLimit = &policy.RateLimit{Key: r.RateLimit.Key, Rate: r.RateLimit.Rate, Burst: r.RateLimit.Burst,
+			MaxKeys: r.RateLimit.MaxKeys}
+	}
+	if r.Redact != nil {
+		s.Redact = &policy.Redact{Paths: r.Redact.Paths, Patterns: r.Redact.Patterns, Marker: r.Redact.Marker}
+	}
+	return s
+}
+
+// routeFromConfig maps a route; a route built in code gets the defaults Parse would have filled.
+func routeFromConfig(r config.Route) *engine.Route {
+	r = r.WithDefaults()
+	route := &engine.Route{
+		Name:                            r.Name,
+		Destinations:                    r.Match.Destinations,
+		SNI:                             r.Match.SNI,
+		Clients:                         r.Match.Clients,
+		TLS:                             engine.Disposition(r.TLS),
+		Level:                           *r.Level,
+		OnMismatch:                      r.OnMismatch,
+		Development:                     r.Development,
+		PlaintextUpstreamTrustedNetwork: r.PlaintextUpstreamTrustedNetwork,
+		StrictMCPHeaders:                r.StrictMCPHeaders,
+		AllowUpgrade:                    r.AllowUpgrade,
+		RuleSet:                         r.RuleSet,
+		OnRuleError:                     r.OnRuleError,
+		MaxBody:                         r.MaxBody,
+		ForwardOversized:                r.OnOversizedResponse == config.OnOversizedForward,
+		ValidateArguments:               r.ValidateArguments,
+	}
+	for _, p := range r.Match.Ports {
+		route.Ports = append(route.Ports, engine.PortRange{From: p.From, To: p.To})
+	}
+	return route
+}
