@@ -37,6 +37,8 @@
 # divided by the Go relay (splice) ratio of its family (plaintext relay for opaque and Level 1
 # plaintext, the relay over the TLS port for passthrough and terminate). cpu % is the proxy
 # process's utime+stime (/proc/PID/stat) over the loadgen run, warm-up included; 100 = one core.
+# "cpu us/req" is that CPU divided by the run's requests/s (median of the rounds): what one request
+# costs the proxy, the figure to compare across paths when the two cores are shared.
 #
 # Environment: DURATION (8s) WARMUP (2s) ROUNDS (3) CONNS (16) RATE (1000) RATE_DURATION (5s)
 # FLOWS (/dev/null: the appliance's flow log; "off" disables it) BENCH_SDK=1 (then also run the Go
@@ -349,10 +351,13 @@ def agg(k):
             "p99": med(k, lambda x: x["r"]["p99_us"]), "errors": sum(max(x["r"]["errors"], 0) for x in xs),
             "failed": sum(1 for x in xs if x["r"]["errors"] < 0 or x["r"].get("requests", 0) == 0),
             "cpu": statistics.median(cpu) if cpu else None, "n": len(xs),
+            # CPU per request: the proxy's CPU over the run divided by its requests/s, per run.
+            "us": statistics.median(us) if (us := [x["cpu"] / 100 * 1e6 / x["r"]["rps"] for x in xs
+                                                  if x["cpu"] is not None and x["r"].get("rps")]) else None,
             "late": sum(x["r"].get("late", 0) for x in xs)}
 
 print(f"\n== fast origin, closed loop: median of {sys.argv[3]} rounds")
-print(f"{'path':<32}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'x direct':>10}{'x relay':>9}{'cpu %':>8}")
+print(f"{'path':<32}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'x direct':>10}{'x relay':>9}{'cpu %':>8}{'cpu us/req':>11}")
 relay = {"plain": ("plain", "Go relay splice"), "tls": ("tls", "Go relay splice (TLS)")}
 vs_relay = {"mcpintercept opaque", "passthrough", "Level 1 plaintext", "terminate + Level 1",
             "Level 2 plaintext", "terminate + Level 2"}
@@ -367,8 +372,9 @@ for fam, base_label in (("plain", "direct"), ("tls", "direct TLS")):
         ratio = a["rps"] / base["rps"] if base and base["rps"] else 0
         xr = f"{ratio / rratio:>9.2f}" if k[1].removesuffix(" [baseline]") in vs_relay and rratio else f"{'':>9}"
         cpu = f"{a['cpu']:>8.0f}" if a["cpu"] is not None else f"{'-':>8}"
+        us = f"{a['us']:>11.1f}" if a["us"] is not None else f"{'-':>11}"
         err = f"{a['errors']}" + (f" ({a['failed']} runs failed)" if a["failed"] else "")
-        print(f"{k[1]:<32}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{err:>8}{ratio:>10.2f}{xr}{cpu}")
+        print(f"{k[1]:<32}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{err:>8}{ratio:>10.2f}{xr}{cpu}{us}")
     if fam == "plain" and l2note:
         print(f"{'Level 2 plaintext':<32}skipped: {l2note}")
     if fam == "tls" and l2note:
