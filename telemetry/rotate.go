@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,7 +12,8 @@ import (
 
 // RotatingFile is the flow log's file: appended to, rotated by size and reopened on request. It
 // is written by one goroutine only (the FlowLog writer), which is also the one that rotates and
-// reopens it, so a rotation always falls between two lines and never splits one.
+// reopens it, so a rotation always falls between two lines and never splits one, even when one
+// Write carries a batch of lines.
 //
 // Size rotation (MaxSize > 0): before a write that would take the file past MaxSize, PATH.N-1 is
 // renamed to PATH.N, …, PATH to PATH.1 (PATH.N, the oldest, is replaced; N = MaxFiles), and a
@@ -86,37 +88,86 @@ func (r *RotatingFile) open() error {
 // errNotOpen is what a write returns while the file could not be reopened.
 var errNotOpen = errors.New("file is not open")
 
-// Write writes p (one whole line) at the end of the file, rotating first when p would take the
-// file past the maximum size.
+// Write writes p, one or more whole lines, at the end of the file. When p would take the file
+// past the maximum size, the lines that fit are written, then the file rotates before the next
+// one: a rotation falls between two lines, and every file but a line longer than the limit stays
+// within it, however many lines one Write carries.
 func (r *RotatingFile) Write(p []byte) (int, error) {
-	if r.f == nil {
-		if time.Since(r.failedAt) < retryOpen {
-			return 0, errNotOpen
+	written := 0
+	for len(p) > 0 {
+		if r.f == nil {
+			if time.Since(r.failedAt) < retryOpen {
+				return written, errNotOpen
+			}
+			if err := r.open(); err != nil {
+				return written, err
+			}
 		}
-		if err := r.open(); err != nil {
-			return 0, err
+		chunk := p
+		if r.maxSize > 0 && !r.special && r.size+int64(len(p)) > r.maxSize {
+			chunk = r.fit(p)
+			if len(chunk) == 0 && time.Since(r.rotateFailedAt) >= retryOpen {
+				if err := r.rotateOrLog(); err != nil {
+					return written, err
+				}
+				continue
+			}
+			if len(chunk) == 0 {
+				// The rotation failed a moment ago: the lines go to the live file rather than
+				// being lost, and the rotation is retried a second later.
+				chunk = p
+			}
+		}
+		n, err := r.f.Write(chunk)
+		r.size += int64(n)
+		written += n
+		p = p[n:]
+		if err != nil {
+			return written, err
 		}
 	}
-	if r.maxSize > 0 && !r.special && r.size > 0 && r.size+int64(len(p)) > r.maxSize &&
-		time.Since(r.rotateFailedAt) >= retryOpen {
-		if err := r.rotate(); err != nil {
-			if r.f == nil {
-				return 0, err // the new file did not open; the next write retries
-			}
-			// The renames failed but the live file is still open: the line goes there rather
-			// than being lost, and the rotation is retried a second later.
-			if r.rotateFailedAt.IsZero() {
-				r.log.Error("flow log: rotation failed; writing on to the live file and retrying", "file", r.path, "err", err)
-			}
-			r.rotateFailedAt = time.Now()
-		} else if !r.rotateFailedAt.IsZero() {
-			r.log.Info("flow log: rotation works again", "file", r.path)
-			r.rotateFailedAt = time.Time{}
+	return written, nil
+}
+
+// fit is the longest run of whole lines at the start of p that the file has room for. An empty
+// file always takes p's first line: a line longer than the limit is written whole, alone.
+func (r *RotatingFile) fit(p []byte) []byte {
+	room := r.maxSize - r.size
+	end := 0
+	for end < len(p) {
+		next := len(p)
+		if i := bytes.IndexByte(p[end:], '\n'); i >= 0 {
+			next = end + i + 1
 		}
+		if int64(next) > room {
+			if end == 0 && r.size == 0 {
+				return p[:next]
+			}
+			break
+		}
+		end = next
 	}
-	n, err := r.f.Write(p)
-	r.size += int64(n)
-	return n, err
+	return p[:end]
+}
+
+// rotateOrLog rotates the file. It fails only when no file is open afterwards (the next write
+// retries); when just the renames failed, it logs that once, the live file stays open and the
+// lines keep going to it.
+func (r *RotatingFile) rotateOrLog() error {
+	err := r.rotate()
+	switch {
+	case err != nil && r.f == nil:
+		return err
+	case err != nil:
+		if r.rotateFailedAt.IsZero() {
+			r.log.Error("flow log: rotation failed; writing on to the live file and retrying", "file", r.path, "err", err)
+		}
+		r.rotateFailedAt = time.Now()
+	case !r.rotateFailedAt.IsZero():
+		r.log.Info("flow log: rotation works again", "file", r.path)
+		r.rotateFailedAt = time.Time{}
+	}
+	return nil
 }
 
 // rotate shifts PATH.i to PATH.i+1 (dropping the oldest) and PATH to PATH.1, then opens a new
