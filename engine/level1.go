@@ -14,6 +14,7 @@ import (
 	"mcpintercept/exchange"
 	"mcpintercept/level1"
 	"mcpintercept/level2"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 )
@@ -209,7 +210,7 @@ func (r *recordStage) Done(x *exchange.Exchange) {
 	rec := r.f.record()
 	rec.Time = telemetry.Time{Time: x.Start}
 	rec.TLS, rec.Level = string(r.tls), r.level
-	if info := level1.InfoOf(x); info != nil {
+	if info := mcp.InfoOf(x); info != nil {
 		rec.HTTPMethod, rec.Path = info.Method, info.Path
 		rec.MCPVersion, rec.MCPMethod, rec.MCPName = info.ProtocolVersion, info.MCPMethod, info.MCPName
 	}

@@ -2,11 +2,11 @@
 // exchange pipeline (package exchange): it extracts MCP metadata from headers only, applies header
 // policy and rate limits, and forwards every byte unmodified.
 //
-// Classifier turns a request head into a RequestInfo for policy and logs (InfoOf reads it from
+// Classifier turns a request head into an mcp.Info for policy and logs (mcp.InfoOf reads it from
 // the exchange); it never holds a credential (a URI-shaped Mcp-Name loses its userinfo, query and
-// fragment: RedactURI). Its MCP fields are the client's claim: servers before
-// MinTrustedMCPVersion do not check them against the body, which is why Guards.StrictMCPHeaders
-// refuses older versions. Before any policy it refuses what no rule should have to judge: a
+// fragment: mcp.RedactURI). Its MCP fields are the client's claim: servers check them against the
+// body only from the version that mcp.Version.ServerChecksHeaders names, which is why
+// Guards.StrictMCPHeaders refuses older versions. Before any policy it refuses what no rule should have to judge: a
 // protocol switch (Upgrade, CONNECT, h2c) the route does not allow (403; after a switch nothing can
 // be judged), a Host other than the connection's (421), an unreadable MCP header and, on strict
 // routes, requests whose MCP headers cannot be trusted (400).

@@ -8,13 +8,9 @@ import (
 	"strings"
 
 	"mcpintercept/exchange"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
-
-// MinTrustedMCPVersion is the first MCP protocol version whose servers check the Mcp-* headers
-// against the body. Before it the headers are only the client's claim: a request can name one
-// tool in Mcp-Name and call another in its body, and the server runs the body.
-const MinTrustedMCPVersion = "2026-07-28"
 
 // upgradeVerdict refuses a protocol switch the route does not allow. After a 101 (or a 2xx to
 // CONNECT) both directions are opaque and nothing more can be judged, so every protocol asked for
@@ -105,24 +101,28 @@ func hostPart(s string) string {
 // strictVerdict enforces StrictMCPHeaders: on such a route the Mcp-* headers are what policy
 // judges, so a request must carry them, once each, at a version whose servers hold the body to
 // them.
-func strictVerdict(h *exchange.Head, info *RequestInfo) (exchange.Verdict, bool) {
+func strictVerdict(h *exchange.Head, info *mcp.Info) (exchange.Verdict, bool) {
 	refuse := func(reason string) (exchange.Verdict, bool) {
 		return exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusBadRequest, Reason: reason}, false
 	}
-	if info.dupMCP != "" {
-		return refuse("duplicate " + info.dupMCP + " header (strict_mcp_headers)")
+	// The first version whose servers check the Mcp-* headers against the body: before it a
+	// request can name one tool in Mcp-Name and call another in its body, and the server runs the
+	// body.
+	const trusted = string(mcp.V20260728)
+	if info.DupHeader != "" {
+		return refuse("duplicate " + info.DupHeader + " header (strict_mcp_headers)")
 	}
-	if v := info.ProtocolVersion; v != "" || hasHeader(h, "mcp-protocol-version") {
-		if !validDate(v) {
+	if v := info.Version(); v != "" || hasHeader(h, mcp.HeaderProtocolVersion) {
+		if !v.Dated() {
 			return refuse("malformed MCP-Protocol-Version (strict_mcp_headers)")
 		}
-		if v < MinTrustedMCPVersion {
-			return refuse("MCP-Protocol-Version " + v + " is older than " + MinTrustedMCPVersion +
-				": servers before " + MinTrustedMCPVersion + " do not validate Mcp-* headers against the body, so the headers cannot be trusted (strict_mcp_headers)")
+		if !v.ServerChecksHeaders() {
+			return refuse("MCP-Protocol-Version " + string(v) + " is older than " + trusted +
+				": servers before " + trusted + " do not validate Mcp-* headers against the body, so the headers cannot be trusted (strict_mcp_headers)")
 		}
 	}
-	if info.MCPMethod == "" && (info.Kind == KindMCP || (h.Method == "POST" && isJSON(info.ContentType))) {
-		return refuse("this route requires the Mcp-Method header (strict_mcp_headers; clients before protocol " + MinTrustedMCPVersion + " do not send it)")
+	if info.MCPMethod == "" && (info.Kind == mcp.KindMCP || (h.Method == "POST" && isJSON(info.ContentType))) {
+		return refuse("this route requires the Mcp-Method header (strict_mcp_headers; clients before protocol " + trusted + " do not send it)")
 	}
 	return exchange.Verdict{}, true
 }
@@ -130,17 +130,4 @@ func strictVerdict(h *exchange.Head, info *RequestInfo) (exchange.Verdict, bool)
 func hasHeader(h *exchange.Head, name string) bool {
 	_, ok := h.Get(name)
 	return ok
-}
-
-// validDate accepts YYYY-MM-DD, the form of MCP protocol versions, which then compare as strings.
-func validDate(v string) bool {
-	if len(v) != 10 || v[4] != '-' || v[7] != '-' {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		if i != 4 && i != 7 && (v[i] < '0' || v[i] > '9') {
-			return false
-		}
-	}
-	return true
 }

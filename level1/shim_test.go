@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"mcpintercept/exchange"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -20,7 +21,18 @@ import (
 type (
 	Head           = exchange.Head
 	MalformedError = exchange.MalformedError
+	RequestInfo    = mcp.Info
 )
+
+const (
+	KindMCP             = mcp.KindMCP
+	KindHTTP            = mcp.KindHTTP
+	TransportStreamable = mcp.TransportStreamable
+	TransportSSEStream  = mcp.TransportSSEStream
+	TransportSSEPost    = mcp.TransportSSEPost
+)
+
+func InfoOf(x *exchange.Exchange) *RequestInfo { return mcp.InfoOf(x) }
 
 func NewReader(r io.Reader, l Limits) *exchange.Reader { return exchange.NewReader(r, l) }
 

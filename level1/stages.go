@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"mcpintercept/exchange"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -50,7 +51,7 @@ type Guards struct {
 	// refused by the exchange's framing).
 	AllowUpgrade []string
 	// StrictMCPHeaders refuses with 400: a JSON POST or MCP request without Mcp-Method; a request
-	// whose MCP-Protocol-Version is malformed or older than MinTrustedMCPVersion (its server does
+	// whose MCP-Protocol-Version is malformed or older than 2026-07-28 (mcp.Version.ServerChecksHeaders: its server does
 	// not check the headers against the body, so a policy on them can be lied to); and a request
 	// repeating an Mcp-* header.
 	StrictMCPHeaders bool
@@ -87,17 +88,7 @@ func Stages(g Guards, f *Flow) []exchange.Stage {
 	return []exchange.Stage{NewClassifier(g), NewHeaderPolicy(f)}
 }
 
-// infoKey is where the Classifier keeps a request's RequestInfo on its exchange.
-type infoKey struct{}
-
-// InfoOf returns what the Classifier made of the exchange's request head; nil when it did not run
-// (no Classifier in the list, or a head that could not be read).
-func InfoOf(x *exchange.Exchange) *RequestInfo {
-	info, _ := x.Get(infoKey{}).(*RequestInfo)
-	return info
-}
-
-// Classifier is the Level 1 stage that classifies a request from its head (Classify; InfoOf
+// Classifier is the Level 1 stage that classifies a request from its head (Classify; mcp.InfoOf
 // reads the result) and refuses, with a plain-text 403, 421 or 400, what no policy should have to
 // judge: a protocol switch the route does not allow (after a switch nothing can be judged), a
 // Host other than the connection's, an MCP header it cannot read, and on strict routes requests
@@ -115,7 +106,7 @@ func NewClassifier(g Guards) *Classifier { return &Classifier{g: g} }
 func (c *Classifier) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Result {
 	h := x.Req
 	info := classify(h, &c.session)
-	x.Set(infoKey{}, info)
+	mcp.SetInfo(x, info)
 	if protos, upgrade := h.UpgradeProtocols(); upgrade {
 		if v, ok := upgradeVerdict(protos, c.g.AllowUpgrade); !ok {
 			return refuse(x, v)
@@ -160,7 +151,7 @@ func (p *HeaderPolicy) RequestHead(_ context.Context, x *exchange.Exchange) exch
 	if rs == nil {
 		return exchange.Continue
 	}
-	info := InfoOf(x)
+	info := mcp.InfoOf(x)
 	if info == nil {
 		info = Classify(x.Req)
 	}
@@ -177,25 +168,25 @@ func (p *HeaderPolicy) RequestHead(_ context.Context, x *exchange.Exchange) exch
 }
 
 // Input builds the policy input for one request of flow f.
-func Input(info *RequestInfo, f *Flow) *policy.Input {
-	mcp := map[string]any{}
+func Input(info *mcp.Info, f *Flow) *policy.Input {
+	m := map[string]any{}
 	if info.ProtocolVersion != "" {
-		mcp["version"] = info.ProtocolVersion
+		m["version"] = info.ProtocolVersion
 	}
 	if info.MCPMethod != "" {
-		mcp["method"] = info.MCPMethod
+		m["method"] = info.MCPMethod
 	}
 	if info.MCPName != "" {
-		mcp["name"] = info.MCPName
+		m["name"] = info.MCPName
 	}
 	if info.SessionHash != "" {
-		mcp["session"] = info.SessionHash
+		m["session"] = info.SessionHash
 	}
 	return &policy.Input{
 		Client:   f.Client,
 		Conn:     f.Conn,
 		HTTP:     map[string]any{"method": info.Method, "path": info.Path, "headers": info.Headers},
-		MCP:      mcp,
+		MCP:      m,
 		FailOpen: f.FailOpen,
 	}
 }
@@ -241,19 +232,3 @@ func refuse(x *exchange.Exchange, v exchange.Verdict) exchange.Result {
 
 // equalFold is exchange's ASCII case-insensitive comparison (one definition for the pipeline).
 func equalFold(a, b string) bool { return exchange.EqualFold(a, b) }
-
-// forEachToken calls fn for each non-empty element of a comma-separated list, trimmed of OWS.
-func forEachToken(v string, fn func(string)) {
-	for v != "" {
-		var t string
-		if i := strings.IndexByte(v, ','); i >= 0 {
-			t, v = v[:i], v[i+1:]
-		} else {
-			t, v = v, ""
-		}
-		t = strings.Trim(t, " \t")
-		if t != "" {
-			fn(t)
-		}
-	}
-}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"mcpintercept/exchange"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -79,7 +80,7 @@ func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*Mess
 	for i, m := range msgs {
 		out[i] = m.Raw
 		r := st.reqs[i]
-		if m.Kind == KindRequest && versionAtLeast(st.version, version2026) {
+		if m.Kind == KindRequest && mcp.Version(st.version).Stateless() {
 			if p == nil {
 				p = s.newProber(x, st, ServerToClient)
 			}

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"mcpintercept/exchange"
-	"mcpintercept/level1"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -591,7 +591,7 @@ func syncMCPHeaders(x *exchange.Exchange, before, after *Message, reds []*policy
 		if oldArgs == nil {
 			oldArgs, newArgs = before.Arguments(), after.Arguments()
 		}
-		val, err := level1.DecodeHeaderValue(hd.Value)
+		val, err := mcp.DecodeHeaderValue(hd.Value)
 		if err != nil {
 			val = hd.Value
 		}

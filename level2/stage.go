@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"mcpintercept/exchange"
-	"mcpintercept/level1"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -639,7 +639,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				if serverRequestKinds[m.Method] != "" {
 					kind = kindOf(m.Method, m.Params)
 					if tool != "" {
-						r.Name = level1.RedactURI(tool)
+						r.Name = mcp.RedactURI(tool)
 					}
 				}
 			}
@@ -680,7 +680,7 @@ func (s *stage) surface(x *exchange.Exchange, st *xstate, m *Message, req *Recor
 		if p == nil {
 			return nil, false
 		}
-		f := filterList(m.Raw, kinds, versionAtLeast(st.version, version2026), p.allowed)
+		f := filterList(m.Raw, kinds, mcp.Version(st.version).CachingHints(), p.allowed)
 		if len(f.hidden) == 0 {
 			return nil, false
 		}
@@ -700,7 +700,7 @@ func (s *stage) surface(x *exchange.Exchange, st *xstate, m *Message, req *Recor
 	for _, ir := range irs {
 		im := &Message{Kind: KindRequest, Method: ir.method, Params: ir.params}
 		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: "input_request", ID: ir.key, Method: ir.method,
-			Name: level1.RedactURI(tool), Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target)}
+			Name: mcp.RedactURI(tool), Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target)}
 		d := s.evaluate(x, st, im, r, ServerToClient, nil, serverRequestInput(ir.method, ir.params, tool))
 		r.Decision, r.Rule = d.Action, d.Rule
 		r.Reason = kindOf(ir.method, ir.params) + " input request " + oneLine(ir.key) + " (input_required of " + req.Method + "): " + d.Reason
@@ -827,60 +827,60 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record
 	if sj, ok := rs.(interface{ JudgesServerMessages() bool }); ok && dir == ServerToClient && !sj.JudgesServerMessages() {
 		return policy.Decision{Action: policy.ActionAllow, Reason: policy.ReasonNoMatch}
 	}
-	mcp := map[string]any{"direction": dir, "kind": m.Kind.String()}
+	vars := map[string]any{"direction": dir, "kind": m.Kind.String()}
 	if r.Method != "" {
-		mcp["method"] = r.Method
+		vars["method"] = r.Method
 	}
 	if r.Name != "" {
-		mcp["name"] = r.Name
+		vars["name"] = r.Name
 	}
 	if r.ID != "" {
-		mcp["id"] = r.ID
+		vars["id"] = r.ID
 	}
 	if st.version != "" {
-		mcp["version"] = st.version
+		vars["version"] = st.version
 	}
 	if st.session != "" {
-		mcp["session"] = st.session
+		vars["session"] = st.session
 	}
 	switch m.Kind {
 	case KindRequest, KindNotification:
 		if reads("arguments") {
 			if args := m.Arguments(); args != nil {
-				mcp["arguments"] = args
+				vars["arguments"] = args
 			}
 		}
 		if reads("client_info") {
 			if ci := m.ClientInfo(); ci != nil {
-				mcp["client_info"] = ci
+				vars["client_info"] = ci
 			} else if st.clientInfo != nil {
-				mcp["client_info"] = st.clientInfo
+				vars["client_info"] = st.clientInfo
 			} else if _, ci := s.f.Sessions.Lookup(st.session); ci != nil {
-				mcp["client_info"] = ci
+				vars["client_info"] = ci
 			}
 		}
 	case KindResponse:
 		if reads("result") {
 			if v := decodeAny(m.Result); v != nil {
-				mcp["result"] = v
+				vars["result"] = v
 			}
 		}
 	case KindError:
 		if m.Error != nil {
-			mcp["error"] = map[string]any{"code": m.Error.Code, "message": m.Error.Message}
+			vars["error"] = map[string]any{"code": m.Error.Code, "message": m.Error.Message}
 		}
 	}
 	if extra != nil {
-		extra(mcp)
+		extra(vars)
 	}
 	if dir == ClientToServer && (m.Kind == KindRequest) && isRetry(m) {
-		mcp["retry"] = true
+		vars["retry"] = true
 	}
 	in := &policy.Input{
-		Client: s.f.Client, Conn: s.f.Conn, MCP: mcp, FailOpen: s.f.FailOpen, ServerMessage: dir == ServerToClient,
+		Client: s.f.Client, Conn: s.f.Conn, MCP: vars, FailOpen: s.f.FailOpen, ServerMessage: dir == ServerToClient,
 		HTTP: map[string]any{"method": x.Req.Method, "path": pathOf(x.Req.Target)},
 	}
-	if info := level1.InfoOf(x); info != nil {
+	if info := mcp.InfoOf(x); info != nil {
 		in.HTTP["headers"] = info.Headers
 	}
 	d := rs.Evaluate(in)
@@ -906,7 +906,7 @@ func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *Message, dir stri
 		r.Time = st.start
 	}
 	if n := m.Name(); n != "" {
-		r.Name = level1.RedactURI(n)
+		r.Name = mcp.RedactURI(n)
 	}
 	if m.Kind == KindResponse || m.Kind == KindError {
 		if req := st.byID[idKey(m)]; req != nil {
@@ -949,12 +949,13 @@ func headerMismatch(h *exchange.Head, msgs []*Message, batch bool) string {
 		return fmt.Sprintf("Mcp-Method header %q does not match body method %q", hm, m.Method)
 	}
 	if hasN {
-		name, err := level1.DecodeHeaderValue(hn)
+		name, err := mcp.DecodeHeaderValue(hn)
 		if err != nil {
-			return "Mcp-Name header does not decode: " + err.Error()
+			// Worded as Level 1 refuses the same header: a framing error of the request.
+			return "Mcp-Name header does not decode: " + (&exchange.MalformedError{Msg: err.Error()}).Error()
 		}
 		if name != m.Name() {
-			return fmt.Sprintf("Mcp-Name header %q does not match body name %q", level1.RedactURI(name), level1.RedactURI(m.Name()))
+			return fmt.Sprintf("Mcp-Name header %q does not match body name %q", mcp.RedactURI(name), mcp.RedactURI(m.Name()))
 		}
 	}
 	if hasV && m.Method != "initialize" {
@@ -965,14 +966,15 @@ func headerMismatch(h *exchange.Head, msgs []*Message, batch bool) string {
 	return ""
 }
 
-// batchAllowed: JSON-RPC batches exist only in MCP 2025-03-26. A request that carries
-// MCP-Protocol-Version is at least 2025-06-18 (the header came with it) unless it says 2025-03-26;
-// one without it and without a known session version comes from a 2025-03-26 (or older) client.
+// batchAllowed: JSON-RPC batches exist only in MCP 2025-03-26 (mcp.Version.BatchesAllowed). A
+// request that carries MCP-Protocol-Version is at least 2025-06-18 (the header came with it) unless
+// it says 2025-03-26; one without it and without a known session version comes from a 2025-03-26
+// (or older) client.
 func batchAllowed(version string, h *exchange.Head) bool {
 	if version != "" {
-		return version == "2025-03-26"
+		return mcp.Version(version).BatchesAllowed()
 	}
-	_, has := h.Get("MCP-Protocol-Version")
+	_, has := h.Get(mcp.HeaderProtocolVersion)
 	return !has
 }
 
@@ -1006,13 +1008,13 @@ func legacySession(target string) string {
 	return ""
 }
 
-// pathOf is http.path: Level 1's function, so that both levels read a target alike.
-func pathOf(target string) string { return level1.PathOf(target) }
+// pathOf is http.path, read as Level 1 reads it (mcp.PathOf).
+func pathOf(target string) string { return mcp.PathOf(target) }
 
-// accepts reads the request's Accept lines the way Level 1 does (one parser for both levels).
+// accepts reads the request's Accept lines the way Level 1 does (mcp.Accepts).
 func accepts(h *exchange.Head) (sse, json bool) {
-	return level1.Accepts(h, "text/event-stream", "text/*", "*/*"),
-		level1.Accepts(h, "application/json", "application/*", "*/*")
+	return mcp.Accepts(h.Headers, "text/event-stream", "text/*", "*/*"),
+		mcp.Accepts(h.Headers, "application/json", "application/*", "*/*")
 }
 
 func isIdentity(ce string) bool {

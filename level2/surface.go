@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"mcpintercept/exchange"
-	"mcpintercept/level1"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -41,10 +41,6 @@ var listMethods = map[string][]listKind{
 	"server/discover": {toolsKind, promptsKind, resourcesKind, templatesKind},
 }
 
-// version2026 is the first version with caching hints (ttlMs, cacheScope) and multi round-trip
-// requests (input_required).
-const version2026 = "2026-07-28"
-
 // filtered is what filterList did to one result.
 type filtered struct {
 	out    []byte
@@ -54,7 +50,7 @@ type filtered struct {
 }
 
 // filterList rebuilds the response message raw without the entries allowed refuses. When it
-// hid something and the result carries caching hints, or addScope is set (2026-07-28), the
+// hid something and the result carries caching hints, or addScope is set (mcp.Version.CachingHints), the
 // result's cacheScope becomes "private": the page now depends on who asked. ttlMs, nextCursor
 // and every other member are kept as sent.
 func filterList(raw []byte, kinds []listKind, addScope bool, allowed func(method, name string) (bool, string)) filtered {
@@ -139,7 +135,7 @@ func describeFiltered(method string, f filtered) string {
 		names, more = names[:8], len(names)-8
 	}
 	for i, n := range names {
-		names[i] = level1.RedactURI(n)
+		names[i] = mcp.RedactURI(n)
 	}
 	s := fmt.Sprintf("surface: %s hid %d of %d entries (%s", method, len(f.hidden), f.total, strings.Join(names, ", "))
 	if more > 0 {
@@ -184,7 +180,7 @@ func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober 
 	p.in = policy.Input{Client: s.f.Client, Conn: s.f.Conn, MCP: p.mcp, FailOpen: s.f.FailOpen, Probe: true,
 		ServerMessage: dir == ServerToClient,
 		HTTP:          map[string]any{"method": x.Req.Method, "path": pathOf(x.Req.Target)}}
-	if info := level1.InfoOf(x); info != nil {
+	if info := mcp.InfoOf(x); info != nil {
 		p.in.HTTP["headers"] = info.Headers
 	}
 	return p
@@ -497,9 +493,6 @@ func isRetry(m *Message) bool {
 	_, ok := m.param("requestState")
 	return ok
 }
-
-// versionAtLeast compares MCP versions (dates in ISO form compare as strings).
-func versionAtLeast(v, min string) bool { return v != "" && v >= min }
 
 // rawID is a JSON id for an error response (the id as sent).
 func rawID(m *Message) json.RawMessage { return m.ID }
