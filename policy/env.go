@@ -3,21 +3,15 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
-)
-
-// The variables a rule can read. They are maps of dyn rather than declared object types so that
-// fields added later (process identity, for one) do not invalidate rules written today.
-const (
-	varClient = "client"
-	varConn   = "conn"
-	varHTTP   = "http"
-	varMCP    = "mcp"
 )
 
 // celEnv is built once: it is immutable, safe for concurrent use, and costly enough (milliseconds)
@@ -25,11 +19,13 @@ const (
 var celEnv = sync.OnceValues(newEnv)
 
 func newEnv() (*cel.Env, error) {
-	env, err := cel.NewEnv(
-		cel.Variable(varClient, cel.MapType(cel.StringType, cel.DynType)),
-		cel.Variable(varConn, cel.MapType(cel.StringType, cel.DynType)),
-		cel.Variable(varHTTP, cel.MapType(cel.StringType, cel.DynType)),
-		cel.Variable(varMCP, cel.MapType(cel.StringType, cel.DynType)),
+	prov, err := newProvider()
+	if err != nil {
+		return nil, fmt.Errorf("build type registry: %w", err)
+	}
+	opts := []cel.EnvOption{
+		cel.CustomTypeProvider(prov),
+		cel.CustomTypeAdapter(prov),
 		ext.Strings(),
 		cel.Function("cidr_contains",
 			cel.Overload("cidr_contains_string_string",
@@ -42,11 +38,32 @@ func newEnv() (*cel.Env, error) {
 			cel.Overload("prefix_string_int_int",
 				[]*cel.Type{cel.StringType, cel.IntType, cel.IntType}, cel.StringType,
 				cel.FunctionBinding(prefixByFamily))),
-	)
+	}
+	for _, o := range roots {
+		opts = append(opts, cel.Variable(o.varName, o.typ))
+		opts = append(opts, wholeUses(o)...)
+	}
+	env, err := cel.NewEnv(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("build cel environment: %w", err)
 	}
 	return env, nil
+}
+
+// wholeUses keeps the map-like uses of a variable that rules could write when the variables were
+// maps: a computed key (mcp[k]), membership ("name" in mcp) and size(mcp). Such a use reads every
+// field of the variable (Set.Needs). The overloads have no binding of their own: CEL's index,
+// @in and size dispatch on the value, and a whole variable becomes a map (provider.NativeToValue).
+func wholeUses(o *object) []cel.EnvOption {
+	id := strings.ReplaceAll(o.typ.TypeName(), ".", "_")
+	return []cel.EnvOption{
+		cel.Function(operators.Index,
+			cel.Overload("index_"+id+"_string", []*cel.Type{o.typ, cel.StringType}, cel.DynType)),
+		cel.Function(operators.In,
+			cel.Overload("in_string_"+id, []*cel.Type{cel.StringType, o.typ}, cel.BoolType)),
+		cel.Function(overloads.Size,
+			cel.Overload("size_"+id, []*cel.Type{o.typ}, cel.IntType)),
+	}
 }
 
 // cidrContains reports whether ip lies in cidr. A malformed CIDR is the rule author's mistake and

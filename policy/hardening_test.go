@@ -385,7 +385,7 @@ func TestRuleErrors(t *testing.T) {
 			name: "several errors: all listed, first named",
 			rules: []RuleSpec{
 				{Name: "a", When: `int(http.headers["x"]) > 3`, Action: RuleAllow},
-				{Name: "b", When: `mcp.name`, Action: RuleDeny},
+				{Name: "b", When: `dyn(mcp.name)`, Action: RuleDeny},
 				{Name: "c", When: `{"k": 1}[mcp.name] == 1`, Action: RuleDeny},
 			},
 			in:         numHeader,
@@ -396,7 +396,7 @@ func TestRuleErrors(t *testing.T) {
 		},
 		{
 			name:       "non-bool when: fail closed",
-			rules:      []RuleSpec{{Name: "r", When: `mcp.name`, Action: RuleDeny}},
+			rules:      []RuleSpec{{Name: "r", When: `dyn(mcp.name)`, Action: RuleDeny}},
 			in:         numHeader,
 			wantAction: ActionDeny, wantRule: "r",
 			wantReason: "rule r failed to evaluate: when evaluated to string, not bool",
@@ -457,9 +457,11 @@ func TestRuleErrors(t *testing.T) {
 			wantReason: ReasonNoMatch,
 		},
 		{
-			name:       "a numeric header converts (the checker's int(int) guess is undone)",
-			rules:      []RuleSpec{{Name: "big", When: `int(http.headers["n"]) > 3 && string(http.h["i"]) == "7"`, Action: RuleDeny}},
-			in:         &Input{HTTP: map[string]any{"headers": map[string]string{"n": "5"}, "h": map[string]any{"i": 7}}},
+			name: "a numeric header converts (the checker's int(int) guess is undone)",
+			rules: []RuleSpec{{Name: "big", When: `int(http.headers["n"]) > 3 && int(mcp.arguments["n"]) > 3 && string(mcp.arguments["i"]) == "7"`,
+				Action: RuleDeny}},
+			in: &Input{HTTP: map[string]any{"headers": map[string]string{"n": "5"}},
+				MCP: map[string]any{"arguments": map[string]any{"n": "5", "i": 7}}},
 			wantAction: ActionDeny, wantRule: "big", wantReason: "denied by rule big",
 		},
 		{

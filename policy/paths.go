@@ -23,6 +23,18 @@ type fieldPath struct {
 	// an absent field too, named after the key the request looked up.
 	dyn  bool
 	base string
+	// fast, for a one-segment path to a string field (client.address), reads that field
+	// from typed facts without boxing it.
+	fast *field
+}
+
+func fastField(p fieldPath) *field {
+	if o := rootObject(p.root); o != nil && len(p.segs) == 1 && !p.dyn {
+		if f := o.byName[p.segs[0]]; f != nil && f.str != nil {
+			return f
+		}
+	}
+	return nil
 }
 
 func appendPaths(paths []fieldPath, a *cel.Ast) []fieldPath {
@@ -157,16 +169,30 @@ func isIdent(s string) bool {
 	return true
 }
 
-func (in *Input) root(name string) map[string]any {
+// root is what a variable resolves to: the map of an Input built the old way, else the view of
+// its typed facts.
+func (in *Input) root(name string) any {
 	switch name {
 	case varClient:
-		return in.Client
+		if in.Client != nil {
+			return in.Client
+		}
+		return (*clientView)(in)
 	case varConn:
-		return in.Conn
+		if in.Conn != nil {
+			return in.Conn
+		}
+		return (*connView)(in)
 	case varHTTP:
-		return in.HTTP
+		if in.HTTP != nil {
+			return in.HTTP
+		}
+		return (*httpView)(in)
 	case varMCP:
-		return in.MCP
+		if in.MCP != nil {
+			return in.MCP
+		}
+		return (*mcpView)(in)
 	}
 	return nil
 }
@@ -207,6 +233,12 @@ func addAbsent(d *Decision, paths []fieldPath, in *Input, key string) bool {
 // segment, or -1; ok is false when the path is absent or does not lead to a string.
 func (p *fieldPath) resolveString(in *Input) (s string, absent int, ok bool) {
 	var cur any = in.root(p.root)
+	if _, isMap := cur.(map[string]any); p.fast != nil && !isMap {
+		if s, ok := p.fast.str(cur); ok {
+			return s, -1, true
+		}
+		return "", 0, false
+	}
 	for j, seg := range p.segs {
 		v, present, isMap := lookup(cur, seg)
 		if !isMap {
@@ -217,8 +249,18 @@ func (p *fieldPath) resolveString(in *Input) (s string, absent int, ok bool) {
 		}
 		cur = v
 	}
-	s, ok = cur.(string)
-	return s, -1, ok
+	switch v := cur.(type) {
+	case string:
+		return v, -1, true
+	case types.String:
+		return string(v), -1, true
+	}
+	return "", -1, false
+}
+
+// keyed is a typed value read by key: the views of an Input and *RPCError.
+type keyed interface {
+	FindStringKey(string) (any, bool)
 }
 
 func lookup(m any, key string) (v any, present, isMap bool) {
@@ -228,6 +270,9 @@ func lookup(m any, key string) (v any, present, isMap bool) {
 		return v, ok, true
 	case map[string]string:
 		v, ok := m[key]
+		return v, ok, true
+	case keyed:
+		v, ok := m.FindStringKey(key)
 		return v, ok, true
 	}
 	return nil, false, false
@@ -240,34 +285,6 @@ func appendUnique(list *[]string, s string) {
 		}
 	}
 	*list = append(*list, s)
-}
-
-// bareMCP reports whether the expression uses the mcp variable other than as the operand of a
-// constant field selection or index (mcp.method, mcp["name"]): such a use may read any field.
-func bareMCP(a *cel.Ast) bool {
-	if a == nil {
-		return false
-	}
-	idents, selected := 0, 0
-	ast.PostOrderVisit(a.NativeRep().Expr(), ast.NewExprVisitor(func(e ast.Expr) {
-		switch e.Kind() {
-		case ast.IdentKind:
-			if e.AsIdent() == varMCP {
-				idents++
-			}
-		case ast.SelectKind:
-			if op := e.AsSelect().Operand(); op.Kind() == ast.IdentKind && op.AsIdent() == varMCP {
-				selected++
-			}
-		case ast.CallKind:
-			c := e.AsCall()
-			if args := c.Args(); c.FunctionName() == operators.Index && len(args) == 2 && args[1].Kind() == ast.LiteralKind &&
-				args[0].Kind() == ast.IdentKind && args[0].AsIdent() == varMCP {
-				selected++
-			}
-		}
-	}))
-	return idents > selected
 }
 
 // argKeysOf returns the keys under mcp.arguments that e reads as a constant chain, arguments

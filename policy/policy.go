@@ -68,14 +68,24 @@ type RuleSpec struct {
 	Pos, KeyPos Pos
 }
 
-// Input holds the request facts a rule can read. A key is absent, not empty, when the request did
-// not carry that fact (an MCP client older than 2026-07-28 sends no Mcp-Method header): rules
+// Input holds the request facts a rule can read. A field is absent, not empty, when the request
+// did not carry that fact (an MCP client older than 2026-07-28 sends no Mcp-Method header): rules
 // must be able to tell "no method" from "empty method".
+//
+// Vars holds them typed (see Vars). The four maps are the older form, kept while callers move to
+// Vars: a variable whose map is non-nil is read from the map, its typed struct ignored. An Input
+// serves one Evaluate at a time (Evaluate keeps what it asked of the lazy values in it).
 type Input struct {
-	Client map[string]any // address, port; later pid, comm, uid, cgroup, exe
-	Conn   map[string]any // orig_dst, orig_ip, orig_port, sni, mechanism, tls
-	HTTP   map[string]any // method, path, headers (map[string]string, lower-case names, no secrets)
-	MCP    map[string]any // version, method, name, session
+	Vars Vars
+
+	// Deprecated: set Vars.Client.
+	Client map[string]any
+	// Deprecated: set Vars.Conn.
+	Conn map[string]any
+	// Deprecated: set Vars.HTTP.
+	HTTP map[string]any
+	// Deprecated: set Vars.MCP.
+	MCP map[string]any
 
 	// FailOpen chooses what a rule that fails to evaluate (a run-time error in its `when` or
 	// rate limit key, not an absent field) does. False, the default, fails closed: a deny or
@@ -94,6 +104,8 @@ type Input struct {
 	// asks it for every entry of a tools/list (would a call to this tool be denied to this
 	// client?). A probe skips rate_limit rules, spending no tokens, and redact rules.
 	Probe bool
+
+	lazy lazy
 }
 
 // RuleError is one rule that failed to evaluate for one request.
@@ -145,6 +157,7 @@ type Set struct {
 	rules    []*rule
 	now      func() time.Time
 	argPaths [][]string // the union of the rules' argPaths
+	needs    Needs
 }
 
 type rule struct {
@@ -160,11 +173,10 @@ type rule struct {
 	// readsServer: the rule reads mcp.direction, mcp.result or mcp.error, so it was written with
 	// server→client messages in mind (see Input.ServerMessage).
 	readsServer bool
-	// opaqueMCP: the rule uses the mcp map other than through a constant field (`"x" in mcp`,
-	// mcp[k]); Reads then answers yes for every field.
-	opaqueMCP bool
 	// argPaths are the key chains under mcp.arguments the rule reads (see ArgumentPaths).
 	argPaths [][]string
+	// uses are the fields the rule reads, with their positions (see Needs, CheckLevel).
+	uses []fieldUse
 }
 
 type rateRule struct {
@@ -245,6 +257,7 @@ func CompileWithState(rules []RuleSpec, prev *Set, opts ...Option) (*Set, error)
 			s.argPaths = appendUniqueKeys(s.argPaths, p)
 		}
 	}
+	s.computeNeeds()
 
 	// A rule keeps its buckets only while its name and key expression stay the same: a rule
 	// whose key changed (from address to session, say) gets a new store, and its old buckets go
@@ -330,10 +343,11 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 			errs = append(errs, kerrs...)
 			if prg != nil {
 				r.rl.key = prg
+				errs = append(errs, r.addUses(ast, spec.KeyPos, label, "rate_limit key")...)
 				r.paths = appendPaths(r.paths, ast)
 				r.argPaths = appendArgPaths(r.argPaths, ast)
-				r.opaqueMCP = r.opaqueMCP || bareMCP(ast)
 				if p, ok := chain(ast.NativeRep().Expr()); ok {
+					p.fast = fastField(p)
 					r.rl.keyPath = &p
 				}
 			}
@@ -349,9 +363,9 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 		errs = append(errs, werrs...)
 		if prg != nil {
 			r.when = prg
+			errs = append(errs, r.addUses(ast, spec.Pos, label, "when")...)
 			r.paths = appendPaths(r.paths, ast)
 			r.argPaths = appendArgPaths(r.argPaths, ast)
-			r.opaqueMCP = r.opaqueMCP || bareMCP(ast)
 		}
 	}
 
@@ -395,6 +409,18 @@ func keyTypeOK(t *cel.Type) bool {
 		}
 	}
 	return false
+}
+
+// addUses records the fields the expression of a reads and returns the errors of constant keys
+// that name no field.
+func (r *rule) addUses(a *cel.Ast, start Pos, label, what string) CompileErrors {
+	uses, msgs, at := fieldUses(a, exprPos(a, start))
+	r.uses = append(r.uses, uses...)
+	var errs CompileErrors
+	for i, m := range msgs {
+		errs = append(errs, &CompileError{Pos: at[i], Rule: label, Msg: what + ": " + m})
+	}
+	return errs
 }
 
 func compileExpr(env *cel.Env, src string, pos Pos, label, what string, typeOK func(*cel.Type) bool) (cel.Program, *cel.Ast, CompileErrors) {
@@ -474,35 +500,15 @@ func widenDynIndexCalls(a *cel.Ast) {
 
 // activation resolves the four variables straight from the Input, so Evaluate builds no
 // combined map per request. Being a single pointer, it converts to an interface without
-// allocating.
+// allocating, and so do the views it resolves to.
 type activation struct{ in *Input }
 
-var emptyMap = map[string]any{}
-
-func orEmpty(m map[string]any) map[string]any {
-	if m == nil {
-		return emptyMap
-	}
-	return m
-}
-
 func (a activation) ResolveName(name string) (any, bool) {
-	switch name {
-	case varClient:
-		return orEmpty(a.in.Client), true
-	case varConn:
-		return orEmpty(a.in.Conn), true
-	case varHTTP:
-		return orEmpty(a.in.HTTP), true
-	case varMCP:
-		return orEmpty(a.in.MCP), true
-	}
-	return nil, false
+	v := a.in.root(name)
+	return v, v != nil
 }
 
 func (activation) Parent() interpreter.Activation { return nil }
-
-var emptyInput Input
 
 // Evaluate decides one request. It never panics and never blocks on anything but the bucket
 // mutex of one shard.
@@ -513,8 +519,9 @@ func (s *Set) Evaluate(in *Input) Decision {
 		return d
 	}
 	if in == nil {
-		in = &emptyInput
+		in = new(Input)
 	}
+	in.lazy = lazy{}
 	act := activation{in: in}
 	for _, r := range s.rules {
 		if in.ServerMessage && !r.readsServer {
@@ -678,22 +685,17 @@ func (s *Set) noteError(d *Decision, r *rule, in *Input, err error) (msg string,
 
 // Reads reports whether some rule of the set reads mcp.<field> (mcp.arguments, mcp.result, …), so
 // that a caller can skip building a costly value no rule looks at. A rule that reads the whole
-// mcp map (mcp[...] with a computed key, or mcp itself) counts as reading every field.
+// mcp variable (mcp[...] with a computed key, or mcp itself) counts as reading every field.
+// Needs answers the same for the costly fields at once.
 func (s *Set) Reads(field string) bool {
 	if s == nil {
 		return false
 	}
 	for _, r := range s.rules {
-		for _, p := range r.paths {
-			if p.root != varMCP {
-				continue
-			}
-			if p.dyn || len(p.segs) == 0 || p.segs[0] == field {
+		for _, u := range r.uses {
+			if u.reads(varMCP, field) {
 				return true
 			}
-		}
-		if r.opaqueMCP {
-			return true
 		}
 	}
 	return false
@@ -731,15 +733,8 @@ func (s *Set) Redactions() []*Redaction {
 }
 
 // JudgesServerMessages reports whether some rule is written for messages from the server (see
-// Input.ServerMessage); when none is, evaluating such a message cannot decide anything.
+// Input.ServerMessage); when none is, evaluating such a message cannot decide anything. It is
+// Needs().ServerMessages.
 func (s *Set) JudgesServerMessages() bool {
-	if s == nil {
-		return false
-	}
-	for _, r := range s.rules {
-		if r.readsServer {
-			return true
-		}
-	}
-	return false
+	return s.Needs().ServerMessages
 }

@@ -362,13 +362,13 @@ func TestCompileErrors(t *testing.T) {
 		{
 			name: "bad key expression points at the key",
 			rules: []RuleSpec{{Name: "r7", Action: RuleRateLimit, Pos: pos, KeyPos: Pos{File: "mcpintercept.yaml", Line: 14, Column: 14},
-				RateLimit: &RateLimit{Key: "client.adress + nope", Rate: 1, Burst: 1}}},
+				RateLimit: &RateLimit{Key: "client.cgroup + nope", Rate: 1, Burst: 1}}},
 			want: []string{`mcpintercept.yaml:14:30: rule r7: rate_limit key: undeclared reference to 'nope'`},
 		},
 		{
 			name: "list-typed key",
 			rules: []RuleSpec{{Name: "r8", Action: RuleRateLimit, Pos: pos, KeyPos: Pos{File: "k.yaml", Line: 3, Column: 5},
-				RateLimit: &RateLimit{Key: "[client.address]", Rate: 1, Burst: 1}}},
+				RateLimit: &RateLimit{Key: "[mcp.result]", Rate: 1, Burst: 1}}},
 			want: []string{`k.yaml:3:5: rule r8: rate_limit key: expression has type list(dyn), want a value convertible to string`},
 		},
 		{
@@ -405,7 +405,7 @@ func TestCompileErrors(t *testing.T) {
 		},
 		{
 			name:  "no position supplied: positions within the expression",
-			rules: []RuleSpec{{Name: "r12", When: `mcp.x == y`, Action: RuleDeny}},
+			rules: []RuleSpec{{Name: "r12", When: `"abc" == y`, Action: RuleDeny}},
 			want:  []string{`1:10: rule r12: when: undeclared reference to 'y'`},
 		},
 	}

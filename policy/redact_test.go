@@ -139,7 +139,7 @@ func TestArgumentPaths(t *testing.T) {
 		{`mcp.arguments.x == 1 || mcp.arguments.x == 2`, [][]string{{"x"}}},
 		{`mcp.arguments[mcp.name] == "y"`, nil},
 		{`mcp.name == "arguments"`, nil},
-		{`client.arguments.path == "x"`, nil},
+		{`{"arguments": {"path": "x"}}.arguments.path == "x"`, nil},
 	} {
 		set, err := Compile([]RuleSpec{{Name: "r", When: c.when, Action: RuleDeny}})
 		if err != nil {

@@ -1,0 +1,160 @@
+package policy
+
+// Level is an awareness level: how much of a flow a route lets the appliance see, and so which
+// fields of the rule variables can be present when its rule set is evaluated.
+type Level int
+
+// The awareness levels.
+const (
+	// LevelConn sees the connection only (opaque and passthrough routes): client.* and conn.*.
+	LevelConn Level = 0
+	// LevelHeaders adds the HTTP request head: http.* and the MCP fields headers carry.
+	LevelHeaders Level = 1
+	// LevelBody adds the JSON-RPC messages: every mcp.* field.
+	LevelBody Level = 2
+)
+
+// Vars are the typed facts of one evaluation, one struct per CEL variable. A nil pointer is a
+// variable the caller cannot know at its level: every field of it is absent. The caller owns the
+// structs; Evaluate only reads them, so a flow's Client and Conn are built once and shared by
+// every evaluation of the flow, and a Message can be reused from one message to the next.
+type Vars struct {
+	Client *Client
+	Conn   *Conn
+	HTTP   *Request
+	MCP    *Message
+}
+
+// Client is the `client` variable: the peer that opened the flow.
+type Client struct {
+	Address string // IP, without port
+	Port    uint16
+	// Process is the local process that opened the flow, when the mechanism knows it (eBPF);
+	// nil leaves client.pid, uid, gid, comm, exe and cgroup absent.
+	Process *Process
+}
+
+// Process is the identity of a local client process.
+type Process struct {
+	PID, UID, GID uint32
+	Comm, Exe     string
+	Cgroup        uint64
+}
+
+// Conn is the `conn` variable: where the flow was going and how it is treated.
+type Conn struct {
+	OrigDst   string // IP:port as net.JoinHostPort writes it
+	OrigIP    string
+	OrigPort  uint16
+	Mechanism string // the steering mechanism's name
+	TLS       string // passthrough, terminate or plaintext
+	// Hello says the flow opened with a TLS ClientHello, so conn.sni is present, empty when the
+	// hello named no server; without a hello conn.sni is absent.
+	Hello bool
+	SNI   string
+}
+
+// Request is the `http` variable: the request head (Level 1 and 2).
+type Request struct {
+	Method, Path string // path without query
+	// Headers is read only when a rule reads http.headers; nil leaves it absent.
+	Headers HeaderSource
+}
+
+// HeaderSource produces the request's headers for rules: lower-case names, first values, no
+// credential. It is asked at most once per evaluation, and only when a rule reads http.headers.
+type HeaderSource interface {
+	HeaderMap() map[string]string
+}
+
+// HeaderMap is a HeaderSource for headers already collected.
+type HeaderMap map[string]string
+
+// HeaderMap returns m.
+func (m HeaderMap) HeaderMap() map[string]string { return m }
+
+// Message is the `mcp` variable: the MCP facts of a request (Level 1, from its headers) or of a
+// JSON-RPC message (Level 2, from its body). A string field is absent when empty, as a header the
+// client did not send is: rules tell "no method" from any method.
+type Message struct {
+	Version, Method, Name, Session string    // Level 1 and 2
+	ID                             string    // the JSON-RPC id, as text
+	Direction                      string    // client_to_server or server_to_client
+	Kind                           string    // request, notification, response or error
+	Tool                           string    // a server→client request: the tool whose call it belongs to
+	Mode                           string    // an elicitation's mode
+	Retry                          bool      // a request repeated with its input responses; absent when false
+	Error                          *RPCError // a JSON-RPC error response; nil when absent
+	// Body produces the costly members on demand; nil leaves them absent.
+	Body Body
+}
+
+// RPCError is mcp.error.
+type RPCError struct {
+	Code    int64
+	Message string
+}
+
+// Body produces the members of a message that cost a decode. Each is asked at most once per
+// evaluation, and only when a rule reads it; nil means absent.
+type Body interface {
+	Arguments() map[string]any  // mcp.arguments: params.arguments of a request
+	Result() any                // mcp.result: the result of a response
+	ClientInfo() map[string]any // mcp.client_info: the client's implementation info
+}
+
+// lazy holds what an evaluation asked of the HeaderSource and the Body, so that two rules
+// reading mcp.arguments decode the arguments once.
+type lazy struct {
+	done             uint8 // lazyArgs | lazyResult | lazyClientInfo | lazyHeaders
+	args, clientInfo map[string]any
+	result           any
+	headers          map[string]string
+}
+
+const (
+	lazyArgs uint8 = 1 << iota
+	lazyResult
+	lazyClientInfo
+	lazyHeaders
+)
+
+func (in *Input) arguments() map[string]any {
+	if in.lazy.done&lazyArgs == 0 {
+		in.lazy.done |= lazyArgs
+		if m := in.Vars.MCP; m != nil && m.Body != nil {
+			in.lazy.args = m.Body.Arguments()
+		}
+	}
+	return in.lazy.args
+}
+
+func (in *Input) result() any {
+	if in.lazy.done&lazyResult == 0 {
+		in.lazy.done |= lazyResult
+		if m := in.Vars.MCP; m != nil && m.Body != nil {
+			in.lazy.result = m.Body.Result()
+		}
+	}
+	return in.lazy.result
+}
+
+func (in *Input) clientInfo() map[string]any {
+	if in.lazy.done&lazyClientInfo == 0 {
+		in.lazy.done |= lazyClientInfo
+		if m := in.Vars.MCP; m != nil && m.Body != nil {
+			in.lazy.clientInfo = m.Body.ClientInfo()
+		}
+	}
+	return in.lazy.clientInfo
+}
+
+func (in *Input) headers() map[string]string {
+	if in.lazy.done&lazyHeaders == 0 {
+		in.lazy.done |= lazyHeaders
+		if r := in.Vars.HTTP; r != nil && r.Headers != nil {
+			in.lazy.headers = r.Headers.HeaderMap()
+		}
+	}
+	return in.lazy.headers
+}
