@@ -42,7 +42,7 @@ func Parse(name string, data []byte, o Overrides) (*Config, error) {
 	c := &Config{}
 	d.root = d.document(data)
 	if d.root != nil {
-		d.mapping(d.root, "", d.schema(c))
+		d.mapping(d.root, "", configTable.fields(d, c, ""))
 	}
 	// The override lands before defaulting because the listen addresses
 	// depend on the mechanism that will actually run.
@@ -203,7 +203,7 @@ func (d *decoder) document(data []byte) *yaml.Node {
 		return nil
 	}
 	if root.Kind != yaml.MappingNode {
-		d.fail(root, "", "the top level must be a mapping of keys ("+fieldNames(d.schema(&Config{}))+"), got "+describe(root))
+		d.fail(root, "", "the top level must be a mapping of keys ("+fieldNames(configTable.fields(d, &Config{}, ""))+"), got "+describe(root))
 		return nil
 	}
 	return root
@@ -331,174 +331,6 @@ func (d *decoder) pairs(n *yaml.Node, path string, each func(kn, vn *yaml.Node, 
 	}
 }
 
-func (d *decoder) section(name string, fields []field) field {
-	return field{name, func(v *yaml.Node, key string) bool { return d.mapping(v, key, fields) }}
-}
-
-// schema is the whole file format: every key, in the order error messages
-// list them, and where its value goes in c.
-func (d *decoder) schema(c *Config) []field {
-	return []field{
-		{"mechanism", d.str((*string)(&c.Mechanism))},
-		d.section("listen", []field{
-			{"port", intField(d, &c.Listen.Port, checkPort)},
-			{"addresses", list(d, &c.Listen.Addresses, parseAddr)},
-		}),
-		d.section("intercept", []field{
-			{"destinations", list(d, &c.Intercept.Destinations, parsePrefix)},
-			{"ports", list(d, &c.Intercept.Ports, parsePortRange)},
-			{"local", d.boolPtr(&c.Intercept.Local)},
-		}),
-		d.section("steering", []field{
-			{"mark", intField(d, &c.Steering.Mark, checkMark)},
-			{"bypass_mark", intField(d, &c.Steering.BypassMark, checkMark)},
-			{"route_table", intField(d, &c.Steering.RouteTable, checkRouteTable)},
-			{"rule_priority", intField(d, &c.Steering.RulePriority, checkRulePriority)},
-		}),
-		d.section("external", []field{
-			{"original_dst", d.str(&c.External.OriginalDst)},
-		}),
-		d.section("ebpf", []field{
-			{"cgroup", d.str(&c.EBPF.Cgroup)},
-		}),
-		d.section("dns", []field{
-			{"listen", list(d, &c.DNS.Listen, parseDNSListen)},
-			{"names", list(d, &c.DNS.Names, parseSNI)},
-			d.section("pools", []field{
-				{"v4", d.pool(&c.DNS.Pools.V4, false)},
-				{"v6", d.pool(&c.DNS.Pools.V6, true)},
-			}),
-			{"upstream", list(d, &c.DNS.Upstream, parseDNSListen)},
-			{"clients", list(d, &c.DNS.Clients, parsePrefix)},
-			{"ttl", d.duration(&c.DNS.TTL)},
-			{"hold", d.duration(&c.DNS.Hold)},
-			{"quarantine", d.duration(&c.DNS.Quarantine)},
-			{"state_dir", d.str(&c.DNS.StateDir)},
-			{"max_names", intField(d, &c.DNS.MaxNames, checkCount)},
-			{"client_quota", intField(d, &c.DNS.ClientQuota, checkQuota)},
-			{"pattern_quota", intField(d, &c.DNS.PatternQuota, checkQuota)},
-			{"cache_size", intField(d, &c.DNS.CacheSize, checkCount)},
-			{"client_rate", d.rate(&c.DNS.ClientRate)},
-			{"client_burst", intField(d, &c.DNS.ClientBurst, checkCount)},
-			{"timeout", d.duration(&c.DNS.Timeout)},
-		}),
-		{"upstream_deny", list(d, &c.UpstreamDeny, parsePrefix)},
-		d.section("ca", []field{
-			{"dir", d.str(&c.CA.Dir)},
-		}),
-		d.section("upstream_tls", []field{
-			{"extra_cas", list(d, &c.Upstream.ExtraCAs, parseString)},
-			{"handshake_timeout", d.duration(&c.Upstream.HandshakeTimeout)},
-		}),
-		d.section("tls", []field{
-			{"peek_timeout", d.duration(&c.TLS.PeekTimeout)},
-			{"max_client_hello", intField(d, &c.TLS.MaxClientHello, checkMaxClientHello)},
-			{"leaf_cache", intField(d, &c.TLS.LeafCache, checkCount)},
-			{"leaf_validity", d.duration(&c.TLS.LeafValidity)},
-		}),
-		d.section("http", []field{
-			{"max_header_bytes", intField(d, &c.HTTP.MaxHeaderBytes, checkMaxHeaderBytes)},
-			{"header_timeout", d.duration(&c.HTTP.HeaderTimeout)},
-		}),
-		{"routes", d.routes(&c.Routes)},
-		{"default_route", d.defaultRoute(&c.DefaultRoute)},
-		{"rule_sets", d.ruleSets(&c.RuleSets, &c.RuleSetOrder)},
-		d.section("limits", []field{
-			{"max_flows", intField(d, &c.Limits.MaxFlows, checkCount)},
-			{"max_flows_per_client", intField(d, &c.Limits.MaxFlowsPerClient, checkCount)},
-			{"idle_timeout", d.duration(&c.Limits.IdleTimeout)},
-			{"body_timeout", d.duration(&c.Limits.BodyTimeout)},
-			{"connect_timeout", d.duration(&c.Limits.ConnectTimeout)},
-			{"drain_timeout", d.duration(&c.Limits.DrainTimeout)},
-		}),
-		d.section("admin", []field{
-			{"listen", d.str(&c.Admin.Listen)},
-		}),
-		d.section("log", []field{
-			{"level", d.str(&c.Log.Level)},
-			{"flows", d.str(&c.Log.Flows)},
-			{"flows_max_size", d.size(&c.Log.FlowsMaxSize, checkFlowsMaxSize)},
-			{"flows_max_files", intField(d, &c.Log.FlowsMaxFiles, checkFlowsMaxFiles)},
-		}),
-	}
-}
-
-func (d *decoder) str(dst *string) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-			d.fail(v, key, "expected a string, got "+describe(v))
-			return false
-		}
-		*dst = v.Value
-		return true
-	}
-}
-
-func (d *decoder) boolean(dst *bool) func(*yaml.Node, string) bool {
-	var p *bool
-	set := d.boolPtr(&p)
-	return func(v *yaml.Node, key string) bool {
-		if !set(v, key) {
-			return false
-		}
-		*dst = *p
-		return true
-	}
-}
-
-func (d *decoder) boolPtr(dst **bool) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		var b bool
-		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
-			d.fail(v, key, "expected true or false, got "+describe(v))
-			return false
-		}
-		*dst = &b
-		return true
-	}
-}
-
-func (d *decoder) duration(dst *Duration) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		t, msg := parseDuration(v)
-		if msg != "" {
-			d.fail(v, key, msg)
-			return false
-		}
-		dst.Duration = t
-		return true
-	}
-}
-
-// intField range-checks while decoding: check must reject anything that does
-// not fit T, so the conversion below cannot wrap.
-func intField[T uint16 | uint32 | int | int64](d *decoder, dst *T, check func(int64) string) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		i, msg := parseInt(v)
-		if msg == "" {
-			msg = check(i)
-		}
-		if msg != "" {
-			d.fail(v, key, msg)
-			return false
-		}
-		*dst = T(i)
-		return true
-	}
-}
-
-// intPtr is intField for a key whose absence the config must tell from 0.
-func intPtr(d *decoder, dst **int, check func(int64) string) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		var i int
-		if !intField(d, &i, check)(v, key) {
-			return false
-		}
-		*dst = &i
-		return true
-	}
-}
-
 // count charges n entries against maxEntries, reporting the first overrun
 // only: one message says what is wrong, the rest would be noise.
 func (d *decoder) count(v *yaml.Node, key string, n int) bool {
@@ -513,47 +345,10 @@ func (d *decoder) count(v *yaml.Node, key string, n int) bool {
 	return false
 }
 
-// list stores nothing unless every item is usable, so that the indexes in
-// later validation errors match the file. An empty list is stored as nil,
-// like an absent one, so that a config written back out reads the same.
-func list[T any](d *decoder, dst *[]T, item func(*yaml.Node) (T, string)) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		if v.Kind != yaml.SequenceNode {
-			d.fail(v, key, "expected a list, got "+describe(v))
-			return false
-		}
-		if !d.count(v, key, len(v.Content)) {
-			return false
-		}
-		var out []T
-		if len(v.Content) > 0 {
-			out = make([]T, 0, len(v.Content))
-		}
-		ok := true
-		for i, it := range v.Content {
-			it = deref(it)
-			k := fmt.Sprintf("%s[%d]", key, i)
-			d.keys[k], d.vals[k] = it, it
-			x, msg := item(it)
-			if msg != "" {
-				d.fail(it, k, msg)
-				d.bad[k] = true
-				ok = false
-				continue
-			}
-			out = append(out, x)
-		}
-		if ok {
-			*dst = out
-		}
-		return ok
-	}
-}
-
 // entries decodes a list of mappings (routes, rules). Unlike list it keeps
 // every entry, usable or not, so that the others are still validated and
 // indexes match the file; Parse returns no config when any entry failed.
-func entries[T any](d *decoder, v *yaml.Node, key, what string, schema func(*T) []field, at func(*T, *yaml.Node)) ([]T, bool) {
+func entries[T any](d *decoder, v *yaml.Node, key, what string, schema table[T], at func(*T, *yaml.Node)) ([]T, bool) {
 	if v.Kind != yaml.SequenceNode {
 		d.fail(v, key, "expected a list of "+what+", got "+describe(v))
 		return nil, false
@@ -570,181 +365,11 @@ func entries[T any](d *decoder, v *yaml.Node, key, what string, schema func(*T) 
 		k := fmt.Sprintf("%s[%d]", key, i)
 		d.keys[k], d.vals[k] = it, it
 		at(&out[i], it)
-		if !d.mapping(it, k, schema(&out[i])) {
+		if !d.mapping(it, k, schema.fields(d, &out[i], "")) {
 			d.bad[k] = true
 		}
 	}
 	return out, true
-}
-
-func (d *decoder) routes(dst *[]Route) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		out, ok := entries(d, v, key, "routes", d.routeSchema, func(r *Route, n *yaml.Node) {
-			r.Line, r.Column = n.Line, n.Column
-		})
-		*dst = out
-		return ok
-	}
-}
-
-func (d *decoder) routeSchema(r *Route) []field {
-	return []field{
-		{"name", d.str(&r.Name)},
-		d.section("match", []field{
-			{"destinations", list(d, &r.Match.Destinations, parsePrefix)},
-			{"ports", list(d, &r.Match.Ports, parsePortRange)},
-			{"sni", list(d, &r.Match.SNI, parseSNI)},
-			{"clients", list(d, &r.Match.Clients, parsePrefix)},
-		}),
-		{"tls", d.str(&r.TLS)},
-		{"level", intPtr(d, &r.Level, checkLevel)},
-		{"on_mismatch", d.str(&r.OnMismatch)},
-		{"on_rule_error", d.str(&r.OnRuleError)},
-		{"development", d.boolean(&r.Development)},
-		{"plaintext_upstream_trusted_network", d.boolean(&r.PlaintextUpstreamTrustedNetwork)},
-		{"strict_mcp_headers", d.boolean(&r.StrictMCPHeaders)},
-		{"allow_upgrade", list(d, &r.AllowUpgrade, parseUpgrade)},
-		{"max_body", intField(d, &r.MaxBody, checkMaxBody)},
-		{"on_oversized_response", d.str(&r.OnOversizedResponse)},
-		{"validate_arguments", d.boolean(&r.ValidateArguments)},
-		{"rule_set", d.str(&r.RuleSet)},
-	}
-}
-
-// defaultRouteRefused explains the route keys default_route does not take.
-var defaultRouteRefused = map[string]string{
-	"name":  fmt.Sprintf("default_route takes no name: its flows are logged under the route name %q", DefaultRouteName),
-	"match": "default_route takes no match: it applies to exactly the flows no route matches",
-}
-
-// defaultRouteFields are the route keys default_route takes.
-func (d *decoder) defaultRouteFields(r *Route) []field {
-	var out []field
-	for _, f := range d.routeSchema(r) {
-		if _, refused := defaultRouteRefused[f.name]; !refused {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// defaultRoute decodes `default_route`: opaque, close, or a mapping of route
-// keys without name and match.
-func (d *decoder) defaultRoute(dst **DefaultRoute) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		switch {
-		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "opaque":
-			*dst = &DefaultRoute{}
-			return true
-		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "close":
-			*dst = &DefaultRoute{Close: true}
-			return true
-		case v.Kind == yaml.MappingNode:
-			r := &Route{Name: DefaultRouteName, Line: v.Line, Column: v.Column}
-			*dst = &DefaultRoute{Route: r}
-			return d.mappingRefusing(v, key, d.defaultRouteFields(r), defaultRouteRefused)
-		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str":
-			d.fail(v, key, fmt.Sprintf("unknown value %s (valid: opaque, close, or a mapping of route keys: %s)", quote(v.Value), fieldNames(d.defaultRouteFields(&Route{}))))
-		default:
-			d.fail(v, key, "expected opaque, close or a mapping of route keys, got "+describe(v))
-		}
-		return false
-	}
-}
-
-// ruleSets decodes a mapping whose keys are names the user chose, which
-// mapping cannot do; order records them as the file lists them.
-func (d *decoder) ruleSets(dst *map[string][]Rule, order *[]string) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		if v.Kind != yaml.MappingNode {
-			d.fail(v, key, "expected a mapping of rule set names to lists of rules, got "+describe(v))
-			return false
-		}
-		sets := map[string][]Rule{}
-		var names []string
-		ok := true
-		d.pairs(v, key, func(kn, vn *yaml.Node, k string) {
-			if !ok || !d.count(kn, k, 1) {
-				ok = false
-				return
-			}
-			// The key, not the list, is what a message about the set's
-			// name or existence should point at.
-			d.keys[k], d.vals[k] = kn, kn
-			var rules []Rule
-			if !isNull(vn) { // "name:" alone is a set without rules
-				var good bool
-				rules, good = entries(d, vn, k, "rules", d.ruleSchema, func(r *Rule, n *yaml.Node) {
-					r.Line, r.Column = n.Line, n.Column
-				})
-				if !good {
-					d.bad[k] = true
-				}
-			}
-			// Registered even when broken, so that a route naming it is
-			// not also told the set does not exist.
-			sets[kn.Value] = rules
-			names = append(names, kn.Value)
-		})
-		if len(names) > 0 {
-			*dst, *order = sets, names
-		}
-		return ok
-	}
-}
-
-func (d *decoder) ruleSchema(r *Rule) []field {
-	return []field{
-		{"name", d.str(&r.Name)},
-		{"when", d.expr(&r.When, &r.WhenPos)},
-		{"action", d.str(&r.Action)},
-		{"reason", d.str(&r.Reason)},
-		{"rate_limit", func(v *yaml.Node, key string) bool {
-			rl := &RateLimit{}
-			r.RateLimit = rl
-			return d.mapping(v, key, []field{
-				{"key", d.expr(&rl.Key, &r.KeyPos)},
-				{"rate", d.rate(&rl.Rate)},
-				{"burst", intField(d, &rl.Burst, checkCount)},
-				{"max_keys", intField(d, &rl.MaxKeys, checkMaxKeys)},
-			})
-		}},
-		{"redact", func(v *yaml.Node, key string) bool {
-			rd := &Redact{}
-			r.Redact = rd
-			return d.mapping(v, key, []field{
-				{"paths", list(d, &rd.Paths, parseRedactPath)},
-				{"patterns", list(d, &rd.Patterns, parseRedactPattern)},
-				{"marker", d.str(&rd.Marker)},
-			})
-		}},
-	}
-}
-
-// expr takes any scalar, since `when: true` is as much a CEL expression as
-// a quoted one, and records where its text starts for the policy package.
-func (d *decoder) expr(dst *string, pos *Pos) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		if v.Kind != yaml.ScalarNode {
-			d.fail(v, key, "expected a CEL expression (a string), got "+describe(v))
-			return false
-		}
-		*dst = v.Value
-		*pos = d.textPos(v)
-		return true
-	}
-}
-
-func (d *decoder) rate(dst *float64) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		r, msg := parseRate(v)
-		if msg != "" {
-			d.fail(v, key, msg)
-			return false
-		}
-		*dst = r
-		return true
-	}
 }
 
 func parseRate(n *yaml.Node) (float64, string) {
@@ -764,25 +389,6 @@ func parseRate(n *yaml.Node) (float64, string) {
 		return 0, "expected a number of tokens per second such as 10 or 0.5, got " + describe(n)
 	}
 	return r, checkRate(r)
-}
-
-// pool decodes a VIP pool prefix of the given family.
-func (d *decoder) pool(dst *netip.Prefix, v6 bool) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && strings.TrimSpace(v.Value) == "" {
-			return true // no pool of this family (how an unset pool is written back)
-		}
-		p, msg := parsePrefix(v)
-		if msg == "" {
-			msg = checkPool(p, v6)
-		}
-		if msg != "" {
-			d.fail(v, key, msg)
-			return false
-		}
-		*dst = p
-		return true
-	}
 }
 
 // parseDNSListen accepts "10.0.0.1:53", "[fd00::1]:53", or a bare address
@@ -831,7 +437,6 @@ func parseSNI(n *yaml.Node) (string, string) {
 	return s, checkSNI(s)
 }
 
-// parseUpgrade lower-cases ASCII only, for the reason parseSNI gives.
 // parseRedactPath takes a JSON path such as $.result.content[*].text; the policy package
 // compiles it (and reports a bad one with the rule's position).
 func parseRedactPath(n *yaml.Node) (string, string) {
@@ -859,6 +464,7 @@ func parseRedactPattern(n *yaml.Node) (string, string) {
 	return n.Value, ""
 }
 
+// parseUpgrade lower-cases ASCII only, for the reason parseSNI gives.
 func parseUpgrade(n *yaml.Node) (string, string) {
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
 		return "", "expected a protocol name such as websocket, got " + describe(n)
@@ -909,22 +515,6 @@ func parseInt(n *yaml.Node) (int64, string) {
 		return 0, fmt.Sprintf("invalid integer %s", quote(n.Value))
 	}
 	return i, ""
-}
-
-// size reads a byte count: an integer, or a string with a binary unit ("100MiB").
-func (d *decoder) size(dst *int64, check func(int64) string) func(*yaml.Node, string) bool {
-	return func(v *yaml.Node, key string) bool {
-		n, msg := parseSize(v)
-		if msg == "" {
-			msg = check(n)
-		}
-		if msg != "" {
-			d.fail(v, key, msg)
-			return false
-		}
-		*dst = n
-		return true
-	}
 }
 
 // sizeUnits are the units parseSize accepts, binary multiples only: "MB" is refused rather than

@@ -40,26 +40,16 @@ func (v *validator) checkAlt(key, alt, msg string) {
 	}
 }
 
-// validate holds every rule that can be stated on typed values. Parse runs it
-// too and only adds positions, so a rule cannot be enforced in one path and
-// forgotten in the other.
+// validate holds every rule that can be stated on typed values: each key's
+// own rule from the schema table, then the rules that relate keys. Parse
+// runs it too and only adds positions, so a rule cannot be enforced in one
+// path and forgotten in the other.
 func (c *Config) validate() Errors {
 	var v validator
-	v.check("mechanism", checkMechanism(c.Mechanism))
+	configTable.check(&v, c, "")
 
-	v.check("listen.port", checkPort(int64(c.Listen.Port)))
 	switch {
 	case len(c.Listen.Addresses) > 0:
-		for i, a := range c.Listen.Addresses {
-			key := fmt.Sprintf("listen.addresses[%d]", i)
-			if !a.IsValid() {
-				v.check(key, "invalid address")
-				continue
-			}
-			if j := slices.Index(c.Listen.Addresses[:i], a); j >= 0 {
-				v.check(key, fmt.Sprintf("duplicate of listen.addresses[%d] (%s)", j, a))
-			}
-		}
 	case c.Mechanism == External:
 		v.check("listen.addresses", `required when mechanism is "external": the integration decides where flows arrive`)
 	case c.Mechanism.Available():
@@ -72,30 +62,11 @@ func (c *Config) validate() Errors {
 	if len(c.Intercept.Destinations) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS {
 		v.check("intercept.destinations", "required: list the prefixes whose traffic is intercepted, e.g. [10.0.0.0/8]")
 	}
-	v.prefixes("intercept.destinations", c.Intercept.Destinations)
 	if len(c.Intercept.Ports) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS {
 		v.check("intercept.ports", "required: list the ports to intercept, e.g. [80, 443, \"3000-3010\"]")
 	}
-	v.ports("intercept.ports", c.Intercept.Ports)
 
-	s := c.Steering
-	v.check("steering.mark", checkMark(int64(s.Mark)))
-	v.check("steering.bypass_mark", checkMark(int64(s.BypassMark)))
-	if s.Mark != 0 && s.BypassMark != 0 {
-		switch {
-		case s.Mark == s.BypassMark:
-			v.checkAlt("steering.bypass_mark", "steering.mark",
-				fmt.Sprintf("must differ from steering.mark (both are %#x)", s.Mark))
-		case s.Mark&s.BypassMark != 0:
-			v.checkAlt("steering.bypass_mark", "steering.mark",
-				fmt.Sprintf("%#x shares bits %#x with steering.mark %#x; the two marks must have no bits in common so neither can be mistaken for the other",
-					s.BypassMark, s.Mark&s.BypassMark, s.Mark))
-		}
-	}
-	v.check("steering.route_table", checkRouteTable(int64(s.RouteTable)))
-	v.check("steering.rule_priority", checkRulePriority(int64(s.RulePriority)))
-
-	v.check("external.original_dst", checkOriginalDst(c.External.OriginalDst))
+	v.marks(c.Steering)
 
 	switch {
 	case c.EBPF.Cgroup == "" && c.Mechanism == EBPF:
@@ -105,41 +76,33 @@ func (c *Config) validate() Errors {
 	}
 
 	v.dns(c)
-	v.prefixes("upstream_deny", c.UpstreamDeny)
-
-	v.check("ca.dir", checkPath(c.CA.Dir))
-	for i, p := range c.Upstream.ExtraCAs {
-		v.check(fmt.Sprintf("upstream_tls.extra_cas[%d]", i), checkPath(p))
-	}
-	v.check("upstream_tls.handshake_timeout", checkPositive(c.Upstream.HandshakeTimeout.Duration))
-	v.check("tls.peek_timeout", checkPositive(c.TLS.PeekTimeout.Duration))
-	v.check("tls.max_client_hello", checkMaxClientHello(int64(c.TLS.MaxClientHello)))
-	v.check("tls.leaf_cache", checkCount(int64(c.TLS.LeafCache)))
-	v.check("tls.leaf_validity", checkLeafValidity(c.TLS.LeafValidity.Duration))
-	v.check("http.max_header_bytes", checkMaxHeaderBytes(int64(c.HTTP.MaxHeaderBytes)))
-	v.check("http.header_timeout", checkPositive(c.HTTP.HeaderTimeout.Duration))
-
 	v.routes(c)
 	v.defaultRoute(c)
 	v.ruleSets(c)
 
 	l := c.Limits
-	v.check("limits.max_flows", checkCount(int64(l.MaxFlows)))
-	v.check("limits.max_flows_per_client", checkCount(int64(l.MaxFlowsPerClient)))
 	if l.MaxFlows >= 1 && l.MaxFlowsPerClient > l.MaxFlows {
 		v.checkAlt("limits.max_flows_per_client", "limits.max_flows",
 			fmt.Sprintf("%d exceeds limits.max_flows (%d)", l.MaxFlowsPerClient, l.MaxFlows))
 	}
-	v.check("limits.idle_timeout", checkPositive(l.IdleTimeout.Duration))
-	v.check("limits.body_timeout", checkPositive(l.BodyTimeout.Duration))
-	v.check("limits.connect_timeout", checkPositive(l.ConnectTimeout.Duration))
-	v.check("limits.drain_timeout", checkNonNegative(l.DrainTimeout.Duration))
-
-	v.check("admin.listen", checkAdminListen(c.Admin.Listen))
-	v.check("log.level", checkLogLevel(c.Log.Level))
-	v.check("log.flows", checkLogFlows(c.Log.Flows))
 	v.logRotation(c.Log)
 	return v.errs
+}
+
+// marks keeps the two marks apart.
+func (v *validator) marks(s Steering) {
+	if s.Mark == 0 || s.BypassMark == 0 {
+		return
+	}
+	switch {
+	case s.Mark == s.BypassMark:
+		v.checkAlt("steering.bypass_mark", "steering.mark",
+			fmt.Sprintf("must differ from steering.mark (both are %#x)", s.Mark))
+	case s.Mark&s.BypassMark != 0:
+		v.checkAlt("steering.bypass_mark", "steering.mark",
+			fmt.Sprintf("%#x shares bits %#x with steering.mark %#x; the two marks must have no bits in common so neither can be mistaken for the other",
+				s.BypassMark, s.Mark&s.BypassMark, s.Mark))
+	}
 }
 
 // dns checks the dns section: its values always, what the mechanism needs
@@ -147,27 +110,6 @@ func (c *Config) validate() Errors {
 func (v *validator) dns(c *Config) {
 	d := c.DNS
 	on := c.Mechanism == DNS
-	for i, a := range d.Listen {
-		key := fmt.Sprintf("dns.listen[%d]", i)
-		if j := slices.Index(d.Listen[:i], a); j >= 0 {
-			v.check(key, fmt.Sprintf("duplicate of dns.listen[%d] (%s)", j, a))
-		}
-	}
-	for i, n := range d.Names {
-		key := fmt.Sprintf("dns.names[%d]", i)
-		if j := slices.Index(d.Names[:i], n); j >= 0 {
-			v.check(key, fmt.Sprintf("duplicate of dns.names[%d] (%s)", j, quote(n)))
-			continue
-		}
-		v.check(key, checkSNI(n))
-	}
-	if d.Pools.V4.IsValid() {
-		v.check("dns.pools.v4", checkPool(d.Pools.V4, false))
-	}
-	if d.Pools.V6.IsValid() {
-		v.check("dns.pools.v6", checkPool(d.Pools.V6, true))
-	}
-	v.prefixes("dns.clients", d.Clients)
 	pools := []netip.Prefix{d.Pools.V4, d.Pools.V6}
 	inPool := func(a netip.Addr) netip.Prefix {
 		for _, p := range pools {
@@ -194,14 +136,6 @@ func (v *validator) dns(c *Config) {
 			}
 		}
 	}
-	v.check("dns.ttl", checkBetween(d.TTL.Duration, time.Second, 24*time.Hour))
-	v.check("dns.hold", checkBetween(d.Hold.Duration, time.Minute, 365*24*time.Hour))
-	v.check("dns.timeout", checkBetween(d.Timeout.Duration, 10*time.Millisecond, time.Minute))
-	v.check("dns.state_dir", checkPath(d.StateDir))
-	v.check("dns.max_names", checkCount(int64(d.MaxNames)))
-	v.check("dns.cache_size", checkCount(int64(d.CacheSize)))
-	v.check("dns.client_burst", checkCount(int64(d.ClientBurst)))
-	v.check("dns.client_rate", checkRate(d.ClientRate))
 	for _, q := range []struct {
 		key string
 		n   int
@@ -259,22 +193,23 @@ func checkPool(p netip.Prefix, v6 bool) string {
 	return ""
 }
 
-func (v *validator) prefixes(key string, ps []netip.Prefix) {
-	for i, p := range ps {
-		k := fmt.Sprintf("%s[%d]", key, i)
-		switch {
-		case !p.IsValid():
-			v.check(k, "invalid prefix")
-		case p != p.Masked():
-			v.check(k, fmt.Sprintf("%s has host bits set; write %s", p, p.Masked()))
-		}
+// checkPrefix refuses what parsePrefix would never return (a config built
+// in code).
+func checkPrefix(p netip.Prefix) string {
+	switch {
+	case !p.IsValid():
+		return "invalid prefix"
+	case p != p.Masked():
+		return fmt.Sprintf("%s has host bits set; write %s", p, p.Masked())
 	}
+	return ""
 }
 
-func (v *validator) ports(key string, ps []PortRange) {
-	for i, p := range ps {
-		v.check(fmt.Sprintf("%s[%d]", key, i), checkPortRange(p))
+func checkAddr(a netip.Addr) string {
+	if !a.IsValid() {
+		return "invalid address"
 	}
+	return ""
 }
 
 func (v *validator) routes(c *Config) {
@@ -292,13 +227,6 @@ func (v *validator) routes(c *Config) {
 			names[r.Name] = i
 			v.check(key+".name", checkName(r.Name))
 		}
-
-		v.prefixes(key+".match.destinations", r.Match.Destinations)
-		v.ports(key+".match.ports", r.Match.Ports)
-		for j, s := range r.Match.SNI {
-			v.check(fmt.Sprintf("%s.match.sni[%d]", key, j), checkSNI(s))
-		}
-		v.prefixes(key+".match.clients", r.Match.Clients)
 		v.route(c, key, r)
 	}
 }
@@ -319,19 +247,11 @@ func (v *validator) defaultRoute(c *Config) {
 	}
 }
 
-// route checks everything but the name and match of the route at key.
+// route relates the keys of the route at key, less its name and match.
 func (v *validator) route(c *Config, key string, r Route) {
 	tlsKey, levelKey := key+".tls", key+".level"
 	tlsOK := checkTLS(r.TLS) == ""
-	v.check(tlsKey, checkTLS(r.TLS))
-	levelOK := true
-	if r.Level != nil {
-		msg := checkLevel(int64(*r.Level))
-		levelOK = msg == ""
-		v.check(levelKey, msg)
-	}
-	v.check(key+".on_mismatch", checkOneOf(r.OnMismatch, OnMismatchPassthrough, OnMismatchClose))
-	v.check(key+".on_rule_error", checkOneOf(r.OnRuleError, OnRuleErrorClosed, OnRuleErrorOpen))
+	levelOK := r.Level == nil || checkLevel(int64(*r.Level)) == ""
 	if r.LevelOrDefault() >= 2 {
 		v.check(key+".max_body", checkMaxBody(r.MaxBody))
 		v.check(key+".on_oversized_response", checkOneOf(r.OnOversizedResponse, OnOversizedClose, OnOversizedForward))
@@ -348,14 +268,6 @@ func (v *validator) route(c *Config, key string, r Route) {
 	}
 	level := r.LevelOrDefault()
 	upKey := key + ".allow_upgrade"
-	for i, p := range r.AllowUpgrade {
-		k := fmt.Sprintf("%s[%d]", upKey, i)
-		if j := slices.Index(r.AllowUpgrade[:i], p); j >= 0 {
-			v.check(k, fmt.Sprintf("duplicate of %s[%d] (%s)", upKey, j, quote(p)))
-			continue
-		}
-		v.check(k, checkUpgrade(p))
-	}
 
 	// The cross checks need both sides valid: a message about a
 	// combination is noise while one half is itself wrong.
@@ -459,7 +371,6 @@ func (v *validator) ruleSets(c *Config) {
 				v.check(redactKey+".marker", "at most 128 bytes")
 			}
 			v.check(actionKey, actionMsg)
-			v.check(key+".reason", checkReason(r.Reason))
 			switch {
 			case r.Action == ActionRateLimit && r.RateLimit == nil:
 				v.checkAlt(rlKey, actionKey, "required when action is rate_limit: give key, rate and burst")
@@ -480,7 +391,6 @@ func (v *validator) ruleSets(c *Config) {
 				} else {
 					v.check(rlKey+".burst", checkCount(int64(rl.Burst)))
 				}
-				v.check(rlKey+".max_keys", checkMaxKeys(int64(rl.MaxKeys)))
 			}
 		}
 	}
