@@ -16,6 +16,7 @@ import (
 // per-key validation; rules that relate several keys live in validate.go.
 type setting[S any] interface {
 	keyPath() string // dotted, relative to the table's struct
+	keyDoc() string  // what the key is for, in a few words
 	// decode stores v, reporting its own problems; false when unusable.
 	decode(d *decoder, s *S, v *yaml.Node, key string) bool
 	// fill applies the default when given reports the key absent.
@@ -124,6 +125,7 @@ func (l leaf[S, T]) checkedBy(f func(v *validator, key string, x T)) leaf[S, T] 
 }
 
 func (l leaf[S, T]) keyPath() string { return l.path }
+func (l leaf[S, T]) keyDoc() string  { return l.doc }
 
 func (l leaf[S, T]) decode(d *decoder, s *S, v *yaml.Node, key string) bool {
 	x, ok := l.parse(d, v, key)
@@ -162,6 +164,7 @@ type block[S any] struct {
 }
 
 func (b block[S]) keyPath() string { return b.path }
+func (b block[S]) keyDoc() string  { return b.doc }
 
 func (b block[S]) decode(d *decoder, s *S, v *yaml.Node, key string) bool {
 	return b.decodeFn(d, s, v, key)

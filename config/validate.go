@@ -400,26 +400,6 @@ func (v *validator) ruleSets(c *Config) {
 // otherwise. Parse calls the numeric ones while decoding, because a value
 // that does not fit the Go field must be rejected before it is stored.
 
-func mechanismNames() string {
-	s := make([]string, len(Mechanisms))
-	for i, m := range Mechanisms {
-		s[i] = string(m)
-	}
-	return strings.Join(s, ", ")
-}
-
-func checkMechanism(m Mechanism) string {
-	switch {
-	case m == "":
-		return "must not be empty (valid: " + mechanismNames() + ")"
-	case !m.Known():
-		return fmt.Sprintf("unknown mechanism %s (valid: %s)", quote(string(m)), mechanismNames())
-	case !m.Available():
-		return fmt.Sprintf("mechanism %q is not available in this build yet", m)
-	}
-	return ""
-}
-
 func between(v, lo, hi int64) string {
 	if v < lo || v > hi {
 		return fmt.Sprintf("must be between %d and %d, got %d", lo, hi, v)
