@@ -521,7 +521,7 @@ func (s *Set) Evaluate(in *Input) Decision {
 	if in == nil {
 		in = new(Input)
 	}
-	in.lazy = lazy{}
+	in.lazy.done, in.lazy.tags = 0, [scalarWays]uint8{}
 	act := activation{in: in}
 	for _, r := range s.rules {
 		if in.ServerMessage && !r.readsServer {

@@ -28,6 +28,8 @@ type field struct {
 	// str, for string fields, reads without boxing: the rate limit key fast path uses it.
 	str func(obj any) (string, bool)
 	ft  *types.FieldType
+	// slot numbers the scalar fields of the variables, for the cache of boxed values in Input.
+	slot uint8
 }
 
 // object is a declared CEL object type.
@@ -270,13 +272,56 @@ func lazyField(name string, typ *types.Type, doc string, get func(*Input) (any, 
 		}}
 }
 
+// scalarSlots counts the cached fields (see lazy).
+var scalarSlots uint8
+
 func newObject(varName, typeName string, fields ...*field) *object {
 	o := &object{varName: varName, typ: types.NewObjectType(typeName), fields: fields, byName: map[string]*field{}}
 	for _, f := range fields {
+		if varName != "" && (f.str != nil || f.typ == types.IntType) {
+			scalarSlots++
+			f.slot = scalarSlots
+			f.get = cached(f.slot, f.get)
+		}
 		f.ft = &types.FieldType{Type: f.typ, IsSet: f.isSet, GetFrom: f.getFrom}
 		o.byName[f.name] = f
 	}
 	return o
+}
+
+// cached keeps the boxed value of a scalar field for the rest of the evaluation.
+func cached(slot uint8, get func(any) (any, bool)) func(any) (any, bool) {
+	way := slot % scalarWays
+	return func(o any) (any, bool) {
+		in := inputOf(o)
+		if in == nil {
+			return get(o)
+		}
+		if in.lazy.tags[way] == slot {
+			v := in.lazy.vals[way]
+			return v, v != nil
+		}
+		v, ok := get(o)
+		if !ok {
+			v = nil
+		}
+		in.lazy.tags[way], in.lazy.vals[way] = slot, v
+		return v, ok
+	}
+}
+
+func inputOf(o any) *Input {
+	switch v := o.(type) {
+	case *clientView:
+		return (*Input)(v)
+	case *connView:
+		return (*Input)(v)
+	case *httpView:
+		return (*Input)(v)
+	case *mcpView:
+		return (*Input)(v)
+	}
+	return nil
 }
 
 func rootObject(name string) *object {

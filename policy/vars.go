@@ -104,13 +104,19 @@ type Body interface {
 }
 
 // lazy holds what an evaluation asked of the HeaderSource and the Body, so that two rules
-// reading mcp.arguments decode the arguments once.
+// reading mcp.arguments decode the arguments once, and the CEL values of the scalar fields read
+// so far, so that mcp.method read by every rule is boxed once. The scalar cache is direct-mapped
+// by field slot: a collision only boxes again.
 type lazy struct {
 	done             uint8 // lazyArgs | lazyResult | lazyClientInfo | lazyHeaders
 	args, clientInfo map[string]any
 	result           any
 	headers          map[string]string
+	tags             [scalarWays]uint8 // slot+1 of the field cached in vals; 0: none
+	vals             [scalarWays]any   // nil: absent
 }
+
+const scalarWays = 8
 
 const (
 	lazyArgs uint8 = 1 << iota
