@@ -54,7 +54,7 @@ FUZZTIME ?= 30s
 fuzz:
 	@set -e; for t in config:FuzzParse tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
 		exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
-		level1:FuzzDecodeHeaderValue level1:FuzzGuards level1:FuzzRedactURI policy:FuzzCompile \
+		mcp:FuzzDecodeHeaderValue mcp:FuzzRedactURI level1:FuzzGuards policy:FuzzCompile \
 		level2:FuzzDecode level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
 		level2:FuzzPeerDifferential level2:FuzzCaseVariant level2:FuzzSchema intercept:FuzzDenyListEmbedded \
 		cmd/mcpintercept:FuzzParseReport telemetry:FuzzFlowRecordEncoding intercept:FuzzDNSQuery; do \

@@ -64,6 +64,16 @@ func FuzzDecode(f *testing.F) {
 					t.Fatalf("params view differs from encoding/json:\n got %#v\nwant %#v", got, want)
 				}
 			}
+			if len(m.Params) > 0 && m.Params[0] == '{' {
+				// The scan's index of params agrees with a walk over them, key by key.
+				for _, k := range paramKeys {
+					got, gok := m.param(k)
+					want, wok := member(m.Params, k)
+					if gok != wok || !bytes.Equal(got, want) {
+						t.Fatalf("param(%q) = %q, %v; a walk finds %q, %v in %q", k, got, gok, want, wok, m.Params)
+					}
+				}
+			}
 			_ = m.Arguments()
 			_ = m.Meta()
 			_ = m.ClientInfo()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -71,6 +72,12 @@ type Message struct {
 	Result json.RawMessage
 	Error  *Error
 	Raw    []byte // the whole message object
+
+	// pidx locates the members of params named in paramKeys, as the scan found them
+	// (offsets into Raw; end 0: absent); indexed says the scan filled it. A Message built
+	// otherwise looks its params up by walking them.
+	pidx    [numParamKeys]struct{ start, end int32 }
+	indexed bool
 }
 
 // Error is the error member of an error response.
@@ -197,12 +204,20 @@ func (s *scanner) batch() ([]*Message, error) {
 
 // message scans one envelope object and checks it as JSON-RPC 2.0.
 func (s *scanner) message() (*Message, error) {
-	s.spans = [numMembers]span{}
+	s.spans, s.pspans = [numMembers]span{}, [numParamKeys]span{}
 	start := s.pos
 	if err := s.object(ctxEnvelope); err != nil {
 		return nil, err
 	}
 	m := &Message{Raw: s.data[start:s.pos]}
+	if len(m.Raw) <= math.MaxInt32 {
+		m.indexed = true
+		for i, sp := range s.pspans {
+			if sp.present() {
+				m.pidx[i].start, m.pidx[i].end = int32(sp.start-start), int32(sp.end-start)
+			}
+		}
+	}
 	raw := func(i int) []byte { return s.data[s.spans[i].start:s.spans[i].end] }
 	has := func(i int) bool { return s.spans[i].present() }
 	bad := func(format string, args ...any) (*Message, error) {
@@ -328,6 +343,17 @@ func (m *Message) IDText() string {
 func (m *Message) param(name string) ([]byte, bool) {
 	if len(m.Params) == 0 || m.Params[0] != '{' {
 		return nil, false
+	}
+	if m.indexed {
+		for i, k := range paramKeys {
+			if k == name {
+				at := m.pidx[i]
+				if at.end == 0 {
+					return nil, false
+				}
+				return m.Raw[at.start:at.end], true
+			}
+		}
 	}
 	return member(m.Params, name)
 }
@@ -515,15 +541,27 @@ func skipWS(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index after the closing quote of the validated string at b[i].
+// skipString returns the index after the closing quote of the validated string at b[i]. It
+// jumps from quote to quote (bytes.IndexByte is vectorised: the member lookups of every message
+// skip long argument strings with it); a quote closes the string when an even number of
+// backslashes precedes it, since in a valid string each backslash run is pairs of escaped
+// backslashes, plus one more when it escapes the quote.
 func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
+	j := i + 1
+	for j < len(b) {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			break
 		}
+		q := j + k
+		n := 0
+		for p := q - 1; p > i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
 	}
 	return len(b)
 }

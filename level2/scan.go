@@ -108,6 +108,7 @@ type scanner struct {
 	kbuf     []byte // exact keys of the open objects
 	fbuf     []byte // folded keys of the open objects
 	spans    [numMembers]span
+	pspans   [numParamKeys]span // params members Message.param is asked for (paramKeys)
 }
 
 var scannerPool = sync.Pool{New: func() any { return new(scanner) }}
@@ -315,6 +316,10 @@ func (s *scanner) object(c ctx) error {
 		}
 		if member >= 0 {
 			s.spans[member] = span{start, s.pos}
+		} else if c == ctxParams {
+			if pi := paramKey(key); pi >= 0 {
+				s.pspans[pi] = span{start, s.pos}
+			}
 		}
 		s.ws()
 		if s.pos >= len(s.data) {
@@ -388,6 +393,23 @@ func (s *scanner) checkWatched(c ctx, ent keyEnt, off int) error {
 		}
 	}
 	return nil
+}
+
+// paramKeys are the members of params that Level 2 looks up on every message (Message.param):
+// the scan records where they are, so that a lookup is no second walk over the params (which
+// skips every argument string again).
+var paramKeys = [...]string{"name", "uri", "arguments", "_meta", "protocolVersion", "clientInfo",
+	"capabilities", "cursor", "inputResponses", "requestState"}
+
+const numParamKeys = len(paramKeys)
+
+func paramKey(key []byte) int {
+	for i, k := range paramKeys {
+		if string(key) == k {
+			return i
+		}
+	}
+	return -1
 }
 
 // childCtx gives the context of a member's value and, in an envelope, which member it is.
