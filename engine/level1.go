@@ -217,11 +217,11 @@ func (r *recordStage) Done(x *exchange.Exchange) {
 	rec.Status = x.Status
 	decision := x.Verdict.Decision
 	if decision == "" {
-		decision = policy.ActionAllow
+		decision = exchange.Allow
 	}
 	rec.Decision = string(decision)
 	rec.Rule, rec.Reason = x.Verdict.Rule, x.Verdict.Reason
-	if rec.Rule == "" && decision != policy.ActionAllow {
+	if rec.Rule == "" && decision != exchange.Allow {
 		// Level 1's own guards (upgrade, strict headers, Host) refuse in the route's name.
 		rec.Rule = r.route.Name
 	}

@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"mcpintercept/policy"
 )
 
 // Options tunes Serve. Zero values take the defaults.
@@ -404,7 +402,7 @@ func (p *proxy) badRequest(start time.Time, err error) {
 // localAnswer is the exchange's own plain-text answer to a request it cannot forward.
 func (p *proxy) localAnswer(x *Exchange, status int, reason string) {
 	x.Answer(status, PlainTextHeaders, PlainText(reason),
-		Verdict{Decision: policy.ActionDeny, Status: status, Reason: reason})
+		Verdict{Decision: Deny, Status: status, Reason: reason})
 }
 
 // handle runs the stages over one request and forwards it, answers it or aborts; false ends the

@@ -3,8 +3,6 @@ package exchange
 import (
 	"context"
 	"time"
-
-	"mcpintercept/policy"
 )
 
 // Stage is one step of the exchange pipeline, run for every request/response exchange of a flow,
@@ -76,10 +74,21 @@ const (
 	OverflowForward
 )
 
+// Decision is a stage's decision as the record names it; the policy package's actions have the
+// same names. The exchange package does not interpret it.
+type Decision string
+
+// The decisions a record can carry; "" is Allow.
+const (
+	Allow       Decision = "allow"
+	Deny        Decision = "deny"
+	RateLimited Decision = "rate_limited"
+)
+
 // Verdict is what a stage decided about an exchange, for the record. The exchange package does
 // not interpret it beyond Status.
 type Verdict struct {
-	Decision   policy.Action // allow, deny, rate_limited; "" is allow
+	Decision   Decision      // allow, deny, rate_limited; "" is allow
 	Status     int           // the HTTP status of a local answer
 	Rule       string        // the rule or guard that decided
 	Reason     string        // one line for the log

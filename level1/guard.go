@@ -9,7 +9,6 @@ import (
 
 	"mcpintercept/exchange"
 	"mcpintercept/mcp"
-	"mcpintercept/policy"
 )
 
 // upgradeVerdict refuses a protocol switch the route does not allow. After a 101 (or a 2xx to
@@ -17,7 +16,7 @@ import (
 // must be allowed, and h2c never is: its streams would carry MCP past Level 1 unseen.
 func upgradeVerdict(protos []string, allow []string) (exchange.Verdict, bool) {
 	deny := func(reason string) (exchange.Verdict, bool) {
-		return exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusForbidden, Reason: reason}, false
+		return exchange.Verdict{Decision: exchange.Deny, Status: http.StatusForbidden, Reason: reason}, false
 	}
 	if len(protos) == 0 {
 		return deny("protocol upgrade without a protocol is not allowed")
@@ -47,11 +46,11 @@ func hostVerdict(h *exchange.Head, expected string) (exchange.Verdict, bool) {
 			return exchange.Verdict{}, true
 		}
 		if h.Proto != "HTTP/1.0" {
-			return exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusBadRequest, Reason: "missing Host header"}, false
+			return exchange.Verdict{Decision: exchange.Deny, Status: http.StatusBadRequest, Reason: "missing Host header"}, false
 		}
 	}
 	misdirected := func(name string) (exchange.Verdict, bool) {
-		return exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusMisdirectedRequest,
+		return exchange.Verdict{Decision: exchange.Deny, Status: http.StatusMisdirectedRequest,
 			Reason: "misdirected request: host " + name + " is not the server name this connection was opened for"}, false
 	}
 	if ok && !SameHost(host, expected) {
@@ -103,7 +102,7 @@ func hostPart(s string) string {
 // them.
 func strictVerdict(h *exchange.Head, info *mcp.Info) (exchange.Verdict, bool) {
 	refuse := func(reason string) (exchange.Verdict, bool) {
-		return exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusBadRequest, Reason: reason}, false
+		return exchange.Verdict{Decision: exchange.Deny, Status: http.StatusBadRequest, Reason: reason}, false
 	}
 	// The first version whose servers check the Mcp-* headers against the body: before it a
 	// request can name one tool in Mcp-Name and call another in its body, and the server runs the

@@ -88,10 +88,10 @@ func (s deciderStage) RequestHead(ctx context.Context, x *exchange.Exchange) exc
 		return exchange.Continue
 	}
 	v := s.d.Decide(ctx, InfoOf(x))
-	ev := exchange.Verdict{Decision: v.Action, Status: v.Status, Reason: v.Reason, Rule: v.Rule, RetryAfter: v.RetryAfter}
+	ev := exchange.Verdict{Decision: exchange.Decision(v.Action), Status: v.Status, Reason: v.Reason, Rule: v.Rule, RetryAfter: v.RetryAfter}
 	switch v.Action {
 	case "", ActionAllow:
-		ev.Decision = ActionAllow
+		ev.Decision = exchange.Allow
 		x.Verdict = ev
 		return exchange.Continue
 	case ActionRateLimited:
@@ -121,11 +121,11 @@ func (s recorderStage) Done(x *exchange.Exchange) {
 	}
 	v := x.Verdict
 	if v.Decision == "" {
-		v.Decision = ActionAllow
+		v.Decision = exchange.Allow
 	}
 	s.rec.Record(&Exchange{
 		Info:    info,
-		Verdict: Verdict{Action: v.Decision, Status: v.Status, Reason: v.Reason, Rule: v.Rule, RetryAfter: v.RetryAfter},
+		Verdict: Verdict{Action: policy.Action(v.Decision), Status: v.Status, Reason: v.Reason, Rule: v.Rule, RetryAfter: v.RetryAfter},
 		Status:  x.Status, BytesUp: x.BytesUp, BytesDown: x.BytesDown,
 		Start: x.Start, Duration: x.Duration, Err: x.Err, Upgraded: x.Upgraded,
 	})

@@ -124,7 +124,7 @@ func (c *Classifier) RequestHead(_ context.Context, x *exchange.Exchange) exchan
 	}
 	if info.Err != nil {
 		// An MCP header this proxy cannot read could carry a name policy would refuse.
-		return refuse(x, exchange.Verdict{Decision: policy.ActionDeny, Status: http.StatusBadRequest,
+		return refuse(x, exchange.Verdict{Decision: exchange.Deny, Status: http.StatusBadRequest,
 			Reason: "invalid MCP header: " + info.Err.Error()})
 	}
 	return exchange.Continue
@@ -160,7 +160,7 @@ func (p *HeaderPolicy) RequestHead(_ context.Context, x *exchange.Exchange) exch
 		p.f.RuleErrors(&d)
 	}
 	v := VerdictOf(d)
-	if v.Decision == policy.ActionAllow {
+	if v.Decision == exchange.Allow {
 		x.Verdict = v
 		return exchange.Continue
 	}
@@ -195,17 +195,17 @@ func Input(info *mcp.Info, f *Flow) *policy.Input {
 // reason names the fields rules needed and the request lacked), deny is 403, rate_limited 429;
 // anything else fails closed as a deny.
 func VerdictOf(d policy.Decision) exchange.Verdict {
-	v := exchange.Verdict{Decision: d.Action, Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter}
+	v := exchange.Verdict{Decision: exchange.Decision(d.Action), Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter}
 	switch d.Action {
 	case policy.ActionAllow, "":
-		v.Decision = policy.ActionAllow
+		v.Decision = exchange.Allow
 		if len(d.Absent) > 0 {
 			v.Reason = "fields absent: " + strings.Join(d.Absent, ", ")
 		}
 	case policy.ActionRateLimited:
 		v.Status = http.StatusTooManyRequests
 	default:
-		v.Decision, v.Status = policy.ActionDeny, http.StatusForbidden
+		v.Decision, v.Status = exchange.Deny, http.StatusForbidden
 	}
 	return v
 }
@@ -216,7 +216,7 @@ func refuse(x *exchange.Exchange, v exchange.Verdict) exchange.Result {
 	status := v.Status
 	if status < 400 || status > 599 {
 		status = http.StatusForbidden
-		if v.Decision == policy.ActionRateLimited {
+		if v.Decision == exchange.RateLimited {
 			status = http.StatusTooManyRequests
 		}
 	}

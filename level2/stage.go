@@ -292,7 +292,7 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 		body := errorBody(id, CodeHeaderMismatch, "header mismatch: "+why, "header-mismatch", why, 0)
 		st.answered = true
 		x.Answer(400, []exchange.Header{{Name: "Content-Type", Value: "application/json"}}, body,
-			exchange.Verdict{Decision: policy.ActionDeny, Status: 400, Rule: "header-mismatch", Reason: why})
+			exchange.Verdict{Decision: exchange.Deny, Status: 400, Rule: "header-mismatch", Reason: why})
 		return exchange.Stop
 	}
 	// Policy, message by message: the first refusal refuses the body (a batch is one HTTP
@@ -379,7 +379,7 @@ func (s *stage) refuseWith(x *exchange.Exchange, st *xstate, msgs []*Message, ba
 		hdrs = append(hdrs, exchange.Header{Name: "Retry-After", Value: retryAfterHeader(d.RetryAfter)})
 	}
 	st.answered = true
-	x.Answer(status, hdrs, body, exchange.Verdict{Decision: d.Action, Status: status, Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter})
+	x.Answer(status, hdrs, body, exchange.Verdict{Decision: exchange.Decision(d.Action), Status: status, Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter})
 	return exchange.Stop
 }
 
@@ -397,7 +397,7 @@ func (s *stage) refuseUnreadable(x *exchange.Exchange, st *xstate, status int, w
 	st.answered = true
 	x.Answer(status, []exchange.Header{{Name: "Content-Type", Value: "application/json"}},
 		errorBody(nil, code, "request refused by "+Intermediary, "level2", why, 0),
-		exchange.Verdict{Decision: policy.ActionDeny, Status: status, Rule: "level2", Reason: why})
+		exchange.Verdict{Decision: exchange.Deny, Status: status, Rule: "level2", Reason: why})
 	return exchange.Stop
 }
 
