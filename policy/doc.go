@@ -3,8 +3,7 @@
 // counts and logs them.
 //
 // A rule set is an ordered list of rules. Each rule has a CEL `when` expression over four
-// variables — client, conn, http and mcp, each a map(string, dyn) so that new request facts can be
-// added later without breaking rules already written — and an action: allow, deny or rate_limit.
+// variables — client, conn, http and mcp — and an action: allow, deny or rate_limit.
 // The first rule whose `when` is true decides; a rate limit that still has budget lets evaluation
 // go on to the following rules, so a limit can sit in front of the allow/deny list. When no rule
 // matches, the request is allowed.
@@ -15,14 +14,28 @@
 // the rules would decide about a message that is not being sent (a listed tool a client might
 // call): rate_limit rules, which would spend a token, and redact rules are skipped.
 //
+// # Variables
+//
+// The variables are CEL object types whose fields are declared once (schema.go), each with its
+// CEL type and the lowest awareness level that can see it: client.* and conn.* at every level,
+// http.* and mcp.version, method, name and session (from headers) from Level 1, the rest of mcp.*
+// (arguments, result, error, client_info, direction, kind, id, tool, mode, retry) at Level 2
+// only. A field that does not exist (mcp.tool_name) or a type that cannot match (mcp.name > 3)
+// is a compile error at its file:line:col; Set.CheckLevel reports a field the route's level
+// cannot see. A variable used as a whole (mcp[k], "name" in mcp, size(mcp)) reads every field.
+//
+// Callers fill Input.Vars: plain fields for strings and numbers, and a Body and a HeaderSource
+// that produce arguments, result, client info and headers only when a rule reads them
+// (Set.Needs says which). The map fields of Input are the older form, still read when set.
+//
 // # Absent fields
 //
 // Absent facts are normal, not errors: MCP clients older than protocol 2026-07-28 send no
 // Mcp-Method or Mcp-Name header, so a rule on mcp.method must not match such a request, and the
 // decision names the field that was missing so the decision log can say why (Layer 5 of the
-// intermediary draft: "MUST log policy decisions for audit purposes"). A field is absent when a
-// map of the request (one of the four variables, or a map inside one such as http.headers)
-// lacks the key the rule reads, whether the key is written out (mcp.method,
+// intermediary draft: "MUST log policy decisions for audit purposes"). A field is absent when the
+// request did not carry it (an empty string field of Message, a nil struct, a key missing from a
+// map such as http.headers), whether the key is written out (mcp.method,
 // http.headers["x-tenant"]) or computed (http.headers[mcp.name]).
 //
 // A rate_limit key that reads an absent field does not skip the rule: every request whose key

@@ -393,7 +393,7 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 	return r, nil
 }
 
-// whenTypeOK accepts dyn as well as bool because every field of the four maps is dyn: `conn.tls`
+// whenTypeOK accepts dyn as well as bool: a value read from a map of dyn (mcp.arguments.admin)
 // is a sensible condition the checker cannot prove boolean. A non-bool value at run time is a
 // rule error (Decision.Errors, Input.FailOpen).
 func whenTypeOK(t *cel.Type) bool {
