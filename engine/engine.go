@@ -58,7 +58,10 @@ type Options struct {
 	Limits   Limits
 	Flows    FlowSink
 	Metrics  *telemetry.Metrics
-	Log      *slog.Logger
+	// Records is the one writer of every record (flow, exchange, message) and of the metrics
+	// that go with them; nil: one that writes Flows and counts in Metrics.
+	Records *telemetry.Recorder
+	Log     *slog.Logger
 
 	// Routing is the initial routing table; nil means every flow takes DefaultRoute (opaque).
 	Routing *Routing
@@ -73,6 +76,7 @@ type Engine struct {
 	sessions *level2.Sessions
 
 	opt Options
+	rec *telemetry.Recorder // opt's recorder (recorderOf)
 
 	// listenAddrs are the bound listener addresses; a flow whose original destination is one of
 	// them would be forwarded to the appliance itself, so it is refused (loop avoidance).
@@ -112,6 +116,7 @@ func New(opt Options) *Engine {
 	rand.Read(b[:])
 	e := &Engine{
 		opt:         opt,
+		rec:         recorderOf(opt),
 		sessions:    level2.NewSessions(0),
 		listenAddrs: map[netip.AddrPort]bool{},
 		clients:     map[netip.Addr]int{},

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"mcpintercept/policy"
+	"mcpintercept/telemetry"
 )
 
 // outcome is how a flow ended, as the branch of the pipeline that ended it saw it. Branches
@@ -65,31 +66,14 @@ func (e *Engine) exit(f *flow, out outcome) {
 		f.up.Close()
 	}
 
-	m := e.opt.Metrics
-	if out.refused != "" {
-		m.FlowsRefused.WithLabelValues(out.refused).Inc()
-	}
-	if out.upstreamErr != "" {
-		m.UpstreamErrors.WithLabelValues(out.upstreamErr).Inc()
-	}
-	if out.up > 0 {
-		m.Bytes.WithLabelValues("up").Add(float64(out.up))
-	}
-	if out.down > 0 {
-		m.Bytes.WithLabelValues("down").Add(float64(out.down))
-	}
-	if f.dispatched {
-		m.FlowDuration.Observe(time.Since(f.start).Seconds())
-	}
+	end := telemetry.FlowEnd{Refused: out.refused, UpstreamErr: out.upstreamErr, Up: out.up, Down: out.down,
+		Duration: time.Since(f.start), Dispatched: f.dispatched}
 	if out.recorded {
+		e.rec.End(end)
 		return
 	}
 	rec := f.record()
 	rec.TLS, rec.Level = string(out.tls), out.level
 	rec.Decision, rec.Rule, rec.Reason = string(out.decision), out.rule, out.reason
-	rec.BytesUp, rec.BytesDown = out.up, out.down
-	rec.DurationMS = time.Since(f.start).Milliseconds()
-	if e.opt.Flows != nil {
-		e.opt.Flows.Write(rec)
-	}
+	e.rec.Flow(&rec, end)
 }

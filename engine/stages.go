@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"mcpintercept/exchange"
+	"mcpintercept/level1"
+)
+
+// The exchange stages of a connection, in the order they run (requests and responses alike),
+// each under the awareness levels it serves. This list is the one place the chain is assembled:
+// a new stage is its own package's constructor plus one line here (CoreDNS's plugin.cfg is the
+// shape). Stages keep per-connection state: every connection gets a chain of its own.
+var stageList = []stageFactory{
+	// Classification from headers, with its guards (protocol switches, Host, unreadable or, on
+	// strict routes, untrusted MCP headers): at every awareness level that reads HTTP.
+	{name: "classify", levels: fromLevel(1), build: func(c *chainOf) exchange.Stage { return level1.NewClassifier(c.guards) }},
+	// Level 1 header policy. At Level 2 the body is the truth: rules judge the JSON-RPC
+	// messages instead, and each message gets its own record.
+	{name: "header-policy", levels: onlyLevel(1), build: func(c *chainOf) exchange.Stage { return level1.NewHeaderPolicy(c.e.level1Flow(c.f, c.tls)) }},
+	// Level 2: the JSON-RPC messages of both directions, decoded, matched against the headers,
+	// judged, checked, transformed and filtered (level2/chain.go lists its steps).
+	{name: "level2", levels: fromLevel(2), build: func(c *chainOf) exchange.Stage { return c.e.level2Flow(c.f, c.route, c.tls, c.rec).Stage() }},
+	// The record writer, last, so that its Done sees what every stage decided.
+	{name: "record", levels: fromLevel(1), build: func(c *chainOf) exchange.Stage { return c.rec }},
+}
+
+// stageFactory is one entry of stageList.
+type stageFactory struct {
+	name   string
+	levels func(level int) bool
+	build  func(*chainOf) exchange.Stage
+}
+
+// chainOf is what a stage factory may use: the connection's flow, route and TLS disposition,
+// Level 1's guards and the connection's record stage.
+type chainOf struct {
+	e      *Engine
+	f      *flow
+	route  *Route
+	tls    Disposition
+	guards level1.Guards
+	rec    *recordStage
+}
+
+func fromLevel(n int) func(int) bool { return func(l int) bool { return l >= n } }
+func onlyLevel(n int) func(int) bool { return func(l int) bool { return l == n } }
+
+// stagesFor builds the chain of one connection from stageList, for its route's level.
+func (e *Engine) stagesFor(c *chainOf) []exchange.Stage {
+	level := c.route.Level
+	if level < 1 {
+		level = 1
+	}
+	if level >= 2 {
+		c.rec.level = 2
+	}
+	out := make([]exchange.Stage, 0, len(stageList))
+	for _, sf := range stageList {
+		if sf.levels(level) {
+			out = append(out, sf.build(c))
+		}
+	}
+	return out
+}
