@@ -111,6 +111,7 @@ type xstate struct {
 	server     string             // the server's identity: destination, SNI and Host
 	endpoint   string             // 2024-11-05 GET stream: where its endpoint event says to POST
 	eventCR    bool               // the last SSE block ended with a CR (an LF may follow it)
+	body       requestBody        // the request steps' shared view of the body
 }
 
 // schemaKey is where the tool schemas of this exchange's server and session are remembered: per
@@ -189,73 +190,103 @@ func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 
 func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Result {
 	st := stateOf(x)
+	b := &st.body
+	*b = requestBody{raw: x.RequestBody()}
+	for _, step := range requestSteps {
+		if res, done := step.run(s, x, st, b); done {
+			return res
+		}
+	}
+	return exchange.Continue
+}
+
+// requestBody is what the request steps hand each other about one client→server body.
+type requestBody struct {
+	raw   []byte // the body as read (decoded from its Content-Encoding)
+	msgs  []*Message
+	batch bool
+	decs  []policy.Decision // one per message, from the policy step
+}
+
+// readRequest decodes the body's Content-Encoding and decides whether it carries JSON-RPC at
+// all: by its type however spelt, or by its bytes however padded. A body that is not JSON-RPC is
+// plain HTTP, judged at Level 1 only: no supported server parses it as JSON.
+func (s *stage) readRequest(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	h := x.Req
-	body := x.RequestBody()
 	if ce, ok := h.Get("Content-Encoding"); ok && !isIdentity(ce) {
-		dec, err := DecodeBody(ce, body, s.maxBody())
+		dec, err := DecodeBody(ce, b.raw, s.maxBody())
 		switch {
 		case errors.Is(err, ErrUnsupportedEncoding):
-			return s.refuseUnreadable(x, st, 415, "content-encoding "+ce+" cannot be inspected")
+			return s.refuseUnreadable(x, st, 415, "content-encoding "+ce+" cannot be inspected"), true
 		case errors.Is(err, ErrBodyTooLarge):
-			return s.refuseUnreadable(x, st, 413, "decoded body over the route's max_body")
+			return s.refuseUnreadable(x, st, 413, "decoded body over the route's max_body"), true
 		case err != nil:
-			return s.refuseUnreadable(x, st, 400, "body does not decode as "+ce+": "+err.Error())
+			return s.refuseUnreadable(x, st, 400, "body does not decode as "+ce+": "+err.Error()), true
 		}
-		body = dec
+		b.raw = dec
 	}
 	ctv, repeated := contentTypes(h)
 	if repeated {
 		// Servers disagree on which of two types counts (Go: the first; Node: both, joined).
-		return s.refuseUnreadable(x, st, 400, "Content-Type header repeated")
+		return s.refuseUnreadable(x, st, 400, "Content-Type header repeated"), true
 	}
 	ct := ParseContentType(ctv)
 	if ct.ForeignCharset {
-		return s.refuseUnreadable(x, st, 415, "charset "+ct.Charset+" cannot be inspected (JSON-RPC bodies are UTF-8)")
+		return s.refuseUnreadable(x, st, 415, "charset "+ct.Charset+" cannot be inspected (JSON-RPC bodies are UTF-8)"), true
 	}
-	if enc := pythonEncoding(body); enc != "" {
+	if enc := pythonEncoding(b.raw); enc != "" {
 		// Python's json reads such bytes as UTF-16 or UTF-32 text, where Level 2 (a UTF-8
 		// reader) would see no JSON at all.
-		return s.refuseUnreadable(x, st, 415, "body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)")
+		return s.refuseUnreadable(x, st, 415, "body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)"), true
 	}
-	if !ct.JSON && !namesJSON(ctv) && !looksJSON(body) {
-		// Not JSON-RPC by its type, however spelt, or by its bytes, however padded: plain HTTP,
-		// judged at Level 1 only. No supported server parses such a body as JSON.
-		return exchange.Continue
+	if !ct.JSON && !namesJSON(ctv) && !looksJSON(b.raw) {
+		return exchange.Continue, true
 	}
-	if blank(body) {
-		return exchange.Continue // no message in it: nothing to judge, nothing a server acts on
+	if blank(b.raw) {
+		return exchange.Continue, true // no message in it: nothing to judge, nothing a server acts on
 	}
-	allowBatch := batchAllowed(st.version, h)
-	// Decoded as the most lenient server reads it (a BOM and Unicode spaces around the JSON
-	// stripped); forwarded as the client sent it.
-	msgs, batch, err := Decode(trimLenient(body), DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: allowBatch})
+	return exchange.Continue, false
+}
+
+// decodeRequest decodes the body as the most lenient server reads it (a BOM and Unicode spaces
+// around the JSON stripped; it is forwarded as the client sent it), strictly, and refuses a key
+// a server reads as one a rule reads but spelt so that the rule misses it.
+func (s *stage) decodeRequest(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+	allowBatch := batchAllowed(st.version, x.Req)
+	msgs, batch, err := Decode(trimLenient(b.raw), DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: allowBatch})
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) {
-			return s.refuseUnreadable(x, st, 413, "JSON-RPC body over the route's max_body")
+			return s.refuseUnreadable(x, st, 413, "JSON-RPC body over the route's max_body"), true
 		}
-		return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+err.Error())
+		return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+err.Error()), true
 	}
 	if rs := s.rules(); rs != nil {
 		for _, m := range msgs {
-			// A key a server reads as one that a rule reads, but spelt so the rule misses it.
 			if why, bad := argumentCaseVariant(m, rs); bad {
-				return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+why)
+				return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+why), true
 			}
 		}
 	}
-	for _, m := range msgs {
+	b.msgs, b.batch = msgs, batch
+	return exchange.Continue, false
+}
+
+// correlateRequest starts the record of every message, indexes the requests by id (for their
+// responses) and takes the version and client info the messages carry.
+func (s *stage) correlateRequest(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+	for _, m := range b.msgs {
 		r := s.newRecord(x, st, m, ClientToServer)
 		st.reqs = append(st.reqs, r)
 		st.messages++
 		if m.Kind == KindRequest {
 			if st.byID == nil {
-				st.byID = make(map[string]*Record, len(msgs))
+				st.byID = make(map[string]*Record, len(b.msgs))
 			}
 			k := idKey(m)
 			if st.byID[k] != nil {
 				// Two requests with one id: their responses could not be told apart, so a result
 				// could be judged as the other request's.
-				return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: duplicate request id "+r.ID+" in a batch")
+				return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: duplicate request id "+r.ID+" in a batch"), true
 			}
 			st.byID[k] = r
 		}
@@ -280,44 +311,69 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 			r.Version = st.version
 		}
 	}
-	// SEP-2243: the headers are the client's claim, the body is the truth.
-	if why := headerMismatch(h, msgs, batch); why != "" {
-		for _, r := range st.reqs {
-			r.Decision, r.Rule, r.Reason = policy.ActionDeny, "header-mismatch", why
-		}
-		var id json.RawMessage
-		if !batch && len(msgs) == 1 {
-			id = msgs[0].ID
-		}
-		body := errorBody(id, CodeHeaderMismatch, "header mismatch: "+why, "header-mismatch", why, 0)
-		st.answered = true
-		x.Answer(400, []exchange.Header{{Name: "Content-Type", Value: "application/json"}}, body,
-			exchange.Verdict{Decision: exchange.Deny, Status: 400, Rule: "header-mismatch", Reason: why})
-		return exchange.Stop
+	return exchange.Continue, false
+}
+
+// matchHeaders is SEP-2243: the headers are the client's claim, the body is the truth; a
+// request whose MCP headers disagree with its body is refused with HTTP 400 and -32020.
+func (s *stage) matchHeaders(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+	why := headerMismatch(x.Req, b.msgs, b.batch)
+	if why == "" {
+		return exchange.Continue, false
 	}
-	// Policy, message by message: the first refusal refuses the body (a batch is one HTTP
-	// message; forwarding part of it would change what the client sent).
+	for _, r := range st.reqs {
+		r.Decision, r.Rule, r.Reason = policy.ActionDeny, "header-mismatch", why
+	}
+	var id json.RawMessage
+	if !b.batch && len(b.msgs) == 1 {
+		id = b.msgs[0].ID
+	}
+	body := errorBody(id, CodeHeaderMismatch, "header mismatch: "+why, "header-mismatch", why, 0)
+	st.answered = true
+	x.Answer(400, []exchange.Header{{Name: "Content-Type", Value: "application/json"}}, body,
+		exchange.Verdict{Decision: exchange.Deny, Status: 400, Rule: "header-mismatch", Reason: why})
+	return exchange.Stop, true
+}
+
+// judgeRequests is policy, message by message: the first refusal refuses the body (a batch is
+// one HTTP message; forwarding part of it would change what the client sent).
+func (s *stage) judgeRequests(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	var denied *Record
 	var dec policy.Decision
-	decs := make([]policy.Decision, len(msgs))
-	for i, m := range msgs {
+	b.decs = make([]policy.Decision, len(b.msgs))
+	for i, m := range b.msgs {
 		r := st.reqs[i]
 		d := s.evaluate(x, st, m, r, ClientToServer, nil, nil)
-		decs[i] = d
+		b.decs[i] = d
 		r.Decision, r.Rule, r.Reason = d.Action, d.Rule, d.Reason
 		if d.Action != policy.ActionAllow && denied == nil {
 			denied, dec = r, d
 		}
 	}
 	if denied != nil {
-		return s.refuse(x, st, msgs, batch, denied, dec)
+		return s.refuse(x, st, b.msgs, b.batch, denied, dec), true
 	}
-	if s.f.ValidateArguments {
-		if res, done := s.validateArguments(x, st, msgs, batch); done {
-			return res
-		}
+	return exchange.Continue, false
+}
+
+// checkArguments is the route's validate_arguments: tools/call arguments against the input
+// schema the server listed.
+func (s *stage) checkArguments(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+	if !s.f.ValidateArguments {
+		return exchange.Continue, false
 	}
-	s.transformRequests(x, st, msgs, batch, decs)
+	return s.validateArguments(x, st, b.msgs, b.batch)
+}
+
+// transform applies what the allowed messages' decisions ask for (redaction, _meta).
+func (s *stage) transform(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+	s.transformRequests(x, st, b.msgs, b.batch, b.decs)
+	return exchange.Continue, false
+}
+
+// rememberRequests keeps, in the appliance's session memory, what a response on another
+// connection will need: the 2024-11-05 client's info, and every request still to be answered.
+func (s *stage) rememberRequests(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	if st.legacy && st.initialize && st.session != "" {
 		// 2024-11-05: the session is the endpoint URL's, known now; no response will carry an
 		// Mcp-Session-Id, so the client's info is kept for its GET stream here.
@@ -332,7 +388,7 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 			}
 		}
 	}
-	return exchange.Continue
+	return exchange.Continue, false
 }
 
 // refuse answers a denied request with a JSON-RPC error (HTTP 200, or an SSE event when the client

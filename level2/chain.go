@@ -1,0 +1,29 @@
+package level2
+
+import "mcpintercept/exchange"
+
+// The steps Level 2 runs over one client→server body, in order. Each step sees what the earlier
+// ones found (requestBody) and either lets the chain go on, or ends it: with Continue (nothing
+// more to judge: the body is forwarded as it came) or with Stop (the step answered the request
+// or refused it). A new check on requests is one function and one line here.
+var requestSteps = []requestStep{
+	{"read", (*stage).readRequest},               // Content-Encoding, type, charset: JSON-RPC at all?
+	{"decode", (*stage).decodeRequest},           // strict decode, case-variant keys
+	{"correlate", (*stage).correlateRequest},     // records, ids, version, client info
+	{"header-match", (*stage).matchHeaders},      // SEP-2243: Mcp-* headers against the body
+	{"policy", (*stage).judgeRequests},           // the rules, message by message
+	{"argument-schema", (*stage).checkArguments}, // validate_arguments
+	{"transform", (*stage).transform},            // redaction, _meta
+	{"session", (*stage).rememberRequests},       // what other connections' responses need
+}
+
+// A requestStep is one named step of requestSteps.
+type requestStep struct {
+	name string
+	run  func(s *stage, x *exchange.Exchange, st *xstate, b *requestBody) (res exchange.Result, done bool)
+}
+
+// The response side runs in the same order for a JSON body (ResponseBody) and for each SSE event
+// (Event): read the bytes (encoding, type, framing), decode them strictly, then judge message by
+// message (responses: pair with the request, policy, surface control, redaction), then write
+// back what changed.
