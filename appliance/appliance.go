@@ -21,6 +21,7 @@ import (
 	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/intercept"
+	"mcpintercept/intercept/upstream"
 	"mcpintercept/level1"
 	"mcpintercept/origin"
 	"mcpintercept/pki"
@@ -56,7 +57,7 @@ type Options struct {
 	// Log is the appliance's logger; each component gets a child. Nil discards.
 	Log *slog.Logger
 	// Mechanism replaces the steering the configuration selects (exec steers a cgroup of its
-	// own); nil: intercept.New(cfg).
+	// own); nil: NewSteering(cfg).
 	Mechanism intercept.Mechanism
 	// Listeners, when set, are served instead of binding listen.addresses and listen.port (exec
 	// binds ephemeral loopback ports before it builds its mechanism). The appliance closes them.
@@ -133,15 +134,16 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		}
 	}
 
+	steering := SteeringOptions(cfg)
 	a.mech = opt.Mechanism
 	if a.mech == nil {
-		if a.mech, err = intercept.New(cfg); err != nil {
+		if a.mech, err = intercept.New(steering); err != nil {
 			return nil, err
 		}
 	}
 	// Bind everything before installing anything, so that a port in use leaves the host untouched.
 	if a.lns == nil {
-		if a.lns, err = intercept.Listen(ctx, cfg.Listen.Addresses, cfg.Listen.Port, intercept.Transparent(cfg)); err != nil {
+		if a.lns, err = intercept.Listen(ctx, cfg.Listen.Addresses, cfg.Listen.Port, intercept.Transparent(steering)); err != nil {
 			return nil, err
 		}
 	}
@@ -155,8 +157,8 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		a.opened = o
 	}
 	// Every mechanism's upstream dials pass upstream_deny; dns dials the name behind a VIP.
-	dialer, err := intercept.NewUpstreamDialer(cfg, a.mech,
-		intercept.BypassDialer(cfg.Steering.BypassMark, cfg.Limits.ConnectTimeout.Duration),
+	dialer, err := intercept.NewUpstreamDialer(a.mech, cfg.UpstreamDeny,
+		upstream.BypassDialer(cfg.Steering.BypassMark, cfg.Limits.ConnectTimeout.Duration),
 		a.metrics.Registry, log.With("component", "dialer"))
 	if err != nil {
 		return nil, err

@@ -35,7 +35,7 @@ type fakeMech struct {
 	events []string
 }
 
-func (m *fakeMech) Name() config.Mechanism { return config.External }
+func (m *fakeMech) Name() origin.Mechanism { return origin.External }
 
 func (m *fakeMech) Install(context.Context) error { m.event("install"); return nil }
 

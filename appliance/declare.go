@@ -22,17 +22,12 @@ func Check(cfg *config.Config) error {
 func Declaration(cfg *config.Config) telemetry.Declaration {
 	if cfg == nil || cfg.Path == "" {
 		var ms []telemetry.Interception
-		for _, m := range []config.Mechanism{config.NftablesTProxy, config.IptablesRedirect, config.EBPF, config.DNS, config.External} {
-			c := config.Default(m)
-			ms = append(ms, telemetry.Interception{Mechanism: string(m), OriginalDestination: intercept.Recovery(c)})
-			if m == config.External {
-				c.External.OriginalDst = "so-original-dst"
-				ms = append(ms, telemetry.Interception{Mechanism: string(m), OriginalDestination: intercept.Recovery(c)})
-			}
+		for _, d := range intercept.Declare() {
+			ms = append(ms, telemetry.Interception{Mechanism: string(d.Mechanism), OriginalDestination: d.Recovery})
 		}
 		return telemetry.Declare(ms, telemetry.BuildCapabilities)
 	}
-	ms := []telemetry.Interception{{Mechanism: string(cfg.Mechanism), OriginalDestination: intercept.Recovery(cfg), InEffect: true}}
+	ms := []telemetry.Interception{{Mechanism: string(cfg.Mechanism), OriginalDestination: intercept.Recovery(SteeringOptions(cfg)), InEffect: true}}
 	return telemetry.Declare(ms, capabilitiesOf(cfg))
 }
 

@@ -216,10 +216,8 @@ func Run(ctx context.Context, o Options) (int, error) {
 // newMechanism is eBPF steering of the cgroup cg to the listeners lns, limited to the
 // configuration's destinations and ports.
 func newMechanism(cfg *config.Config, cg string, lns []*net.TCPListener) (*intercept.EBPF, error) {
-	opts := intercept.EBPFOptions{CgroupPath: cg, Destinations: cfg.Intercept.Destinations, BypassMark: cfg.Steering.BypassMark}
-	for _, p := range cfg.Intercept.Ports {
-		opts.Ports = append(opts.Ports, intercept.EBPFPortRange{From: p.From, To: p.To})
-	}
+	steer := appliance.SteeringOptions(cfg)
+	opts := intercept.EBPFOptions{CgroupPath: cg, Destinations: steer.Destinations, Ports: steer.Ports, BypassMark: steer.BypassMark}
 	for _, l := range lns {
 		ap := l.Addr().(*net.TCPAddr).AddrPort()
 		if ap.Addr().Is4() {

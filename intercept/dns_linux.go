@@ -10,7 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"mcpintercept/config"
+	"mcpintercept/intercept/dns"
+	"mcpintercept/intercept/upstream"
 	"mcpintercept/origin"
 )
 
@@ -19,41 +20,41 @@ import (
 // the same nftables TPROXY table and policy routing as nftables-tproxy. A flow to a VIP carries
 // the name behind it (Origin.Host); the dialer resolves that name upstream when it dials.
 type dnsMechanism struct {
-	cfg     *config.Config
+	o       DNSOptions
 	nft     *nftablesTProxy
 	log     *slog.Logger
-	table   *VIPTable
-	cache   *Cache
-	res     *Resolver
-	server  *DNSServer
-	metrics *DNSMetrics
+	table   *dns.VIPTable
+	cache   *dns.Cache
+	res     *dns.Resolver
+	server  *dns.Server
+	metrics *dns.Metrics
 	stop    chan struct{}
 	swept   chan struct{}
 }
 
-func newDNSFromConfig(cfg *config.Config) (Mechanism, error) {
-	return &dnsMechanism{cfg: cfg, nft: newNftables(steeredConfig(cfg))}, nil
+func newDNS(o Options) (Mechanism, error) {
+	return &dnsMechanism{o: o.DNS, nft: newNftables(steered(o))}, nil
 }
 
-// steeredConfig is cfg as the TPROXY installer must see it: the VIP pools added to the steered
-// destinations, every port when intercept.ports is empty (anything sent to a VIP belongs to the
+// steered is o as the TPROXY installer must see it: the VIP pools added to the steered
+// destinations, every port when no port is listed (anything sent to a VIP belongs to the
 // appliance; nothing else answers there).
-func steeredConfig(cfg *config.Config) *config.Config {
-	c := *cfg
-	c.Intercept.Destinations = nil
-	for _, p := range []netip.Prefix{cfg.DNS.Pools.V4, cfg.DNS.Pools.V6} {
+func steered(o Options) Options {
+	c := o
+	c.Destinations = nil
+	for _, p := range []netip.Prefix{o.DNS.V4, o.DNS.V6} {
 		if p.IsValid() {
-			c.Intercept.Destinations = append(c.Intercept.Destinations, p.Masked())
+			c.Destinations = append(c.Destinations, p.Masked())
 		}
 	}
-	c.Intercept.Destinations = append(c.Intercept.Destinations, cfg.Intercept.Destinations...)
-	if len(c.Intercept.Ports) == 0 {
-		c.Intercept.Ports = []config.PortRange{{From: 1, To: 65535}}
+	c.Destinations = append(c.Destinations, o.Destinations...)
+	if len(c.Ports) == 0 {
+		c.Ports = []PortRange{{From: 1, To: 65535}}
 	}
-	return &c
+	return c
 }
 
-func (d *dnsMechanism) Name() config.Mechanism { return config.DNS }
+func (d *dnsMechanism) Name() origin.Mechanism { return origin.DNS }
 
 // Open loads the VIP table from the state directory and binds the DNS server's sockets (UDP and
 // TCP on dns.listen), before anything is installed.
@@ -62,15 +63,15 @@ func (d *dnsMechanism) Open(ctx context.Context, reg prometheus.Registerer, log 
 		log = slog.New(slog.DiscardHandler)
 	}
 	d.log = log
-	dc := d.cfg.DNS
-	t, err := OpenVIPTable(VIPOptions{V4: dc.Pools.V4, V6: dc.Pools.V6, Hold: dc.Hold.Duration,
-		Quarantine: dc.Quarantine.Duration, MaxNames: dc.MaxNames, ClientQuota: dc.ClientQuota,
+	dc := d.o
+	t, err := dns.OpenVIPTable(dns.VIPOptions{V4: dc.V4, V6: dc.V6, Hold: dc.Hold,
+		Quarantine: dc.Quarantine, MaxNames: dc.MaxNames, ClientQuota: dc.ClientQuota,
 		PatternQuota: dc.PatternQuota, Patterns: len(dc.Names), StateDir: dc.StateDir, Log: log})
 	if err != nil {
 		return err
 	}
 	d.table = t
-	d.metrics = NewDNSMetrics(t.Len)
+	d.metrics = dns.NewMetrics(t.Len)
 	d.metrics.Watch(t)
 	cq, pq := t.Quotas()
 	log.Info("dns: VIP quotas", "client_quota", cq, "pattern_quota", pq)
@@ -80,13 +81,13 @@ func (d *dnsMechanism) Open(ctx context.Context, reg prometheus.Registerer, log 
 			return fmt.Errorf("dns metrics: %w", err)
 		}
 	}
-	fwd := &Forwarder{Servers: dc.Upstream, Timeout: dc.Timeout.Duration,
-		Dialer: BypassDialer(d.cfg.Steering.BypassMark, dc.Timeout.Duration)}
-	d.cache = &Cache{Upstream: fwd, Size: dc.CacheSize, OnHit: d.metrics.CacheHits.Inc, OnMiss: d.metrics.CacheMisses.Inc}
-	d.res = &Resolver{Cache: d.cache}
-	d.server = NewDNSServer(DNSServerOptions{Names: dc.Names, Table: t, Upstream: d.cache, Clients: dc.Clients,
-		TTL: dc.TTL.Duration, ClientRate: dc.ClientRate, ClientBurst: dc.ClientBurst,
-		Timeout: 2 * dc.Timeout.Duration * time.Duration(max(1, len(dc.Upstream))), Metrics: d.metrics, Log: log})
+	fwd := &dns.Forwarder{Servers: dc.Upstream, Timeout: dc.Timeout,
+		Dialer: upstream.BypassDialer(d.bypassMark(), dc.Timeout)}
+	d.cache = &dns.Cache{Upstream: fwd, Size: dc.CacheSize, OnHit: d.metrics.CacheHits.Inc, OnMiss: d.metrics.CacheMisses.Inc}
+	d.res = &dns.Resolver{Cache: d.cache}
+	d.server = dns.NewServer(dns.ServerOptions{Names: dc.Names, Table: t, Upstream: d.cache, Clients: dc.Clients,
+		TTL: dc.TTL, ClientRate: dc.ClientRate, ClientBurst: dc.ClientBurst,
+		Timeout: 2 * dc.Timeout * time.Duration(max(1, len(dc.Upstream))), Metrics: d.metrics, Log: log})
 	if err := d.server.Listen(dc.Listen); err != nil {
 		t.Close()
 		return err
@@ -106,7 +107,7 @@ func (d *dnsMechanism) Install(ctx context.Context) error {
 	d.server.Serve()
 	d.stop, d.swept = make(chan struct{}), make(chan struct{})
 	go d.sweep(d.stop, d.swept)
-	d.log.Info("dns server answering", "listen", fmt.Sprint(d.server.Addrs()), "names", len(d.cfg.DNS.Names))
+	d.log.Info("dns server answering", "listen", fmt.Sprint(d.server.Addrs()), "names", len(d.o.Names))
 	return nil
 }
 
@@ -159,37 +160,50 @@ func (d *dnsMechanism) Origin(c *net.TCPConn) (origin.Origin, error) {
 	if err != nil {
 		return origin.Origin{}, err
 	}
-	o := origin.Origin{Dst: dst, Mechanism: string(config.DNS)}
+	o := origin.Origin{Dst: dst, Mechanism: string(origin.DNS)}
 	if d.table == nil || !d.table.InPool(dst.Addr()) {
 		return o, nil
 	}
 	name, ok := d.table.Name(dst.Addr())
 	if !ok {
-		return origin.Origin{}, &UnboundVIPError{VIP: dst.Addr()}
+		return origin.Origin{}, dns.UnboundVIP(dst.Addr())
 	}
 	o.Host = name
 	// The flow keeps the name live until the engine closes c: its VIP is never recycled under it.
 	d.table.Track(dst.Addr(), c)
-	if err := checkSNI(c, dst.Addr().String(), name, d.cfg.TLS.PeekTimeout.Duration, d.cfg.TLS.MaxClientHello); err != nil {
+	if err := checkSNI(c, dst.Addr().String(), name, d.o.PeekTimeout, d.o.MaxClientHello); err != nil {
 		return origin.Origin{}, err
 	}
 	return o, nil
 }
 
-// ResolveVIP implements NameResolver: the name behind vip and its addresses upstream now.
+// ResolveVIP implements upstream.NameResolver: the name behind vip and its addresses upstream now.
 func (d *dnsMechanism) ResolveVIP(ctx context.Context, vip netip.Addr) (string, []netip.Addr, bool, error) {
 	if d.table == nil || !d.table.InPool(vip) {
 		return "", nil, false, nil
 	}
 	name, ok := d.table.Name(vip)
 	if !ok {
-		return "", nil, true, &UnboundVIPError{VIP: vip.Unmap()}
+		return "", nil, true, dns.UnboundVIP(vip.Unmap())
 	}
 	addrs, err := d.res.Lookup(ctx, name)
 	return name, addrs, true, err
 }
 
-func (d *dnsMechanism) dnsMetrics() *DNSMetrics { return d.metrics }
+// bypassMark is the mark of the forwarder's queries, the one every upstream dial carries.
+func (d *dnsMechanism) bypassMark() uint32 { return d.nft.o.BypassMark }
+
+// shapeDialer implements dialShaper: a VIP is dialled as the name behind it, resolved now; the
+// pools themselves are never dialled; refusals count in the DNS server's registry.
+func (d *dnsMechanism) shapeDialer(u *upstream.Dialer) bool {
+	u.Deny.Add("VIP pool", d.o.V4, d.o.V6)
+	u.VIPs = d
+	if d.metrics == nil {
+		return false
+	}
+	u.Metrics = d.metrics.UpstreamDeny
+	return true
+}
 
 // Table is the VIP table (tests).
-func (d *dnsMechanism) Table() *VIPTable { return d.table }
+func (d *dnsMechanism) Table() *dns.VIPTable { return d.table }

@@ -4,18 +4,22 @@ package intercept
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"mcpintercept/config"
+	"mcpintercept/intercept/dns/dnstest"
+	"mcpintercept/origin"
 )
 
 // TestDNSMetricsRegistered: the dns mechanism's metrics, opened the way the appliance opens them
@@ -26,15 +30,20 @@ func TestDNSMetricsRegistered(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the upstream dialer sets SO_MARK (needs CAP_NET_ADMIN)")
 	}
-	up := startUpstream(t)
-	cfg := config.Default(config.DNS)
-	cfg.DNS.Listen = []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:0")}
-	cfg.DNS.Names = []string{"mcp.test", "*.mcp.test", "rebind.test"}
-	cfg.DNS.Pools.V4 = pfx("198.18.0.0/24")
-	cfg.DNS.Upstream = []netip.AddrPort{up.addr}
-	cfg.DNS.Clients = []netip.Prefix{pfx("10.0.0.0/8")}
-	cfg.DNS.StateDir = t.TempDir()
-	mech, err := newDNSFromConfig(cfg)
+	up := dnstest.StartUpstream(t)
+	o := Options{Mechanism: origin.DNS, Listen: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, Port: 15001,
+		Mark: 0x1, BypassMark: 0x2, RouteTable: 100, RulePriority: 100,
+		DNS: DNSOptions{
+			Listen:   []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:0")},
+			Names:    []string{"mcp.test", "*.mcp.test", "rebind.test"},
+			V4:       pfx("198.18.0.0/24"),
+			Upstream: []netip.AddrPort{up.Addr},
+			Clients:  []netip.Prefix{pfx("10.0.0.0/8")},
+			StateDir: t.TempDir(),
+			TTL:      30 * time.Second, Hold: 24 * time.Hour, Quarantine: time.Hour,
+			MaxNames: 65536, CacheSize: 10000, ClientRate: 200, ClientBurst: 400, Timeout: 2 * time.Second,
+		}}
+	mech, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +55,7 @@ func TestDNSMetricsRegistered(t *testing.T) {
 	}
 	t.Cleanup(func() { d.Close() })
 	base := &recordDialer{}
-	dialer, err := NewUpstreamDialer(cfg, mech, base, reg, nil)
+	dialer, err := NewUpstreamDialer(mech, []netip.Prefix{pfx("127.0.0.0/8"), pfx("169.254.0.0/16")}, base, reg, nil)
 	if err != nil {
 		t.Fatalf("upstream dialer on the same registry: %v", err)
 	}
@@ -160,4 +169,22 @@ func dump(m map[string]float64) string {
 	}
 	sort.Strings(ls)
 	return strings.Join(ls, "\n")
+}
+
+var client = netip.MustParseAddrPort("10.0.0.7:5353")
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+func query(name string, t uint16) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(name, t)
+	return m
+}
+
+// recordDialer records the addresses it is asked to dial and dials none.
+type recordDialer struct{ got []string }
+
+func (r *recordDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	r.got = append(r.got, address)
+	return nil, errors.New("recorded")
 }

@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"mcpintercept/intercept/dns"
+	"mcpintercept/origin"
 	"mcpintercept/tlsmitm"
 )
 
@@ -60,22 +62,17 @@ func (p *peekReader) Read(b []byte) (int, error) {
 	return c, nil
 }
 
-// SNIMismatchError refuses a TLS flow to a VIP whose server name is not the name behind it.
-type SNIMismatchError struct {
-	VIP  string
-	Name string // the name behind the VIP
-	SNI  string // what the client sent ("" when it sent none)
-}
+// ReasonSNIMismatch is the flow record's reason for a TLS flow to a VIP whose server name is
+// not the name behind it.
+const ReasonSNIMismatch = "sni_mismatch"
 
-func (e *SNIMismatchError) Error() string {
-	if e.SNI == "" {
-		return fmt.Sprintf("TLS to VIP %s (%s) carries no SNI; it must name %s", e.VIP, e.Name, e.Name)
+// sniMismatch refuses a TLS flow to vip whose SNI is not name ("" when it sent none).
+func sniMismatch(vip, name, sni string) error {
+	if sni == "" {
+		return origin.Refuse(ReasonSNIMismatch, fmt.Errorf("TLS to VIP %s (%s) carries no SNI; it must name %s", vip, name, name))
 	}
-	return fmt.Sprintf("TLS SNI %q differs from the name %s behind VIP %s (a client cannot reach one host under another's name)", e.SNI, e.Name, e.VIP)
+	return origin.Refuse(ReasonSNIMismatch, fmt.Errorf("TLS SNI %q differs from the name %s behind VIP %s (a client cannot reach one host under another's name)", sni, name, vip))
 }
-
-// RefuseReason names the refusal for a flow record.
-func (e *SNIMismatchError) RefuseReason() string { return "sni_mismatch" }
 
 // checkSNI peeks at the client's first bytes without consuming them. A TLS ClientHello must name
 // want (case-insensitively, a trailing dot ignored); anything else (plaintext, a client that
@@ -95,8 +92,8 @@ func checkSNI(c *net.TCPConn, vip, want string, timeout time.Duration, maxHello 
 		}
 		return nil
 	}
-	if canonicalName(h.SNI) != want {
-		return &SNIMismatchError{VIP: vip, Name: want, SNI: strings.ToValidUTF8(h.SNI, "?")}
+	if dns.CanonicalName(h.SNI) != want {
+		return sniMismatch(vip, want, strings.ToValidUTF8(h.SNI, "?"))
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"mcpintercept/origin"
 )
 
 // TestCheckSNI: the SNI check peeks (the engine later reads every byte from the start), refuses
@@ -55,8 +57,8 @@ func TestCheckSNI(t *testing.T) {
 			if tt.name != "silent" && time.Since(start) >= timeout {
 				t.Fatalf("checkSNI waited for its deadline (%v): the hello was not assembled", timeout)
 			}
-			var me *SNIMismatchError
-			if tt.mismatch != errors.As(err, &me) || (!tt.mismatch && err != nil) {
+			var me *origin.Refusal
+			if tt.mismatch != (errors.As(err, &me) && me.Reason == ReasonSNIMismatch) || (!tt.mismatch && err != nil) {
 				t.Fatalf("checkSNI = %v, want mismatch %v", err, tt.mismatch)
 			}
 			if tt.name == "silent" {

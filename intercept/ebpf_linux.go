@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"mcpintercept/bpf"
-	"mcpintercept/config"
 	"mcpintercept/origin"
 )
 
@@ -44,9 +43,6 @@ const (
 	recAccepted = 1 << 1
 )
 
-// EBPFPortRange is an inclusive range of destination ports.
-type EBPFPortRange struct{ From, To uint16 }
-
 // EBPFOptions configures the eBPF cgroup-connect mechanism.
 type EBPFOptions struct {
 	// CgroupPath is the cgroup v2 directory whose processes (and descendants) are steered. It
@@ -56,7 +52,7 @@ type EBPFOptions struct {
 	// loopback. An IPv4 prefix also covers IPv4-mapped destinations of IPv6 sockets.
 	Destinations []netip.Prefix
 	// Ports limits steering to these destination ports; empty means every port.
-	Ports []EBPFPortRange
+	Ports []PortRange
 	// ListenV4 and ListenV6 are the appliance's listeners (e.g. 127.0.0.1:15001 and
 	// [::1]:15001). IPv4 and IPv4-mapped destinations go to ListenV4, IPv6 ones to ListenV6; a
 	// family without a listener is not steered.
@@ -150,7 +146,7 @@ func NewEBPF(o EBPFOptions) (*EBPF, error) {
 }
 
 // Name implements Mechanism.
-func (e *EBPF) Name() config.Mechanism { return config.EBPF }
+func (e *EBPF) Name() origin.Mechanism { return origin.EBPF }
 
 // Install loads the programs, fills their maps and attaches them. The calling thread's network
 // namespace is the appliance's: connects from other namespaces are left alone, since the
@@ -274,7 +270,7 @@ func (e *EBPF) fillMaps(objs *bpf.SteerObjects, cookie uint64) error {
 }
 
 // portBitmap has bit p set for every steered port p; all of them when no range is given.
-func portBitmap(ranges []EBPFPortRange) *bpf.SteerPortSet {
+func portBitmap(ranges []PortRange) *bpf.SteerPortSet {
 	ps := new(bpf.SteerPortSet)
 	if len(ranges) == 0 {
 		for i := range ps.Bits {
@@ -318,7 +314,7 @@ func (e *EBPF) Origin(c *net.TCPConn) (origin.Origin, error) {
 	if err != nil {
 		return origin.Origin{}, err
 	}
-	return origin.Origin{Dst: dst, Identity: &id, Mechanism: string(config.EBPF)}, nil
+	return origin.Origin{Dst: dst, Identity: &id, Mechanism: string(origin.EBPF)}, nil
 }
 
 // Lookup returns where the accepted connection c was going and who made the connect.
@@ -619,23 +615,16 @@ func unmountUnusedFallback() ([]string, error) {
 	return unmountFallbackCgroup2()
 }
 
-// newEBPFFromConfig maps the configuration onto EBPFOptions: the cgroup to steer, the
-// destination set (empty: everything but loopback), and the first listen address per family.
-func newEBPFFromConfig(cfg *config.Config) (Mechanism, error) {
-	o := EBPFOptions{
-		CgroupPath:   cfg.EBPF.Cgroup,
-		Destinations: cfg.Intercept.Destinations,
-		BypassMark:   cfg.Steering.BypassMark,
-	}
-	for _, p := range cfg.Intercept.Ports {
-		o.Ports = append(o.Ports, EBPFPortRange{From: p.From, To: p.To})
-	}
-	v4, v6 := listenTargets(cfg)
+// newEBPFFromOptions steers o.Cgroup: the destination set (empty: everything but loopback) and
+// the first listen address per family.
+func newEBPFFromOptions(o Options) (Mechanism, error) {
+	e := EBPFOptions{CgroupPath: o.Cgroup, Destinations: o.Destinations, Ports: o.Ports, BypassMark: o.BypassMark}
+	v4, v6 := o.listenTargets()
 	if v4.IsValid() {
-		o.ListenV4 = netip.AddrPortFrom(v4, cfg.Listen.Port)
+		e.ListenV4 = netip.AddrPortFrom(v4, o.Port)
 	}
 	if v6.IsValid() {
-		o.ListenV6 = netip.AddrPortFrom(v6, cfg.Listen.Port)
+		e.ListenV6 = netip.AddrPortFrom(v6, o.Port)
 	}
-	return NewEBPF(o)
+	return NewEBPF(e)
 }

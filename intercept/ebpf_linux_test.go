@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"mcpintercept/bpf"
+	"mcpintercept/intercept/upstream"
 )
 
 // The privileged tests build a throwaway network namespace with a dummy link holding 10.99.0.1,
@@ -112,11 +113,11 @@ func TestParseProcCgroup(t *testing.T) {
 func TestPortBitmap(t *testing.T) {
 	tests := []struct {
 		name    string
-		ranges  []EBPFPortRange
+		ranges  []PortRange
 		in, out []uint16
 	}{
 		{name: "all", in: []uint16{1, 80, 443, 65535}},
-		{name: "ranges", ranges: []EBPFPortRange{{80, 80}, {8000, 8010}, {65535, 65535}},
+		{name: "ranges", ranges: []PortRange{{From: 80, To: 80}, {From: 8000, To: 8010}, {From: 65535, To: 65535}},
 			in: []uint16{80, 8000, 8005, 8010, 65535}, out: []uint16{79, 81, 7999, 8011, 65534, 1}},
 	}
 	for _, tt := range tests {
@@ -504,7 +505,7 @@ func parseResult(tb testing.TB, out, stderr string) helperResp {
 func TestEBPFSteering(t *testing.T) {
 	lab := newEBPFLab(t, EBPFOptions{
 		Destinations: []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24"), netip.MustParsePrefix("fd99::/64")},
-		Ports:        []EBPFPortRange{{80, 80}, {labDirect, labDirect}, {20000, 20999}},
+		Ports:        []PortRange{{From: 80, To: 80}, {From: labDirect, To: labDirect}, {From: 20000, To: 20999}},
 	})
 	self, err := os.Executable()
 	if err != nil {
@@ -1223,7 +1224,7 @@ func helperAppliance(req helperReq, resp *helperResp) {
 			fmt.Fprintf(c, "ERROR %v\n", err)
 		case req.Relay:
 			// This whole process is in the lab namespace, so the dial stays inside it.
-			up, err := BypassDialer(labBypass, 2*time.Second).Dial("tcp", dst.String())
+			up, err := upstream.BypassDialer(labBypass, 2*time.Second).Dial("tcp", dst.String())
 			if err != nil {
 				fmt.Fprintf(c, "ERROR %v\n", err)
 				break

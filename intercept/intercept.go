@@ -1,24 +1,24 @@
-// Package intercept installs and removes the steering that brings flows to the appliance (nftables
-// TPROXY, iptables REDIRECT, and later eBPF and DNS), opens the transparent listeners, recovers the
-// original destination of each accepted connection, and dials upstream with the bypass mark so the
-// appliance never intercepts itself. It never parses HTTP.
+// Package intercept installs and removes the steering that brings flows to the appliance
+// (nftables TPROXY, iptables REDIRECT, eBPF cgroup connect, DNS answers with virtual IPs, or the
+// operator's own infrastructure), opens the transparent listeners and recovers the original
+// destination of each accepted connection. Each mechanism registers a Factory (registry.go);
+// `declare`, `check` and `cleanup` read the registry. The DNS server lives in intercept/dns, the
+// upstream dialer and deny list in intercept/upstream. It never parses HTTP.
 package intercept
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
 
-	"mcpintercept/config"
 	"mcpintercept/origin"
 )
 
-// Mechanism is one way of steering flows into the appliance. The eBPF cgroup-connect and DNS
-// mechanisms of later issues implement it too, so the engine never knows which one is in use.
+// Mechanism is one way of steering flows into the appliance, so the engine never knows which
+// one is in use.
 type Mechanism interface {
-	// Name is the mechanism's contract name (nftables-tproxy, iptables-redirect, ebpf, dns, external).
-	Name() config.Mechanism
+	// Name is the mechanism's contract name.
+	Name() origin.Mechanism
 	// Install puts the steering in place. It is called after the listeners are bound, so a flow
 	// steered to the appliance always finds a socket. On error, whatever was installed is removed.
 	Install(ctx context.Context) error
@@ -26,15 +26,19 @@ type Mechanism interface {
 	Remove(ctx context.Context) error
 	// Origin is what the mechanism knows about an accepted connection: where it was going
 	// before it was steered (always), the process that made it (eBPF), the name the client
-	// resolved (DNS). It implements engine.OriginSource.
+	// resolved (DNS). It implements engine.OriginSource. A refusal on purpose is an
+	// *origin.Refusal.
 	Origin(c *net.TCPConn) (origin.Origin, error)
 }
 
 // Identity is who made a steered connect (origin.Identity).
 type Identity = origin.Identity
 
+// PortRange is an inclusive range of destination ports (origin.PortRange).
+type PortRange = origin.PortRange
+
 // originOf is the Origin of a mechanism that knows only the destination.
-func originOf(m config.Mechanism, dst netip.AddrPort, err error) (origin.Origin, error) {
+func originOf(m origin.Mechanism, dst netip.AddrPort, err error) (origin.Origin, error) {
 	if err != nil {
 		return origin.Origin{}, err
 	}
@@ -54,62 +58,11 @@ const (
 	RouteProtocol = 0xf5
 )
 
-// New returns the mechanism the configuration selects.
-func New(cfg *config.Config) (Mechanism, error) {
-	switch cfg.Mechanism {
-	case config.NftablesTProxy:
-		return newNftables(cfg), nil
-	case config.IptablesRedirect:
-		return newIptables(cfg), nil
-	case config.External:
-		return &external{cfg: cfg}, nil
-	case config.EBPF:
-		return newEBPFFromConfig(cfg)
-	case config.DNS:
-		return newDNSFromConfig(cfg)
-	default:
-		return nil, fmt.Errorf("mechanism %q is not available in this build", cfg.Mechanism)
-	}
-}
-
-// Transparent reports whether the listeners must set IP_TRANSPARENT: with TPROXY-style delivery
-// the accepted socket's local address is a foreign address (the original destination).
-func Transparent(cfg *config.Config) bool {
-	switch cfg.Mechanism {
-	case config.NftablesTProxy, config.DNS:
-		return true
-	case config.External:
-		return cfg.External.OriginalDst == "local-address"
-	}
-	return false
-}
-
-// Recovery says, for `declare` and the README, how a mechanism delivers the original destination
-// to the engine (the draft requires this statement for integration-provided selection).
-func Recovery(cfg *config.Config) string {
-	switch cfg.Mechanism {
-	case config.NftablesTProxy:
-		return "nftables tproxy in prerouting (and an output-chain mark plus policy routing for local processes) delivers the unmodified packet to a transparent listener; the accepted socket's local address is the original destination"
-	case config.IptablesRedirect:
-		return "iptables nat REDIRECT rewrites the destination to the listener; the original destination is read from conntrack with getsockopt SO_ORIGINAL_DST (IPv4) / IP6T_SO_ORIGINAL_DST (IPv6)"
-	case config.External:
-		if cfg.External.OriginalDst == "so-original-dst" {
-			return "integration-provided: the operator's infrastructure NATs flows to the listener (REDIRECT/DNAT style); the original destination is read with getsockopt SO_ORIGINAL_DST / IP6T_SO_ORIGINAL_DST"
-		}
-		return "integration-provided: the operator's infrastructure delivers flows TPROXY-style to the listener (IP_TRANSPARENT); the accepted socket's local address is the original destination"
-	case config.EBPF:
-		return "eBPF cgroup/connect4 and cgroup/connect6 on the steered cgroup record the original destination and the process (pid, uid, gid, comm, cgroup id) in socket storage and rewrite the destination to the loopback listener; a sockops program moves the record onto the accepted socket, where the engine reads it by file descriptor"
-	case config.DNS:
-		return "the appliance's DNS server answers the configured names with virtual IPs (VIPs) from its pools; nftables tproxy steers the pools to a transparent listener, whose accepted socket's local address is the VIP and port; the VIP table gives the name behind it (the engine's Origin.Host), a TLS client must send that name as its SNI, and the name is resolved through the upstream resolvers when the appliance dials (its addresses checked against upstream_deny) on the port the client used"
-	}
-	return "unknown"
-}
-
 // AddrPortOf converts a net.Addr of a TCP connection, unmapping IPv4-mapped IPv6 addresses so that
 // logs and loop checks compare like with like.
 func AddrPortOf(a net.Addr) (netip.AddrPort, error) { return origin.AddrPortOf(a) }
 
-// localAddress is the TPROXY-style recovery shared by nftables-tproxy and external.
+// localAddress is the TPROXY-style recovery shared by nftables-tproxy, dns and external.
 func localAddress(c *net.TCPConn) (netip.AddrPort, error) {
 	return AddrPortOf(c.LocalAddr())
 }

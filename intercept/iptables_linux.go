@@ -9,7 +9,6 @@ import (
 
 	"github.com/coreos/go-iptables/iptables"
 
-	"mcpintercept/config"
 	"mcpintercept/origin"
 )
 
@@ -18,16 +17,16 @@ import (
 // The chain returns for local destinations and for the bypass mark, then redirects each configured
 // prefix and port range to the listener port. Conntrack keeps the original destination, which
 // SO_ORIGINAL_DST reads back.
-type iptablesRedirect struct{ cfg *config.Config }
+type iptablesRedirect struct{ o Options }
 
-func newIptables(cfg *config.Config) *iptablesRedirect { return &iptablesRedirect{cfg: cfg} }
+func newIptables(o Options) *iptablesRedirect { return &iptablesRedirect{o: o} }
 
-func (r *iptablesRedirect) Name() config.Mechanism { return config.IptablesRedirect }
+func (r *iptablesRedirect) Name() origin.Mechanism { return origin.IptablesRedirect }
 
 // Origin implements Mechanism: REDIRECT rewrote the destination; conntrack keeps the original.
 func (r *iptablesRedirect) Origin(c *net.TCPConn) (origin.Origin, error) {
 	dst, err := soOriginalDst(c)
-	return originOf(config.IptablesRedirect, dst, err)
+	return originOf(origin.IptablesRedirect, dst, err)
 }
 
 // jumpSpec is the one rule we add to built-in chains; the comment lets an operator see whose it is.
@@ -35,7 +34,7 @@ var jumpSpec = []string{"-m", "comment", "--comment", "mcpintercept", "-j", IptC
 
 func (r *iptablesRedirect) Install(ctx context.Context) error {
 	has4, has6 := false, false
-	for _, p := range r.cfg.Intercept.Destinations {
+	for _, p := range r.o.Destinations {
 		if p.Addr().Is4() {
 			has4 = true
 		} else {
@@ -59,26 +58,26 @@ func (r *iptablesRedirect) installProto(proto iptables.Protocol) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w (is the iptables package installed?)", protoName(proto), err)
 	}
-	cfg := r.cfg
+	o := r.o
 	if err := ipt.ClearChain("nat", IptChainName); err != nil {
 		return fmt.Errorf("%s: create chain %s: %w", protoName(proto), IptChainName, err)
 	}
-	bypass := fmt.Sprintf("%#x/%#x", cfg.Steering.BypassMark, cfg.Steering.BypassMark)
+	bypass := fmt.Sprintf("%#x/%#x", o.BypassMark, o.BypassMark)
 	rules := [][]string{
 		{"-m", "mark", "--mark", bypass, "-j", "RETURN"},
 		{"-m", "addrtype", "--dst-type", "LOCAL", "-j", "RETURN"},
 	}
-	for _, p := range cfg.Intercept.Destinations {
+	for _, p := range o.Destinations {
 		if p.Addr().Is4() != (proto == iptables.ProtocolIPv4) {
 			continue
 		}
-		for _, pr := range cfg.Intercept.Ports {
+		for _, pr := range o.Ports {
 			dport := strconv.Itoa(int(pr.From))
 			if pr.To != pr.From {
 				dport += ":" + strconv.Itoa(int(pr.To))
 			}
 			rules = append(rules, []string{"-d", p.String(), "-p", "tcp", "--dport", dport,
-				"-j", "REDIRECT", "--to-ports", strconv.Itoa(int(cfg.Listen.Port))})
+				"-j", "REDIRECT", "--to-ports", strconv.Itoa(int(o.Port))})
 		}
 	}
 	for _, spec := range rules {
@@ -87,7 +86,7 @@ func (r *iptablesRedirect) installProto(proto iptables.Protocol) error {
 		}
 	}
 	hooks := []string{"PREROUTING"}
-	if cfg.Intercept.LocalEnabled() {
+	if o.Local {
 		hooks = append(hooks, "OUTPUT")
 	}
 	for _, h := range hooks {

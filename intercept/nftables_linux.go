@@ -12,7 +12,6 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
-	"mcpintercept/config"
 	"mcpintercept/origin"
 )
 
@@ -27,25 +26,25 @@ import (
 // The ip rule "fwmark MARK lookup TABLE" and "local default dev lo" in TABLE deliver marked
 // packets locally instead of forwarding them.
 type nftablesTProxy struct {
-	cfg     *config.Config
+	o       Options
 	routing *policyRouting
 }
 
-func newNftables(cfg *config.Config) *nftablesTProxy {
-	return &nftablesTProxy{cfg: cfg, routing: &policyRouting{mark: cfg.Steering.Mark, table: cfg.Steering.RouteTable, priority: cfg.Steering.RulePriority}}
+func newNftables(o Options) *nftablesTProxy {
+	return &nftablesTProxy{o: o, routing: &policyRouting{mark: o.Mark, table: o.RouteTable, priority: o.RulePriority}}
 }
 
-func (n *nftablesTProxy) Name() config.Mechanism { return config.NftablesTProxy }
+func (n *nftablesTProxy) Name() origin.Mechanism { return origin.NftablesTProxy }
 
 // Origin implements Mechanism: TPROXY delivers the unmodified packet, so the accepted socket's
 // local address is the original destination.
 func (n *nftablesTProxy) Origin(c *net.TCPConn) (origin.Origin, error) {
 	dst, err := localAddress(c)
-	return originOf(config.NftablesTProxy, dst, err)
+	return originOf(origin.NftablesTProxy, dst, err)
 }
 
 func (n *nftablesTProxy) Install(ctx context.Context) error {
-	v4, v6 := listenTargets(n.cfg)
+	v4, v6 := n.o.listenTargets()
 	if err := n.installTable(v4, v6); err != nil {
 		n.Remove(ctx)
 		return fmt.Errorf("nftables: %w", err)
@@ -68,24 +67,6 @@ func (n *nftablesTProxy) Remove(ctx context.Context) error {
 	return joinErrs(errs)
 }
 
-// listenTargets picks the TPROXY target per family: the first configured listen address of that
-// family (an invalid Addr when there is none, which leaves that family unsteered).
-func listenTargets(cfg *config.Config) (v4, v6 netip.Addr) {
-	for _, a := range cfg.Listen.Addresses {
-		switch {
-		case a.Is4() || a.Is4In6():
-			if !v4.IsValid() {
-				v4 = a.Unmap()
-			}
-		default:
-			if !v6.IsValid() {
-				v6 = a
-			}
-		}
-	}
-	return v4, v6
-}
-
 func (n *nftablesTProxy) installTable(v4, v6 netip.Addr) error {
 	c, err := nftables.New()
 	if err != nil {
@@ -99,7 +80,7 @@ func (n *nftablesTProxy) installTable(v4, v6 netip.Addr) error {
 	c.DelTable(t)
 	c.AddTable(t)
 
-	cfg := n.cfg
+	o := n.o
 	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle})
 	dst4 := c.AddChain(&nftables.Chain{Name: "tproxy4", Table: t})
@@ -113,8 +94,8 @@ func (n *nftablesTProxy) installTable(v4, v6 netip.Addr) error {
 	// Packets for the appliance's own addresses (including replies to its upstream dials) are
 	// never steered.
 	add(pre, cat(tcpOnly(), fibDaddrLocal(), []expr.Any{ret})...)
-	add(pre, cat(markMatch(cfg.Steering.BypassMark), []expr.Any{ret})...)
-	for _, p := range cfg.Intercept.Destinations {
+	add(pre, cat(markMatch(o.BypassMark), []expr.Any{ret})...)
+	for _, p := range o.Destinations {
 		if p.Addr().Is4() && v4.IsValid() {
 			add(pre, cat(tcpOnly(), daddrMatch(p), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: dst4.Name}})...)
 		}
@@ -122,30 +103,30 @@ func (n *nftablesTProxy) installTable(v4, v6 netip.Addr) error {
 			add(pre, cat(tcpOnly(), daddrMatch(p), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: dst6.Name}})...)
 		}
 	}
-	for _, r := range cfg.Intercept.Ports {
+	for _, r := range o.Ports {
 		if v4.IsValid() {
-			add(dst4, cat(dportMatch(r), markSet(cfg.Steering.Mark), tproxyTo(v4, cfg.Listen.Port), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})...)
+			add(dst4, cat(dportMatch(r), markSet(o.Mark), tproxyTo(v4, o.Port), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})...)
 		}
 		if v6.IsValid() {
-			add(dst6, cat(dportMatch(r), markSet(cfg.Steering.Mark), tproxyTo(v6, cfg.Listen.Port), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})...)
+			add(dst6, cat(dportMatch(r), markSet(o.Mark), tproxyTo(v6, o.Port), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})...)
 		}
 	}
 
-	if cfg.Intercept.LocalEnabled() {
+	if o.Local {
 		out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeRoute,
 			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityMangle})
 		outPorts := c.AddChain(&nftables.Chain{Name: "output_ports", Table: t})
-		add(out, cat(markMatch(cfg.Steering.BypassMark), []expr.Any{ret})...)
+		add(out, cat(markMatch(o.BypassMark), []expr.Any{ret})...)
 		// Replies of the appliance's transparent sockets to clients must never be re-routed
 		// into TPROXY, even when a client's address and port fall inside the steered set.
 		add(out, cat(ctReply(), []expr.Any{ret})...)
-		for _, p := range cfg.Intercept.Destinations {
+		for _, p := range o.Destinations {
 			if (p.Addr().Is4() && v4.IsValid()) || (p.Addr().Is6() && v6.IsValid()) {
 				add(out, cat(tcpOnly(), daddrMatch(p), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: outPorts.Name}})...)
 			}
 		}
-		for _, r := range cfg.Intercept.Ports {
-			add(outPorts, cat(dportMatch(r), markSet(cfg.Steering.Mark), []expr.Any{ret})...)
+		for _, r := range o.Ports {
+			add(outPorts, cat(dportMatch(r), markSet(o.Mark), []expr.Any{ret})...)
 		}
 	}
 	return c.Flush()
@@ -258,7 +239,7 @@ func daddrMatch(p netip.Prefix) []expr.Any {
 
 func be16(v uint16) []byte { b := make([]byte, 2); binary.BigEndian.PutUint16(b, v); return b }
 
-func dportMatch(r config.PortRange) []expr.Any {
+func dportMatch(r PortRange) []expr.Any {
 	load := &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
 	if r.From == r.To {
 		return []expr.Any{load, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(r.From)}}

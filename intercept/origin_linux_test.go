@@ -4,7 +4,6 @@ import (
 	"net"
 	"testing"
 
-	"mcpintercept/config"
 	"mcpintercept/origin"
 )
 
@@ -21,8 +20,8 @@ func TestOriginLocalAddress(t *testing.T) {
 		mech Mechanism
 		want string
 	}{
-		{name: "nftables-tproxy", mech: newNftables(config.Default(config.NftablesTProxy)), want: "nftables-tproxy"},
-		{name: "external local-address", mech: &external{cfg: config.Default(config.External)}, want: "external"},
+		{name: "nftables-tproxy", mech: newNftables(Options{Mechanism: origin.NftablesTProxy}), want: "nftables-tproxy"},
+		{name: "external local-address", mech: &external{}, want: "external"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,26 +7,22 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"time"
 
-	"mcpintercept/config"
 	"mcpintercept/origin"
 )
 
 var errNotLinux = errors.New("transparent interception needs Linux (netfilter, policy routing, IP_TRANSPARENT)")
 
-func newNftables(cfg *config.Config) Mechanism { return unsupported{config.NftablesTProxy} }
-func newIptables(cfg *config.Config) Mechanism { return unsupported{config.IptablesRedirect} }
+func newNftables(Options) Mechanism { return unsupported{origin.NftablesTProxy} }
+func newIptables(Options) Mechanism { return unsupported{origin.IptablesRedirect} }
 
-func newEBPFFromConfig(cfg *config.Config) (Mechanism, error) { return nil, errNotLinux }
+func newEBPFFromOptions(Options) (Mechanism, error) { return nil, errNotLinux }
 
-func newDNSFromConfig(cfg *config.Config) (Mechanism, error) { return nil, errNotLinux }
+func newDNS(Options) (Mechanism, error) { return nil, errNotLinux }
 
-func listenTargets(cfg *config.Config) (v4, v6 netip.Addr) { return }
+type unsupported struct{ name origin.Mechanism }
 
-type unsupported struct{ name config.Mechanism }
-
-func (u unsupported) Name() config.Mechanism        { return u.name }
+func (u unsupported) Name() origin.Mechanism        { return u.name }
 func (u unsupported) Install(context.Context) error { return errNotLinux }
 func (u unsupported) Remove(context.Context) error  { return nil }
 func (u unsupported) Origin(*net.TCPConn) (origin.Origin, error) {
@@ -40,10 +36,8 @@ func Listen(context.Context, []netip.Addr, uint16, bool) ([]*net.TCPListener, er
 	return nil, errNotLinux
 }
 
-// BypassDialer has no mark off Linux.
-func BypassDialer(mark uint32, timeout time.Duration) *net.Dialer {
-	return &net.Dialer{Timeout: timeout}
-}
-
-// Cleanup has nothing to remove off Linux.
-func Cleanup(context.Context) ([]string, error) { return nil, nil }
+// Nothing of ours can be installed off Linux, so the sweeps find nothing.
+func deleteNftTables() ([]string, error) { return nil, nil }
+func removeRouting() ([]string, error)   { return nil, nil }
+func removeIptables() ([]string, error)  { return nil, nil }
+func CleanupEBPF() ([]string, error)     { return nil, nil }

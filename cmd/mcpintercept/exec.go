@@ -11,6 +11,7 @@ import (
 	"mcpintercept/appliance"
 	"mcpintercept/config"
 	"mcpintercept/devhost"
+	"mcpintercept/origin"
 )
 
 // cmdExec is the zero-config dev-host mode: `mcpintercept exec [--config FILE] [--level 1|2]
@@ -64,7 +65,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		cfg = config.Default(config.EBPF)
 	}
 	log := appliance.NewLogger(cfg.Log.Level, stderr).With("mode", "exec")
-	watchdog.steering(config.EBPF) // exec always steers a cgroup of its own with eBPF
+	watchdog.steering(origin.EBPF) // exec always steers a cgroup of its own with eBPF
 	code, err := devhost.Run(context.Background(), devhost.Options{Config: cfg, ZeroConfig: *cfgPath == "", Level: *level,
 		Argv: argv, User: who, Stderr: stderr, Log: log, CgroupCreated: watchdog.cgroup})
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 	"mcpintercept/appliance"
 	"mcpintercept/config"
 	"mcpintercept/intercept"
+	"mcpintercept/origin"
 	"mcpintercept/policy"
 )
 
@@ -77,7 +78,7 @@ mechanisms: `+mechanismList()+`
 
 func mechanismList() string {
 	var s []string
-	for _, m := range config.Mechanisms {
+	for _, m := range origin.Mechanisms() {
 		s = append(s, string(m))
 	}
 	return strings.Join(s, ", ")
@@ -272,7 +273,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	watchdog.steering(cfg.Mechanism)
+	watchdog.steering(origin.Mechanism(cfg.Mechanism))
 	app, err := appliance.New(ctx, cfg, appliance.Options{Stdout: stdout, Log: log})
 	if err != nil {
 		var ce *appliance.ConfigError

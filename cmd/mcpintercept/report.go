@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"mcpintercept/config"
+	"mcpintercept/origin"
 )
 
 // The data plane tells its watchdog (watchdog_linux.go) what it installs, one line each, before
@@ -28,7 +28,7 @@ type watchdogLink struct{ w io.WriteCloser }
 var watchdog *watchdogLink
 
 // steering announces the mechanism whose steering is about to be installed.
-func (l *watchdogLink) steering(m config.Mechanism) { l.say(reportSteering, string(m)) }
+func (l *watchdogLink) steering(m origin.Mechanism) { l.say(reportSteering, string(m)) }
 
 // cgroup announces a cgroup exec created for its command.
 func (l *watchdogLink) cgroup(path string) { l.say(reportCgroup, path) }
@@ -42,15 +42,15 @@ func (l *watchdogLink) say(verb, arg string) {
 // childReport is what the watchdog learnt from the data plane.
 type childReport struct {
 	// Mechanism is the steering the data plane announced ("" when it installed none).
-	Mechanism config.Mechanism
+	Mechanism origin.Mechanism
 	// Cgroups are the cgroups exec created.
 	Cgroups []string
 }
 
 // parseReport reads the data plane's lines until EOF, keeping the first maxReport bytes (and
 // discarding the rest, so that the writer never blocks on a full pipe). Unknown lines are
-// ignored; a mechanism that is not one of config.Mechanisms is kept as written, so that the
-// cleanup errs on the side of removing (see cleanupFor).
+// ignored; a mechanism that is not one of origin.Mechanisms is kept as written, so that the
+// cleanup errs on the side of removing (see intercept.CleanupFor).
 func parseReport(r io.Reader) childReport {
 	var rep childReport
 	sc := bufio.NewScanner(io.LimitReader(r, maxReport))
@@ -62,7 +62,7 @@ func parseReport(r io.Reader) childReport {
 		}
 		switch verb {
 		case reportSteering:
-			rep.Mechanism = config.Mechanism(strings.TrimSpace(arg))
+			rep.Mechanism = origin.Mechanism(strings.TrimSpace(arg))
 		case reportCgroup:
 			rep.Cgroups = append(rep.Cgroups, arg)
 		}

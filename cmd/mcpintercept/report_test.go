@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"mcpintercept/config"
+	"mcpintercept/origin"
 )
 
 // nopCloser is a buffer the data plane's link can write to and close.
@@ -22,14 +22,14 @@ func TestReport(t *testing.T) {
 		want childReport
 	}{
 		{name: "nothing installed", in: "", want: childReport{}},
-		{name: "steering", in: "steering nftables-tproxy\n", want: childReport{Mechanism: config.NftablesTProxy}},
+		{name: "steering", in: "steering nftables-tproxy\n", want: childReport{Mechanism: origin.NftablesTProxy}},
 		{name: "exec", in: "steering ebpf\ncgroup /sys/fs/cgroup/mcpintercept-7-1\n",
-			want: childReport{Mechanism: config.EBPF, Cgroups: []string{"/sys/fs/cgroup/mcpintercept-7-1"}}},
-		{name: "a line cut by the crash", in: "steering iptables-redirect", want: childReport{Mechanism: config.IptablesRedirect}},
-		{name: "CRLF", in: "steering dns\r\n", want: childReport{Mechanism: config.DNS}},
-		{name: "unknown lines ignored", in: "hello\nsteering dns\n\n", want: childReport{Mechanism: config.DNS}},
+			want: childReport{Mechanism: origin.EBPF, Cgroups: []string{"/sys/fs/cgroup/mcpintercept-7-1"}}},
+		{name: "a line cut by the crash", in: "steering iptables-redirect", want: childReport{Mechanism: origin.IptablesRedirect}},
+		{name: "CRLF", in: "steering dns\r\n", want: childReport{Mechanism: origin.DNS}},
+		{name: "unknown lines ignored", in: "hello\nsteering dns\n\n", want: childReport{Mechanism: origin.DNS}},
 		{name: "empty values ignored", in: "steering \ncgroup\n", want: childReport{}},
-		{name: "bounded", in: "steering dns\n" + strings.Repeat("x", 2*maxReport) + "\nsteering ebpf\n", want: childReport{Mechanism: config.DNS}},
+		{name: "bounded", in: "steering dns\n" + strings.Repeat("x", 2*maxReport) + "\nsteering ebpf\n", want: childReport{Mechanism: origin.DNS}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,15 +43,15 @@ func TestReport(t *testing.T) {
 	// line); a nil link (no watchdog) writes nothing and does not panic.
 	var b bytes.Buffer
 	l := &watchdogLink{w: nopCloser{&b}}
-	l.steering(config.EBPF)
+	l.steering(origin.EBPF)
 	l.cgroup("/sys/fs/cgroup/mcpintercept-1-1\nsteering external")
 	l.cgroup("/sys/fs/cgroup/mcpintercept-1-2")
 	got := parseReport(&b)
-	if got.Mechanism != config.EBPF || !slices.Equal(got.Cgroups, []string{"/sys/fs/cgroup/mcpintercept-1-2"}) {
+	if got.Mechanism != origin.EBPF || !slices.Equal(got.Cgroups, []string{"/sys/fs/cgroup/mcpintercept-1-2"}) {
 		t.Fatalf("round trip = %+v", got)
 	}
 	var none *watchdogLink
-	none.steering(config.EBPF)
+	none.steering(origin.EBPF)
 	none.cgroup("x")
 }
 

@@ -16,8 +16,8 @@ import (
 	"syscall"
 
 	"mcpintercept/appliance"
-	"mcpintercept/config"
 	"mcpintercept/intercept"
+	"mcpintercept/origin"
 )
 
 // A fatal runtime error (stack overflow, out of memory, concurrent map writes) ends a Go process
@@ -88,7 +88,9 @@ func removeAfterCrash(rep childReport, pid int, log *slog.Logger) {
 			log.Info("removed cgroup " + cg)
 		}
 	}
-	removed, err := cleanupFor(context.Background(), rep.Mechanism)
+	// Narrowed to what that mechanism installs (the registry's sweeps for it), so that the
+	// cleanup never takes another instance's steering with it.
+	removed, err := intercept.CleanupFor(context.Background(), origin.Mechanism(rep.Mechanism))
 	for _, what := range removed {
 		log.Info("removed " + what)
 	}
@@ -97,25 +99,6 @@ func removeAfterCrash(rep childReport, pid int, log *slog.Logger) {
 		return
 	}
 	log.Info("steering removed after the crash", "mechanism", rep.Mechanism)
-}
-
-// cleanupFor is `mcpintercept cleanup` narrowed to what mechanism m installs, so that a crashed
-// data plane's cleanup never takes another instance's steering with it:
-//   - external installs nothing;
-//   - ebpf (and every exec) is intercept.CleanupEBPF, which leaves alone what a live process
-//     holds (links, cgroups named after a running creator): concurrent exec runs keep theirs;
-//   - nftables-tproxy, iptables-redirect and dns install fixed-name tables and chains and a
-//     protocol-tagged routing table, of which a network namespace holds one set: the whole
-//     intercept.Cleanup, exactly `mcpintercept cleanup`. An unknown name gets the same (leaving
-//     steering behind is the worse mistake).
-func cleanupFor(ctx context.Context, m config.Mechanism) ([]string, error) {
-	switch m {
-	case config.External:
-		return nil, nil
-	case config.EBPF:
-		return intercept.CleanupEBPF()
-	}
-	return intercept.Cleanup(ctx)
 }
 
 // startWatchdog starts the watchdog for this process (the data plane) and routes the runtime's

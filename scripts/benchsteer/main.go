@@ -1,5 +1,5 @@
 // Command benchsteer installs exactly the steering mcpintercept's mechanism installs for a
-// configuration (the same intercept.New(cfg).Install code: nftables table, ip rules and routes),
+// configuration (the same appliance.NewSteering(cfg).Install code: nftables table, ip rules and routes),
 // without the appliance, so that scripts/bench.sh can put its reference proxies (HAProxy, the
 // minimal Go relay) behind the very rules mcpintercept runs behind. It prints "READY" once the
 // steering is in place and removes it again on SIGINT/SIGTERM.
@@ -17,8 +17,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"mcpintercept/appliance"
 	"mcpintercept/config"
-	"mcpintercept/intercept"
 )
 
 func main() {
@@ -40,7 +40,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "benchsteer: --local must be true or false")
 		os.Exit(2)
 	}
-	m, err := intercept.New(cfg)
+	m, err := appliance.NewSteering(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchsteer:", err)
 		os.Exit(1)

@@ -1,6 +1,8 @@
-package intercept
+package dns
 
 import (
+	"mcpintercept/origin"
+
 	"bufio"
 	"container/list"
 	"encoding/json"
@@ -60,7 +62,7 @@ const (
 	recyclePatternQuota = "pattern_quota"
 )
 
-// vipObserver hears what the table does under pressure (DNSMetrics; nil: nobody).
+// vipObserver hears what the table does under pressure (Metrics; nil: nobody).
 type vipObserver interface {
 	recycled(reason string)
 	nearFull(v6 bool)
@@ -470,7 +472,7 @@ func (t *VIPTable) Lookup(name string, v6 bool) (vip netip.Addr, fresh bool, err
 // pattern, and refused with a *QuotaError when either is at its quota and has nothing to
 // recycle.
 func (t *VIPTable) LookupFor(name string, v6 bool, c Claim) (vip netip.Addr, fresh bool, err error) {
-	name = canonicalName(name)
+	name = CanonicalName(name)
 	pool := t.v4
 	if v6 {
 		pool = t.v6
@@ -844,8 +846,8 @@ func (t *VIPTable) Close() error {
 	return err
 }
 
-// canonicalName is a name as the table keys it: lower-case ASCII, no trailing dot.
-func canonicalName(s string) string {
+// CanonicalName is a name as the table keys it: lower-case ASCII, no trailing dot.
+func CanonicalName(s string) string {
 	s = strings.TrimSuffix(s, ".")
 	b := []byte(s)
 	for i, c := range b {
@@ -887,4 +889,13 @@ func (r *rateLog) warn(msg string, args ...any) {
 	r.last, r.skip = t, 0
 	r.mu.Unlock()
 	r.log.Warn(msg, append(args, "suppressed", skipped)...)
+}
+
+// ReasonUnboundVIP is the flow record's reason for a flow or dial to a VIP no name holds.
+const ReasonUnboundVIP = "unbound_vip"
+
+// UnboundVIP refuses a flow or dial to a VIP of the pool that no name holds (never answered, or
+// forgotten after its quarantine).
+func UnboundVIP(vip netip.Addr) error {
+	return origin.Refuse(ReasonUnboundVIP, fmt.Errorf("VIP %s is bound to no name (never answered, or freed and forgotten)", vip))
 }

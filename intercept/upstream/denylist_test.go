@@ -1,4 +1,4 @@
-package intercept
+package upstream
 
 import (
 	"errors"
@@ -59,7 +59,7 @@ func TestDefaultDenyListHardened(t *testing.T) {
 				}
 				return
 			}
-			var de *DeniedError
+			var de *Denial
 			if !errors.As(err, &de) || de.Prefix.String() != tt.prefix {
 				t.Fatalf("%s: %v, want denied by %s", tt.addr, err, tt.prefix)
 			}

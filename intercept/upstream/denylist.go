@@ -1,15 +1,14 @@
-package intercept
+// Package upstream is how the appliance reaches the original destination: a dialer that carries
+// the bypass mark (so no steering rule takes the appliance's own connections back into it), the
+// deny list every dialled address is checked against whatever steered the flow, and the
+// dial-time resolution of a name behind a virtual IP.
+package upstream
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/netip"
-	"strings"
-	"sync"
-	"time"
+
+	"mcpintercept/origin"
 )
 
 // DenyList is the set of prefixes the appliance never dials (config upstream_deny, plus the VIP
@@ -40,8 +39,9 @@ func (d *DenyList) Add(what string, ps ...netip.Prefix) {
 	}
 }
 
-// DeniedError is a dial the deny list refused. Its message is the one the engine logs.
-type DeniedError struct {
+// Denial is why the deny list refused an address: the cause inside the *origin.Refusal that
+// Check returns. Its message is the one the engine logs.
+type Denial struct {
 	Addr   netip.Addr
 	Prefix netip.Prefix
 	What   string
@@ -52,7 +52,7 @@ type DeniedError struct {
 	Via      string
 }
 
-func (e *DeniedError) Error() string {
+func (e *Denial) Error() string {
 	s := fmt.Sprintf("upstream address %s is in the deny list (%s, %s)", e.Addr, e.Prefix, e.What)
 	if e.Embedded.IsValid() {
 		s = fmt.Sprintf("upstream address %s embeds %s (%s), which is in the deny list (%s, %s)",
@@ -64,11 +64,12 @@ func (e *DeniedError) Error() string {
 	return s
 }
 
-// RefuseReason names the refusal for a flow record (engine: an error with RefuseReason wins
-// over the generic reason).
-func (e *DeniedError) RefuseReason() string { return "upstream_denied" }
+// ReasonDenied is the flow record's reason for a dial the deny list refused.
+const ReasonDenied = "upstream_denied"
 
-// Check returns a *DeniedError when a is in the list, or when a is an IPv6 address that carries
+func (d *DenyList) refuse(e *Denial) error { return origin.Refuse(ReasonDenied, e) }
+
+// Check returns an *origin.Refusal (its cause a *Denial) when a is in the list, or when a is an IPv6 address that carries
 // an IPv4 address (see embeddedForms) in the list's IPv4 entries: 64:ff9b::7f00:1 reaches
 // 127.0.0.1 through any NAT64 gateway on the path, so listing 127.0.0.0/8 must refuse it too.
 // IPv4-mapped addresses (::ffff:127.0.0.1) are checked as the IPv4 address they carry.
@@ -78,7 +79,7 @@ func (d *DenyList) Check(a netip.Addr) error {
 	}
 	a = a.Unmap().WithZone("")
 	if e := d.match(a); e != nil {
-		return &DeniedError{Addr: a, Prefix: e.p, What: e.what}
+		return d.refuse(&Denial{Addr: a, Prefix: e.p, What: e.what})
 	}
 	if !a.Is6() {
 		return nil
@@ -89,7 +90,7 @@ func (d *DenyList) Check(a netip.Addr) error {
 		}
 		for _, v4 := range f.extract(a.As16()) {
 			if e := d.match(v4); e != nil {
-				return &DeniedError{Addr: a, Prefix: e.p, What: e.what, Embedded: v4, Via: f.name}
+				return d.refuse(&Denial{Addr: a, Prefix: e.p, What: e.what, Embedded: v4, Via: f.name})
 			}
 		}
 	}
@@ -185,109 +186,4 @@ func (d *DenyList) Prefixes() []netip.Prefix {
 		out[i] = e.p
 	}
 	return out
-}
-
-// ContextDialer is what the engine dials upstream with (engine.Dialer).
-type ContextDialer interface {
-	DialContext(ctx context.Context, network, address string) (net.Conn, error)
-}
-
-// NameResolver maps an address the engine was told to dial (a VIP) to the name behind it and
-// that name's real addresses, resolved now. ok is false when addr is not a VIP.
-type NameResolver interface {
-	ResolveVIP(ctx context.Context, addr netip.Addr) (name string, addrs []netip.Addr, ok bool, err error)
-}
-
-// DenyMetrics counts refusals (nil: not counted).
-type DenyMetrics interface {
-	Denied(mechanismDNS bool)
-}
-
-// UpstreamDialer is the dialer layer every mechanism's upstream dials go through: a VIP is
-// replaced by the addresses its name resolves to now (dial time, TTL-cached upstream), and every
-// address about to be dialled is checked against the deny list. It returns what the base dialer
-// returns (a *net.TCPConn for TCP).
-type UpstreamDialer struct {
-	Base    ContextDialer
-	Deny    *DenyList
-	VIPs    NameResolver // nil without the dns mechanism
-	Metrics DenyMetrics
-	Log     *slog.Logger // refusals, at most one line a second (nil: not logged)
-
-	logMu   sync.Mutex
-	logLast time.Time
-	logSkip int
-}
-
-// DialContext dials address (IP:port), or, for a VIP, the name behind it on the same port.
-func (u *UpstreamDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return nil, fmt.Errorf("upstream dial: %q is not IP:port: %w", address, err)
-	}
-	if u.VIPs != nil {
-		name, addrs, ok, err := u.VIPs.ResolveVIP(ctx, ap.Addr())
-		if ok {
-			if err != nil {
-				return nil, err
-			}
-			return u.dialName(ctx, network, name, addrs, ap.Port())
-		}
-	}
-	if err := u.Deny.Check(ap.Addr()); err != nil {
-		u.denied(false, err)
-		return nil, err
-	}
-	return u.Base.DialContext(ctx, network, address)
-}
-
-// dialName refuses the whole name when any of its addresses is denied (an answer mixing a
-// public address with 127.0.0.1 is a rebinding attempt, not a choice), then tries the addresses
-// in order until one connects.
-func (u *UpstreamDialer) dialName(ctx context.Context, network, name string, addrs []netip.Addr, port uint16) (net.Conn, error) {
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("upstream dial: %s has no address upstream", name)
-	}
-	for _, a := range addrs {
-		if err := u.Deny.Check(a); err != nil {
-			var de *DeniedError
-			if errors.As(err, &de) {
-				de.Name = name
-			}
-			u.denied(true, err)
-			return nil, err
-		}
-	}
-	var errs []string
-	for _, a := range addrs {
-		c, err := u.Base.DialContext(ctx, network, netip.AddrPortFrom(a, port).String())
-		if err == nil {
-			return c, nil
-		}
-		errs = append(errs, err.Error())
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, fmt.Errorf("upstream dial %s: %s", name, strings.Join(errs, "; "))
-}
-
-func (u *UpstreamDialer) denied(dns bool, err error) {
-	if u.Metrics != nil {
-		u.Metrics.Denied(dns)
-	}
-	if u.Log == nil {
-		return
-	}
-	u.logMu.Lock()
-	now := time.Now()
-	if now.Sub(u.logLast) < time.Second {
-		u.logSkip++
-		u.logMu.Unlock()
-		return
-	}
-	skipped := u.logSkip
-	u.logLast, u.logSkip = now, 0
-	u.logMu.Unlock()
-	u.Log.Warn("upstream dial refused", "err", err, "suppressed", skipped)
 }

@@ -1,4 +1,4 @@
-package intercept
+package dns
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -96,7 +96,7 @@ func TestVIPRecycledAfterQuarantine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := NewDNSMetrics(tb.Len)
+	m := NewMetrics(tb.Len)
 	m.Watch(tb)
 	a := lookup4(t, tb, "a.test")
 	clk.add(10 * time.Minute)
@@ -202,7 +202,7 @@ func TestVIPPoolNearFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := NewDNSMetrics(tb.Len)
+	m := NewMetrics(tb.Len)
 	m.Watch(tb)
 	for i := range 12 { // 12 of 14: 86%
 		lookup4(t, tb, fmt.Sprintf("n%d.test", i))
@@ -232,28 +232,28 @@ func TestDNSQuotaAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := NewDNSMetrics(tb.Len)
+	m := NewMetrics(tb.Len)
 	m.Watch(tb)
-	s := NewDNSServer(DNSServerOptions{Names: []string{"mcp.test", "*.mcp.test"}, Table: tb,
+	s := NewServer(ServerOptions{Names: []string{"mcp.test", "*.mcp.test"}, Table: tb,
 		Upstream: echoUpstream{}, Clients: []netip.Prefix{pfx("10.0.0.0/8")}, TTL: 30 * time.Second,
 		Metrics: m, Log: slog.New(slog.NewTextHandler(&logs, nil)), Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
 	ctx := context.Background()
 	flooder := netip.MustParseAddrPort("10.0.0.66:5353")
 	answered, refused := 0, 0
 	for i := range 254 {
-		q := query(fmt.Sprintf("r%d.mcp.test.", i), dns.TypeA)
+		q := query(fmt.Sprintf("r%d.mcp.test.", i), mdns.TypeA)
 		q.SetEdns0(1232, false)
 		r := s.Answer(ctx, flooder, q)
 		switch r.Rcode {
-		case dns.RcodeSuccess:
+		case mdns.RcodeSuccess:
 			answered++
-		case dns.RcodeRefused:
+		case mdns.RcodeRefused:
 			refused++
-			if refused == 1 && !hasEDE(r, dns.ExtendedErrorCodeProhibited) {
+			if refused == 1 && !hasEDE(r, mdns.ExtendedErrorCodeProhibited) {
 				t.Fatalf("over-quota answer without EDE Prohibited: %v", r)
 			}
 		default:
-			t.Fatalf("flood query %d: %s, want NOERROR or REFUSED", i, dns.RcodeToString[r.Rcode])
+			t.Fatalf("flood query %d: %s, want NOERROR or REFUSED", i, mdns.RcodeToString[r.Rcode])
 		}
 	}
 	cq, _ := tb.Quotas()
@@ -261,9 +261,9 @@ func TestDNSQuotaAnswers(t *testing.T) {
 		t.Fatalf("answered %d refused %d, want %d and %d", answered, refused, cq, 254-cq)
 	}
 	for _, n := range []string{"new.mcp.test.", "mcp.test."} {
-		r := s.Answer(ctx, client, query(n, dns.TypeA))
-		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
-			t.Fatalf("another client's %s: %s %v, want a VIP", n, dns.RcodeToString[r.Rcode], r.Answer)
+		r := s.Answer(ctx, client, query(n, mdns.TypeA))
+		if r.Rcode != mdns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Fatalf("another client's %s: %s %v, want a VIP", n, mdns.RcodeToString[r.Rcode], r.Answer)
 		}
 	}
 	if v := testutil.ToFloat64(m.QuotaRefused.WithLabelValues("client")); v != float64(refused) {
@@ -280,13 +280,13 @@ func TestDNSQuotaAnswers(t *testing.T) {
 	}
 }
 
-func hasEDE(r *dns.Msg, code uint16) bool {
+func hasEDE(r *mdns.Msg, code uint16) bool {
 	o := r.IsEdns0()
 	if o == nil {
 		return false
 	}
 	for _, opt := range o.Option {
-		if e, ok := opt.(*dns.EDNS0_EDE); ok && e.InfoCode == code {
+		if e, ok := opt.(*mdns.EDNS0_EDE); ok && e.InfoCode == code {
 			return true
 		}
 	}

@@ -1,4 +1,4 @@
-package intercept
+package dns
 
 import (
 	"context"
@@ -6,42 +6,42 @@ import (
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 )
 
 // echoUpstream answers every query with one A record, without a network.
 type echoUpstream struct{}
 
-func (echoUpstream) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
-	m := new(dns.Msg)
+func (echoUpstream) Exchange(ctx context.Context, q *mdns.Msg) (*mdns.Msg, error) {
+	m := new(mdns.Msg)
 	m.SetReply(q)
-	if q.Question[0].Qtype == dns.TypeA {
-		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: []byte{10, 1, 2, 3}}}
+	if q.Question[0].Qtype == mdns.TypeA {
+		m.Answer = []mdns.RR{&mdns.A{Hdr: mdns.RR_Header{Name: q.Question[0].Name, Rrtype: mdns.TypeA, Class: mdns.ClassINET, Ttl: 60}, A: []byte{10, 1, 2, 3}}}
 	}
 	return m, nil
 }
 
 func fuzzSeeds() [][]byte {
 	var out [][]byte
-	add := func(m *dns.Msg) {
+	add := func(m *mdns.Msg) {
 		b, err := m.Pack()
 		if err == nil {
 			out = append(out, b)
 		}
 	}
 	for _, n := range []string{"mcp.test.", "A.B.Mcp.Test.", "plain.test.", "rebind.test.", "."} {
-		for _, t := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeHTTPS, dns.TypeSVCB, dns.TypeANY, dns.TypeTXT} {
+		for _, t := range []uint16{mdns.TypeA, mdns.TypeAAAA, mdns.TypeHTTPS, mdns.TypeSVCB, mdns.TypeANY, mdns.TypeTXT} {
 			add(query(n, t))
 		}
 	}
-	e := query("mcp.test.", dns.TypeA)
+	e := query("mcp.test.", mdns.TypeA)
 	e.SetEdns0(1232, true)
 	add(e)
-	r := query("mcp.test.", dns.TypeA)
+	r := query("mcp.test.", mdns.TypeA)
 	r.Response = true
 	add(r)
-	c := query("mcp.test.", dns.TypeA)
-	c.Question[0].Qclass = dns.ClassCHAOS
+	c := query("mcp.test.", mdns.TypeA)
+	c.Question[0].Qclass = mdns.ClassCHAOS
 	add(c)
 	return append(out, []byte{}, []byte{0, 1, 2}, make([]byte, 12))
 }
@@ -58,9 +58,9 @@ func FuzzDNSQuery(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	s := NewDNSServer(DNSServerOptions{Names: []string{"mcp.test", "*.mcp.test"}, Table: tb,
+	s := NewServer(ServerOptions{Names: []string{"mcp.test", "*.mcp.test"}, Table: tb,
 		Upstream: &Cache{Upstream: echoUpstream{}, Size: 100}, Clients: []netip.Prefix{pfx("10.0.0.0/8")},
-		TTL: 30 * time.Second, Metrics: NewDNSMetrics(tb.Len)})
+		TTL: 30 * time.Second, Metrics: NewMetrics(tb.Len)})
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		q, ok := ParseQuery(raw)
@@ -74,7 +74,7 @@ func FuzzDNSQuery(f *testing.F) {
 		if r.Id != q.Id || len(r.Question) != 1 || r.Question[0] != q.Question[0] || !r.Response {
 			t.Fatalf("answer id %d question %v, query id %d question %v", r.Id, r.Question, q.Id, q.Question)
 		}
-		if s.names.Match(canonicalName(q.Question[0].Name)) && q.Question[0].Qclass == dns.ClassINET && r.Rcode == dns.RcodeNameError {
+		if s.names.Match(CanonicalName(q.Question[0].Name)) && q.Question[0].Qclass == mdns.ClassINET && r.Rcode == mdns.RcodeNameError {
 			t.Fatal("NXDOMAIN for an intercepted name")
 		}
 		if _, err := r.Pack(); err != nil {

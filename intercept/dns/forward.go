@@ -1,4 +1,4 @@
-package intercept
+package dns
 
 import (
 	"container/list"
@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 )
 
 // maxCacheTTL caps how long an upstream answer is served from the cache, whatever its TTL.
@@ -21,7 +21,7 @@ const maxCacheTTL = time.Hour
 // Upstream sends one query to the upstream resolvers and returns their answer (Forwarder in
 // production; tests substitute their own).
 type Upstream interface {
-	Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error)
+	Exchange(ctx context.Context, q *mdns.Msg) (*mdns.Msg, error)
 }
 
 // Forwarder sends queries to the upstream resolvers in order: over UDP first, and again over
@@ -35,12 +35,12 @@ type Forwarder struct {
 }
 
 // Exchange implements Upstream. q is not modified.
-func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+func (f *Forwarder) Exchange(ctx context.Context, q *mdns.Msg) (*mdns.Msg, error) {
 	if len(f.Servers) == 0 {
 		return nil, errors.New("no upstream resolver")
 	}
 	out := q.Copy()
-	out.Id = dns.Id()
+	out.Id = mdns.Id()
 	var errs []string
 	for _, s := range f.Servers {
 		r, err := f.exchange(ctx, out, s)
@@ -55,14 +55,14 @@ func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) 
 	return nil, fmt.Errorf("upstream resolvers: %s", strings.Join(errs, "; "))
 }
 
-func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg, server netip.AddrPort) (*dns.Msg, error) {
+func (f *Forwarder) exchange(ctx context.Context, q *mdns.Msg, server netip.AddrPort) (*mdns.Msg, error) {
 	to := f.Timeout
 	if to <= 0 {
 		to = 2 * time.Second
 	}
 	addr := server.String()
 	for _, network := range []string{"udp", "tcp"} {
-		c := &dns.Client{Net: network, Timeout: to, Dialer: f.Dialer}
+		c := &mdns.Client{Net: network, Timeout: to, Dialer: f.Dialer}
 		if c.Dialer != nil {
 			d := *f.Dialer
 			d.Timeout = to
@@ -70,9 +70,9 @@ func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg, server netip.AddrP
 		}
 		if network == "udp" {
 			// Room for the largest answer the client's EDNS0 size allows.
-			c.UDPSize = dns.MinMsgSize
+			c.UDPSize = mdns.MinMsgSize
 			if o := q.IsEdns0(); o != nil {
-				c.UDPSize = max(o.UDPSize(), dns.MinMsgSize)
+				c.UDPSize = max(o.UDPSize(), mdns.MinMsgSize)
 			}
 		}
 		r, _, err := c.ExchangeContext(ctx, q, addr)
@@ -112,21 +112,21 @@ type Cache struct {
 
 type cacheEntry struct {
 	key     string
-	msg     *dns.Msg
+	msg     *mdns.Msg
 	stored  time.Time
 	expires time.Time
 }
 
 type flight struct {
 	done chan struct{}
-	msg  *dns.Msg
+	msg  *mdns.Msg
 	err  error
 }
 
-func cacheKey(q *dns.Msg) string {
+func cacheKey(q *mdns.Msg) string {
 	qq := q.Question[0]
 	var b strings.Builder
-	b.WriteString(canonicalName(qq.Name))
+	b.WriteString(CanonicalName(qq.Name))
 	fmt.Fprintf(&b, "|%d|%d|cd=%v", qq.Qtype, qq.Qclass, q.CheckingDisabled)
 	if o := q.IsEdns0(); o != nil {
 		fmt.Fprintf(&b, "|edns|do=%v", o.Do())
@@ -136,7 +136,7 @@ func cacheKey(q *dns.Msg) string {
 
 // Exchange answers q from the cache or the upstream. The answer carries q's id and q's question
 // exactly as the client spelled it (0x20 case included); the upstream saw the same question.
-func (c *Cache) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+func (c *Cache) Exchange(ctx context.Context, q *mdns.Msg) (*mdns.Msg, error) {
 	now := c.now()
 	key := cacheKey(q)
 	c.mu.Lock()
@@ -207,7 +207,7 @@ func (c *Cache) init() {
 	}
 }
 
-func (c *Cache) storeLocked(key string, m *dns.Msg, now time.Time, ttl time.Duration) {
+func (c *Cache) storeLocked(key string, m *mdns.Msg, now time.Time, ttl time.Duration) {
 	size := c.Size
 	if size <= 0 {
 		size = 10000
@@ -229,15 +229,15 @@ func (c *Cache) Len() int {
 }
 
 // answerFor makes r the answer to q: q's id and question (as the client spelled it).
-func answerFor(q, r *dns.Msg) *dns.Msg {
+func answerFor(q, r *mdns.Msg) *mdns.Msg {
 	r.Id = q.Id
-	r.Question = []dns.Question{q.Question[0]}
+	r.Question = []mdns.Question{q.Question[0]}
 	return r
 }
 
 // cacheTTL is how long r may be cached: the smallest TTL of its records (the OPT pseudo-record
 // aside), or for a negative answer the SOA's min(TTL, MINIMUM); false when it must not be kept.
-func cacheTTL(r *dns.Msg) (time.Duration, bool) {
+func cacheTTL(r *mdns.Msg) (time.Duration, bool) {
 	if r.Truncated {
 		return 0, false
 	}
@@ -249,17 +249,17 @@ func cacheTTL(r *dns.Msg) (time.Duration, bool) {
 		}
 	}
 	switch {
-	case r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
-		for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
+	case r.Rcode == mdns.RcodeSuccess && len(r.Answer) > 0:
+		for _, sec := range [][]mdns.RR{r.Answer, r.Ns, r.Extra} {
 			for _, rr := range sec {
-				if rr.Header().Rrtype != dns.TypeOPT {
+				if rr.Header().Rrtype != mdns.TypeOPT {
 					take(rr.Header().Ttl)
 				}
 			}
 		}
-	case r.Rcode == dns.RcodeSuccess || r.Rcode == dns.RcodeNameError:
+	case r.Rcode == mdns.RcodeSuccess || r.Rcode == mdns.RcodeNameError:
 		for _, rr := range r.Ns {
-			if soa, ok := rr.(*dns.SOA); ok {
+			if soa, ok := rr.(*mdns.SOA); ok {
 				take(min32(soa.Hdr.Ttl, soa.Minttl))
 			}
 		}
@@ -279,11 +279,11 @@ func min32(a, b uint32) uint32 {
 
 // ageTTLs lowers every TTL by age seconds (not below 1, so a client does not see a 0 it could
 // read as "do not cache" while the entry is still ours to serve).
-func ageTTLs(m *dns.Msg, age uint32) {
-	for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+func ageTTLs(m *mdns.Msg, age uint32) {
+	for _, sec := range [][]mdns.RR{m.Answer, m.Ns, m.Extra} {
 		for _, rr := range sec {
 			h := rr.Header()
-			if h.Rrtype == dns.TypeOPT {
+			if h.Rrtype == mdns.TypeOPT {
 				continue
 			}
 			if h.Ttl > age {
@@ -304,27 +304,27 @@ type Resolver struct{ Cache *Cache }
 func (r *Resolver) Lookup(ctx context.Context, name string) ([]netip.Addr, error) {
 	var out []netip.Addr
 	var errs []string
-	for _, t := range []uint16{dns.TypeA, dns.TypeAAAA} {
-		q := new(dns.Msg)
-		q.SetQuestion(dns.Fqdn(name), t)
+	for _, t := range []uint16{mdns.TypeA, mdns.TypeAAAA} {
+		q := new(mdns.Msg)
+		q.SetQuestion(mdns.Fqdn(name), t)
 		q.Id = uint16(rand.UintN(1 << 16))
 		m, err := r.Cache.Exchange(ctx, q)
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
 		}
-		if m.Rcode != dns.RcodeSuccess {
-			errs = append(errs, fmt.Sprintf("%s %s: %s", dns.TypeToString[t], name, dns.RcodeToString[m.Rcode]))
+		if m.Rcode != mdns.RcodeSuccess {
+			errs = append(errs, fmt.Sprintf("%s %s: %s", mdns.TypeToString[t], name, mdns.RcodeToString[m.Rcode]))
 			continue
 		}
 		for _, rr := range m.Answer {
 			switch v := rr.(type) {
-			case *dns.A:
-				if a, ok := netip.AddrFromSlice(v.A.To4()); ok && t == dns.TypeA {
+			case *mdns.A:
+				if a, ok := netip.AddrFromSlice(v.A.To4()); ok && t == mdns.TypeA {
 					out = append(out, a)
 				}
-			case *dns.AAAA:
-				if a, ok := netip.AddrFromSlice(v.AAAA.To16()); ok && t == dns.TypeAAAA {
+			case *mdns.AAAA:
+				if a, ok := netip.AddrFromSlice(v.AAAA.To16()); ok && t == mdns.TypeAAAA {
 					out = append(out, a.Unmap())
 				}
 			}

@@ -1,6 +1,8 @@
-package intercept
+package dns
 
 import (
+	"mcpintercept/intercept/dns/dnstest"
+
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,18 +13,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 )
 
 type benchCase struct {
 	name string
-	q    func(i int64) *dns.Msg
+	q    func(i int64) *mdns.Msg
 }
 
 var benchCases = []benchCase{
-	{"intercepted", func(int64) *dns.Msg { return query("mcp.test.", dns.TypeA) }},
-	{"forwarded-hot", func(int64) *dns.Msg { return query("plain.test.", dns.TypeA) }},
-	{"forwarded-cold", func(i int64) *dns.Msg { return query(fmt.Sprintf("n%d.cold.test.", i), dns.TypeA) }},
+	{"intercepted", func(int64) *mdns.Msg { return query("mcp.test.", mdns.TypeA) }},
+	{"forwarded-hot", func(int64) *mdns.Msg { return query("plain.test.", mdns.TypeA) }},
+	{"forwarded-cold", func(i int64) *mdns.Msg { return query(fmt.Sprintf("n%d.cold.test.", i), mdns.TypeA) }},
 }
 
 // BenchmarkDNSServer measures the server on loopback UDP with 32 concurrent clients, each
@@ -51,7 +53,7 @@ func BenchmarkDNSServer(b *testing.B) {
 	}
 	for _, bc := range benchCases {
 		b.Run("dnsmasq/"+bc.name, func(b *testing.B) {
-			up := startUpstream(b)
+			up := dnstest.StartUpstream(b)
 			pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 			if err != nil {
 				b.Fatal(err)
@@ -60,7 +62,7 @@ func BenchmarkDNSServer(b *testing.B) {
 			pc.Close()
 			cmd := exec.Command(path, "--keep-in-foreground", "--no-resolv", "--no-hosts", "--user=root",
 				"--listen-address=127.0.0.1", "--bind-interfaces", "--port="+strconv.Itoa(port),
-				"--server=127.0.0.1#"+strconv.Itoa(int(up.addr.Port())), "--cache-size=10000",
+				"--server=127.0.0.1#"+strconv.Itoa(int(up.Addr.Port())), "--cache-size=10000",
 				"--address=/mcp.test/198.18.0.1", "--dns-forward-max=1000", "--log-facility=-")
 			var out syncWriter
 			cmd.Stdout, cmd.Stderr = &out, &out
@@ -70,7 +72,7 @@ func BenchmarkDNSServer(b *testing.B) {
 			defer func() { cmd.Process.Kill(); cmd.Wait() }()
 			addr := "127.0.0.1:" + strconv.Itoa(port)
 			for i := 0; ; i++ {
-				_, _, err := (&dns.Client{Timeout: 100 * time.Millisecond}).Exchange(query("mcp.test.", dns.TypeA), addr)
+				_, _, err := (&mdns.Client{Timeout: 100 * time.Millisecond}).Exchange(query("mcp.test.", mdns.TypeA), addr)
 				if err == nil {
 					break
 				}
@@ -104,7 +106,7 @@ func (w *syncWriter) String() string {
 
 // loadDNS reports queries/s and the share of queries without an answer in 2s (lost); strict
 // fails the benchmark when more than 1% were lost.
-func loadDNS(b *testing.B, addr string, mk func(int64) *dns.Msg, strict bool) {
+func loadDNS(b *testing.B, addr string, mk func(int64) *mdns.Msg, strict bool) {
 	const clients = 32
 	var next, failed atomic.Int64
 	b.ResetTimer()
@@ -114,7 +116,7 @@ func loadDNS(b *testing.B, addr string, mk func(int64) *dns.Msg, strict bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := (&dns.Client{Net: "udp", Timeout: 2 * time.Second}).Dial(addr)
+			conn, err := (&mdns.Client{Net: "udp", Timeout: 2 * time.Second}).Dial(addr)
 			if err != nil {
 				failed.Add(1)
 				return
