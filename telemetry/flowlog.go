@@ -40,9 +40,14 @@ type Reopener interface{ Reopen() error }
 // ErrFlowLogClosed is Reopen's error once the flow log is closed.
 var ErrFlowLogClosed = errors.New("flow log is closed")
 
-// maxRetained bounds the batch buffer kept for reuse after a burst, so that one burst does not
-// pin megabytes for the life of the process.
-const maxRetained = 1 << 20
+// minRetained is the batch buffer capacity always kept for reuse. A larger one is let go after
+// shrinkAfter batches in a row that filled less than a quarter of it, so that one burst does not
+// pin megabytes for the life of the process, while a load whose batches vary in size does not
+// regrow it again and again (that cost more than encoding the records).
+const (
+	minRetained = 64 << 10
+	shrinkAfter = 64
+)
 
 // NewFlowLog starts the writer goroutine; Close stops it after writing what is queued.
 // queue bounds the records waiting to be written (4096 if queue <= 0). onDrop is called for every
@@ -161,6 +166,7 @@ func (f *FlowLog) run() {
 type batchWriter struct {
 	*FlowLog
 	spare   []byte // the buffer the next batch is appended to
+	small   int    // batches in a row that filled less than a quarter of their buffer
 	failing bool
 }
 
@@ -169,10 +175,20 @@ func (w *batchWriter) flush() {
 	if lines > 0 {
 		w.write(batch, lines)
 	}
-	if cap(batch) > maxRetained {
-		batch = nil
+	w.spare = w.retain(batch)
+}
+
+// retain is the buffer the next batch is to be appended to, once batch is written.
+func (w *batchWriter) retain(batch []byte) []byte {
+	if cap(batch) <= minRetained || len(batch) >= cap(batch)/4 {
+		w.small = 0
+		return batch
 	}
-	w.spare = batch
+	if w.small++; w.small < shrinkAfter {
+		return batch
+	}
+	w.small = 0
+	return nil
 }
 
 func (w *batchWriter) write(batch []byte, lines int) {
