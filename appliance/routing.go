@@ -37,7 +37,42 @@ func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*engine.Routi
 		// It matches every flow that reaches it: no conditions.
 		rt.Default.Destinations, rt.Default.Ports, rt.Default.SNI, rt.Default.Clients = nil, nil, nil, nil
 	}
+	if err := checkLevels(rt, sets); err != nil {
+		return nil, nil, err
+	}
 	return rt, sets, nil
+}
+
+// checkLevels refuses a rule that reads what its route's awareness level cannot see
+// (mcp.arguments on a Level 1 route, http.path on an opaque one): it would silently never match.
+// The errors point at the rule's expression (file:line:col).
+func checkLevels(rt *engine.Routing, sets CompiledRuleSets) error {
+	var errs policy.CompileErrors
+	seen := map[string]map[int]bool{}
+	check := func(r *engine.Route) {
+		s := sets[r.RuleSet]
+		if s == nil || seen[r.RuleSet][r.Level] {
+			return
+		}
+		if seen[r.RuleSet] == nil {
+			seen[r.RuleSet] = map[int]bool{}
+		}
+		seen[r.RuleSet][r.Level] = true
+		var ce policy.CompileErrors
+		if err := s.CheckLevel(policy.Level(r.Level)); errors.As(err, &ce) {
+			errs = append(errs, ce...)
+		}
+	}
+	for _, r := range rt.Routes {
+		check(r)
+	}
+	if rt.Default != nil {
+		check(rt.Default)
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
 }
 
 // compileRuleSets compiles every rule set in file order, collecting the compile errors of all of

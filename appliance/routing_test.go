@@ -1,6 +1,8 @@
 package appliance
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"mcpintercept/config"
@@ -43,5 +45,41 @@ func TestRoutingFromConfigDefaults(t *testing.T) {
 	cfg.DefaultRoute = nil
 	if rt, _, err = RoutingFromConfig(cfg, nil); err != nil || rt.DefaultClose || rt.Default != nil {
 		t.Fatalf("no default_route: %+v, %v", rt, err)
+	}
+}
+
+// TestRoutingRefusesFieldsAboveTheRouteLevel: a rule that reads what its route's level cannot
+// see would never match; it is refused with the position of its expression, and the same rule
+// set is accepted on a Level 2 route.
+func TestRoutingRefusesFieldsAboveTheRouteLevel(t *testing.T) {
+	const doc = `
+intercept: {destinations: [10.0.0.0/8], ports: [80]}
+routes:
+  - name: mcp
+    match: {destinations: [10.0.0.0/8], ports: [80]}
+    tls: plaintext
+    level: %d
+    rule_set: r
+rule_sets:
+  r:
+    - name: no-rm
+      when: 'mcp.arguments.command == "rm"'
+      action: deny
+`
+	for _, tc := range []struct {
+		level int
+		want  string // "" accepted
+	}{{1, "cfg.yaml:12:14: rule no-rm: mcp.arguments needs awareness level 2, the route has level 1"}, {2, ""}} {
+		cfg, err := config.Parse("cfg.yaml", []byte(fmt.Sprintf(doc, tc.level)), config.Overrides{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = RoutingFromConfig(cfg, nil)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("level %d: %v", tc.level, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("level %d: error %v, want %q", tc.level, err, tc.want)
+		}
 	}
 }

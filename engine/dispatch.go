@@ -27,6 +27,7 @@ type LeafSource interface {
 // RuleSet is a compiled policy rule set (policy.Set).
 type RuleSet interface {
 	Evaluate(in *policy.Input) policy.Decision
+	Needs() policy.Needs
 }
 
 // Routing is the part of the configuration a reload swaps: routes and the rule sets they name.
@@ -204,7 +205,7 @@ func (e *Engine) connPolicy(f *flow, d Disposition) (outcome, bool) {
 	if rs == nil {
 		return outcome{}, false
 	}
-	dec := rs.Evaluate(&policy.Input{Client: f.clientVars(), Conn: f.connVars(d), FailOpen: f.rules.failOpen})
+	dec := rs.Evaluate(&policy.Input{Vars: policy.Vars{Client: f.clientVars(), Conn: f.connVars(d)}, FailOpen: f.rules.failOpen})
 	e.noteRuleErrors(f, &dec)
 	if dec.Action == policy.ActionAllow || dec.Action == "" {
 		return outcome{}, false

@@ -27,6 +27,7 @@ var contractTLS = []string{string(Passthrough), string(Terminate), string(Plaint
 type panicRules struct{}
 
 func (panicRules) Evaluate(*policy.Input) policy.Decision { panic("boom") }
+func (panicRules) Needs() policy.Needs                    { return policy.Needs{} }
 
 // TestPanicEndsInOneRecord: a flow whose processing panics is closed and ends in exactly one
 // record (deny, "internal error"), and the engine lets go of it.

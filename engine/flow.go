@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 	"mcpintercept/tlsmitm"
 )
@@ -121,28 +122,20 @@ func (f *flow) record() telemetry.FlowRecord {
 	return r
 }
 
-func (f *flow) clientVars() map[string]any {
-	m := map[string]any{"address": f.client.Addr().String(), "port": int64(f.client.Port())}
+// clientVars is policy's `client` variable for f, built once per connection and shared by
+// every evaluation on it (policy only reads it).
+func (f *flow) clientVars() *policy.Client {
+	c := &policy.Client{Address: f.client.Addr().String(), Port: f.client.Port()}
 	if id := f.origin.Identity; id != nil {
-		m["pid"] = int64(id.PID)
-		m["uid"] = int64(id.UID)
-		m["gid"] = int64(id.GID)
-		m["comm"] = id.Comm
-		m["exe"] = id.Exe
-		m["cgroup"] = int64(id.CgroupID)
+		c.Process = &policy.Process{PID: id.PID, UID: id.UID, GID: id.GID, Comm: id.Comm, Exe: id.Exe, Cgroup: id.CgroupID}
 	}
-	return m
+	return c
 }
 
-func (f *flow) connVars(d Disposition) map[string]any {
-	m := map[string]any{
-		"orig_dst": f.orig.String(), "orig_ip": f.orig.Addr().String(), "orig_port": int64(f.orig.Port()),
-		"mechanism": f.e.opt.Mechanism, "tls": string(d),
-	}
-	if f.isHello {
-		m["sni"] = f.sniName
-	}
-	return m
+// connVars is policy's `conn` variable for f under disposition d.
+func (f *flow) connVars(d Disposition) *policy.Conn {
+	return &policy.Conn{OrigDst: f.orig.String(), OrigIP: f.orig.Addr().String(), OrigPort: f.orig.Port(),
+		Mechanism: f.e.opt.Mechanism, TLS: string(d), Hello: f.isHello, SNI: f.sniName}
 }
 
 // seenTLS names what the bytes read so far were, for the record of a flow that is refused or

@@ -51,6 +51,11 @@ func (m missingRuleSet) Evaluate(*policy.Input) policy.Decision {
 	return policy.Decision{Action: policy.ActionDeny, Reason: "rule set " + string(m) + " is not loaded"}
 }
 
+// Needs says it judges everything, server messages included: each is denied.
+func (missingRuleSet) Needs() policy.Needs {
+	return policy.Needs{Level: policy.LevelBody, Headers: true, Arguments: true, Result: true, ClientInfo: true, ServerMessages: true}
+}
+
 // noteRuleErrors counts and logs (rate-limited) the rules that failed to evaluate for one
 // request. Only rule names are logged: the errors themselves may quote request data, header values
 // included. The record names them through the decision's reason.

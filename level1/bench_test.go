@@ -76,7 +76,7 @@ func BenchmarkLevel1Request(b *testing.B) {
 				}
 				return policy.Decision{Action: policy.ActionAllow}
 			})
-			flow := &Flow{Rules: func() RuleSet { return rules }, Client: map[string]any{}, Conn: map[string]any{}}
+			flow := &Flow{Rules: func() RuleSet { return rules }, Client: &policy.Client{}, Conn: &policy.Conn{}}
 			var n atomic.Int64
 			stages := append(Stages(Guards{}, flow), doneCounter{n: &n})
 			done := make(chan struct{})

@@ -74,7 +74,8 @@ type Flow struct {
 	// open flow); nil, or a nil result, applies none: everything is allowed.
 	Rules func() RuleSet
 	// Client and Conn are the CEL variables `client` and `conn`.
-	Client, Conn map[string]any
+	Client *policy.Client
+	Conn   *policy.Conn
 	// FailOpen skips deny and rate_limit rules that fail to evaluate (route on_rule_error: open).
 	FailOpen bool
 	// RuleErrors, when set, is told of every decision some rule failed to evaluate in (metrics
@@ -169,24 +170,12 @@ func (p *HeaderPolicy) RequestHead(_ context.Context, x *exchange.Exchange) exch
 
 // Input builds the policy input for one request of flow f.
 func Input(info *mcp.Info, f *Flow) *policy.Input {
-	m := map[string]any{}
-	if info.ProtocolVersion != "" {
-		m["version"] = info.ProtocolVersion
-	}
-	if info.MCPMethod != "" {
-		m["method"] = info.MCPMethod
-	}
-	if info.MCPName != "" {
-		m["name"] = info.MCPName
-	}
-	if info.SessionHash != "" {
-		m["session"] = info.SessionHash
-	}
 	return &policy.Input{
-		Client:   f.Client,
-		Conn:     f.Conn,
-		HTTP:     map[string]any{"method": info.Method, "path": info.Path, "headers": info.Headers},
-		MCP:      m,
+		Vars: policy.Vars{
+			Client: f.Client, Conn: f.Conn,
+			HTTP: &policy.Request{Method: info.Method, Path: info.Path, Headers: headersOf(info)},
+			MCP:  &policy.Message{Version: info.ProtocolVersion, Method: info.MCPMethod, Name: info.MCPName, Session: info.SessionHash},
+		},
 		FailOpen: f.FailOpen,
 	}
 }
@@ -232,3 +221,14 @@ func refuse(x *exchange.Exchange, v exchange.Verdict) exchange.Result {
 
 // equalFold is exchange's ASCII case-insensitive comparison (one definition for the pipeline).
 func equalFold(a, b string) bool { return exchange.EqualFold(a, b) }
+
+// noHeaders stands for a request whose classification kept no header: http.headers is then an
+// empty map, present, as it always was.
+var noHeaders = policy.HeaderMap(map[string]string{})
+
+func headersOf(info *mcp.Info) policy.HeaderSource {
+	if info.Headers == nil {
+		return noHeaders
+	}
+	return policy.HeaderMap(info.Headers)
+}

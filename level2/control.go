@@ -118,12 +118,12 @@ func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*Mess
 // SNI and the Host the client asked for.
 func (s *stage) serverIdentity(h *exchange.Head) string {
 	var b strings.Builder
-	if v, ok := s.f.Conn["orig_dst"].(string); ok {
-		b.WriteString(v)
+	if c := s.f.Conn; c != nil {
+		b.WriteString(c.OrigDst)
 	}
 	b.WriteByte('|')
-	if v, ok := s.f.Conn["sni"].(string); ok {
-		b.WriteString(v)
+	if c := s.f.Conn; c != nil && c.Hello {
+		b.WriteString(c.SNI)
 	}
 	b.WriteByte('|')
 	if v, ok := h.Get("Host"); ok {

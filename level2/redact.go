@@ -556,20 +556,14 @@ func describeHits(hits []redactHit, count int) string {
 	return b.String()
 }
 
-// redactionLister is what a rule set offers when it can list all its redact blocks
-// (policy.Set.Redactions).
-type redactionLister interface {
-	Redactions() []*policy.Redaction
-}
-
 // redactTextAll applies the patterns of every redact rule of rs to s: for a string from a
 // message that goes into a record before (or without) a decision, such as the strict decoder's
 // error quoting a key, where which redact rules would match is not known.
 func redactTextAll(s string, rs Evaluator) string {
-	if rl, ok := rs.(redactionLister); ok {
-		return redactText(s, rl.Redactions())
+	if rs == nil {
+		return s
 	}
-	return s
+	return redactText(s, rs.Needs().Redactions)
 }
 
 // syncMCPHeaders keeps a redacted request's Mcp-Name and Mcp-Param-* headers consistent with its

@@ -28,6 +28,9 @@ const (
 // Evaluator is a compiled rule set (policy.Set).
 type Evaluator interface {
 	Evaluate(in *policy.Input) policy.Decision
+	// Needs says what the rules read (which costly members, whether server messages, which
+	// argument keys, which redactions), so that Level 2 builds and checks only that.
+	Needs() policy.Needs
 }
 
 // Options are a route's Level 2 settings.
@@ -42,9 +45,10 @@ type Options struct {
 // Flow is what the engine hands Level 2 for one connection.
 type Flow struct {
 	// Rules returns the rule set that judges this flow's messages now (nil: allow all).
-	Rules        func() Evaluator
-	Client, Conn map[string]any // policy's `client` and `conn` variables, built once per flow
-	FailOpen     bool           // the route's on_rule_error
+	Rules    func() Evaluator
+	Client   *policy.Client // policy's `client` and `conn` variables, built once per flow
+	Conn     *policy.Conn
+	FailOpen bool // the route's on_rule_error
 	Options
 	// Sessions is shared by every flow of the appliance (nil: no cross-connection memory).
 	Sessions *Sessions
@@ -112,6 +116,7 @@ type xstate struct {
 	endpoint   string             // 2024-11-05 GET stream: where its endpoint event says to POST
 	eventCR    bool               // the last SSE block ended with a CR (an LF may follow it)
 	body       requestBody        // the request steps' shared view of the body
+	vars       evalVars           // the policy input, reused message after message
 }
 
 // schemaKey is where the tool schemas of this exchange's server and session are remembered: per
@@ -687,7 +692,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			if m.Kind == KindNotification && m.Method == "notifications/tools/list_changed" {
 				s.f.Sessions.toolSchemas().forget(st.schemaKey())
 			}
-			var extra func(map[string]any)
+			var extra func(*policy.Message)
 			kind := ""
 			if m.Kind == KindRequest {
 				tool := st.tool()
@@ -869,77 +874,38 @@ func (s *stage) emit(r *Record) {
 // name are the response's as far as rules are concerned).
 // extra adds facts of surface control (the tool a server request was made for, an elicitation's
 // mode).
-func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record, dir string, req *Record, extra func(map[string]any)) policy.Decision {
+func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record, dir string, req *Record, extra func(*policy.Message)) policy.Decision {
 	rs := s.rules()
 	if rs == nil {
 		return policy.Decision{Action: policy.ActionAllow}
 	}
-	// Build only what some rule reads: decoding arguments or a result into maps is most of
-	// Level 2's cost per message, and a server message no rule is written for cannot be denied.
-	reads := func(string) bool { return true }
-	if fr, ok := rs.(interface{ Reads(string) bool }); ok {
-		reads = fr.Reads
-	}
-	if sj, ok := rs.(interface{ JudgesServerMessages() bool }); ok && dir == ServerToClient && !sj.JudgesServerMessages() {
+	// A server message no rule is written for cannot be denied; the costly members (arguments,
+	// result, client info) are decoded only if some rule reads them (policy.Body, lazily).
+	if dir == ServerToClient && !rs.Needs().ServerMessages {
 		return policy.Decision{Action: policy.ActionAllow, Reason: policy.ReasonNoMatch}
 	}
-	vars := map[string]any{"direction": dir, "kind": m.Kind.String()}
-	if r.Method != "" {
-		vars["method"] = r.Method
-	}
-	if r.Name != "" {
-		vars["name"] = r.Name
-	}
-	if r.ID != "" {
-		vars["id"] = r.ID
-	}
-	if st.version != "" {
-		vars["version"] = st.version
-	}
-	if st.session != "" {
-		vars["session"] = st.session
-	}
-	switch m.Kind {
-	case KindRequest, KindNotification:
-		if reads("arguments") {
-			if args := m.Arguments(); args != nil {
-				vars["arguments"] = args
-			}
-		}
-		if reads("client_info") {
-			if ci := m.ClientInfo(); ci != nil {
-				vars["client_info"] = ci
-			} else if st.clientInfo != nil {
-				vars["client_info"] = st.clientInfo
-			} else if _, ci := s.f.Sessions.Lookup(st.session); ci != nil {
-				vars["client_info"] = ci
-			}
-		}
-	case KindResponse:
-		if reads("result") {
-			if v := decodeAny(m.Result); v != nil {
-				vars["result"] = v
-			}
-		}
-	case KindError:
-		if m.Error != nil {
-			vars["error"] = map[string]any{"code": m.Error.Code, "message": m.Error.Message}
-		}
+	v := &st.vars
+	v.msg = policy.Message{Direction: dir, Kind: m.Kind.String(), Method: r.Method, Name: r.Name, ID: r.ID,
+		Version: st.version, Session: st.session}
+	v.body = messageBody{s: s, st: st, m: m}
+	v.msg.Body = &v.body
+	if m.Kind == KindError && m.Error != nil {
+		v.rpcErr = policy.RPCError{Code: m.Error.Code, Message: m.Error.Message}
+		v.msg.Error = &v.rpcErr
 	}
 	if extra != nil {
-		extra(vars)
+		extra(&v.msg)
 	}
 	if dir == ClientToServer && (m.Kind == KindRequest) && isRetry(m) {
-		vars["retry"] = true
+		v.msg.Retry = true
 	}
-	in := &policy.Input{
-		Client: s.f.Client, Conn: s.f.Conn, MCP: vars, FailOpen: s.f.FailOpen, ServerMessage: dir == ServerToClient,
-		HTTP: map[string]any{"method": x.Req.Method, "path": pathOf(x.Req.Target)},
-	}
+	v.http = policy.Request{Method: x.Req.Method, Path: pathOf(x.Req.Target)}
 	if info := mcp.InfoOf(x); info != nil {
-		in.HTTP["headers"] = info.Headers
+		v.http.Headers = policy.HeaderMap(info.Headers)
 	}
-	d := rs.Evaluate(in)
+	v.in = policy.Input{Vars: policy.Vars{Client: s.f.Client, Conn: s.f.Conn, HTTP: &v.http, MCP: &v.msg},
+		FailOpen: s.f.FailOpen, ServerMessage: dir == ServerToClient}
+	d := rs.Evaluate(&v.in)
 	if d.Action == "" {
 		d.Action = policy.ActionAllow
 	}
@@ -947,6 +913,52 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record
 		d.Reason = policy.ReasonNoMatch
 	}
 	return d
+}
+
+// evalVars is the policy input of one evaluation, kept on the exchange and reused message after
+// message: nothing of it is allocated per message. An exchange's evaluations run on one goroutine
+// at a time (the request side, then the response side).
+type evalVars struct {
+	in     policy.Input
+	http   policy.Request
+	msg    policy.Message
+	rpcErr policy.RPCError
+	body   messageBody
+}
+
+// messageBody gives policy the members of m that cost a decode, when a rule reads them.
+type messageBody struct {
+	s  *stage
+	st *xstate
+	m  *Message
+}
+
+func (b *messageBody) Arguments() map[string]any {
+	if b.m.Kind != KindRequest && b.m.Kind != KindNotification {
+		return nil
+	}
+	return b.m.Arguments()
+}
+
+func (b *messageBody) Result() any {
+	if b.m.Kind != KindResponse {
+		return nil
+	}
+	return decodeAny(b.m.Result)
+}
+
+func (b *messageBody) ClientInfo() map[string]any {
+	if b.m.Kind != KindRequest && b.m.Kind != KindNotification {
+		return nil
+	}
+	if ci := b.m.ClientInfo(); ci != nil {
+		return ci
+	}
+	if b.st.clientInfo != nil {
+		return b.st.clientInfo
+	}
+	_, ci := b.s.f.Sessions.Lookup(b.st.session)
+	return ci
 }
 
 // newRecord starts the record of m.

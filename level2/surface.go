@@ -152,44 +152,47 @@ func describeFiltered(method string, f filtered) string {
 // listed tool, or a server→client request the client's capabilities would let through. No
 // rate-limit token is spent (policy.Input.Probe).
 type prober struct {
-	s   *stage
-	x   *exchange.Exchange
-	st  *xstate
-	rs  Evaluator
-	mcp map[string]any
-	in  policy.Input
+	s    *stage
+	x    *exchange.Exchange
+	st   *xstate
+	rs   Evaluator
+	msg  policy.Message
+	http policy.Request
+	ci   clientInfoOnly
+	in   policy.Input
 }
+
+// clientInfoOnly is the Body of a probe: the client's info, nothing of a message.
+type clientInfoOnly struct{ ci map[string]any }
+
+func (clientInfoOnly) Arguments() map[string]any     { return nil }
+func (clientInfoOnly) Result() any                   { return nil }
+func (c *clientInfoOnly) ClientInfo() map[string]any { return c.ci }
 
 func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober {
 	rs := s.rules()
 	if rs == nil {
 		return nil
 	}
-	p := &prober{s: s, x: x, st: st, rs: rs, mcp: map[string]any{"direction": dir, "kind": KindRequest.String()}}
-	if st.version != "" {
-		p.mcp["version"] = st.version
+	p := &prober{s: s, x: x, st: st, rs: rs}
+	p.msg = policy.Message{Direction: dir, Kind: KindRequest.String(), Version: st.version, Session: st.session}
+	p.ci.ci = st.clientInfo
+	if p.ci.ci == nil {
+		_, p.ci.ci = s.f.Sessions.Lookup(st.session)
 	}
-	if st.session != "" {
-		p.mcp["session"] = st.session
-	}
-	if st.clientInfo != nil {
-		p.mcp["client_info"] = st.clientInfo
-	} else if _, ci := s.f.Sessions.Lookup(st.session); ci != nil {
-		p.mcp["client_info"] = ci
-	}
-	p.in = policy.Input{Client: s.f.Client, Conn: s.f.Conn, MCP: p.mcp, FailOpen: s.f.FailOpen, Probe: true,
-		ServerMessage: dir == ServerToClient,
-		HTTP:          map[string]any{"method": x.Req.Method, "path": pathOf(x.Req.Target)}}
+	p.msg.Body = &p.ci
+	p.http = policy.Request{Method: x.Req.Method, Path: pathOf(x.Req.Target)}
 	if info := mcp.InfoOf(x); info != nil {
-		p.in.HTTP["headers"] = info.Headers
+		p.http.Headers = policy.HeaderMap(info.Headers)
 	}
+	p.in = policy.Input{Vars: policy.Vars{Client: s.f.Client, Conn: s.f.Conn, HTTP: &p.http, MCP: &p.msg},
+		FailOpen: s.f.FailOpen, Probe: true, ServerMessage: dir == ServerToClient}
 	return p
 }
 
 // allowed judges method on name (a tool, prompt or resource).
 func (p *prober) allowed(method, name string) (bool, string) {
-	p.mcp["method"] = method
-	p.mcp["name"] = name
+	p.msg.Method, p.msg.Name = method, name
 	d := p.rs.Evaluate(&p.in)
 	return d.Action == "" || d.Action == policy.ActionAllow, d.Rule
 }
@@ -235,14 +238,13 @@ func (st *xstate) tool() string {
 }
 
 // serverRequestInput adds what policy reads of a server→client request.
-func serverRequestInput(method string, params []byte, tool string) func(map[string]any) {
-	return func(mcp map[string]any) {
+func serverRequestInput(method string, params []byte, tool string) func(*policy.Message) {
+	return func(m *policy.Message) {
 		if tool != "" {
-			mcp["tool"] = tool
-			mcp["name"] = tool
+			m.Tool, m.Name = tool, tool
 		}
 		if method == "elicitation/create" {
-			mcp["mode"] = elicitationMode(params)
+			m.Mode = elicitationMode(params)
 		}
 	}
 }
@@ -336,21 +338,15 @@ func withholdCapabilities(raw []byte, m *Message, p *prober) ([]byte, []string) 
 	caps := meta[cm.valStart:cm.valEnd]
 	base := pm.valStart + mm.valStart + cm.valStart
 	tool := m.Name()
-	p.mcp["tool"], p.mcp["name"] = tool, tool
-	defer delete(p.mcp, "tool")
-	defer delete(p.mcp, "mode")
+	p.msg.Tool, p.msg.Name = tool, tool
+	defer func() { p.msg.Tool, p.msg.Mode = "", "" }()
 	refused := map[string]bool{}
 	why := map[string]string{}
 	for _, c := range capabilityRequests {
 		if _, ok := member(caps, c.capability); !ok {
 			continue
 		}
-		p.mcp["method"] = c.method
-		if c.mode != "" {
-			p.mcp["mode"] = c.mode
-		} else {
-			delete(p.mcp, "mode")
-		}
+		p.msg.Method, p.msg.Mode = c.method, c.mode
 		d := p.rs.Evaluate(&p.in)
 		if d.Action != "" && d.Action != policy.ActionAllow {
 			key := c.capability

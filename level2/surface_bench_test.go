@@ -35,10 +35,10 @@ func BenchmarkListFilter1000(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mcp := map[string]any{"direction": ClientToServer, "kind": "request"}
-	in := policy.Input{Client: map[string]any{"address": "10.200.1.2"}, MCP: mcp, Probe: true}
+	msg := &policy.Message{Direction: ClientToServer, Kind: "request"}
+	in := policy.Input{Vars: policy.Vars{Client: &policy.Client{Address: "10.200.1.2"}, MCP: msg}, Probe: true}
 	allowed := func(method, name string) (bool, string) {
-		mcp["method"], mcp["name"] = method, name
+		msg.Method, msg.Name = method, name
 		d := set.Evaluate(&in)
 		return d.Action == policy.ActionAllow, d.Rule
 	}

@@ -52,7 +52,7 @@ func surfaceHarness(t *testing.T, u *upstream, rules []policy.RuleSpec, sessions
 					c.Close()
 					return
 				}
-				f := &Flow{Sessions: sessions, Conn: map[string]any{"orig_dst": u.addr}, Record: func(r *Record) {
+				f := &Flow{Sessions: sessions, Conn: &policy.Conn{OrigDst: u.addr}, Record: func(r *Record) {
 					h.mu.Lock()
 					h.records = append(h.records, r)
 					h.mu.Unlock()

@@ -13,20 +13,13 @@ import (
 // folding: ſ U+017F is s, K U+212A is k) and acts on PATH as on path. So a key that folds
 // equal to a key some rule reads at that position, without being that key, is refused.
 
-// argumentPather is what a rule set offers when it can list the argument keys its rules read
-// (policy.Set.ArgumentPaths).
-type argumentPather interface {
-	ArgumentPaths() [][]string
-}
-
 // argumentCaseVariant checks the arguments of m against the argument keys the rules of rs read
 // (see caseVariant). A rule set that cannot list them, or whose rules read none, finds nothing.
 func argumentCaseVariant(m *Message, rs Evaluator) (string, bool) {
-	ap, ok := rs.(argumentPather)
-	if !ok {
+	if rs == nil {
 		return "", false
 	}
-	paths := ap.ArgumentPaths()
+	paths := rs.Needs().ArgumentPaths
 	if len(paths) == 0 {
 		return "", false
 	}
