@@ -10,8 +10,8 @@ import (
 
 // FlowLog writes records as JSON Lines to an io.Writer from its own goroutine. Write encodes the
 // record on the caller's goroutine and appends the line to the pending batch; it never blocks:
-// when the batch already holds queue records the record is dropped and counted, because a slow
-// log consumer must not stall forwarding. The writer goroutine takes the whole batch at once and
+// when queue records are already held (waiting, or in the batch being written) the record is
+// dropped and counted, because a slow log consumer must not stall forwarding. The writer goroutine takes the whole batch at once and
 // hands it to the io.Writer in one Write of whole lines, so a busy appliance pays one syscall for
 // many records, and an idle one still has each line written as soon as it is made. When the
 // writer is a Reopener (a RotatingFile), Reopen has the writer goroutine reopen it between two
@@ -25,6 +25,7 @@ type FlowLog struct {
 	mu     sync.Mutex
 	buf    []byte // lines not yet taken by the writer goroutine
 	lines  int    // how many lines buf holds
+	taken  int    // how many lines the writer goroutine is writing
 	closed bool
 
 	wake   chan struct{} // capacity 1: buf went from empty to not empty
@@ -50,7 +51,7 @@ const (
 )
 
 // NewFlowLog starts the writer goroutine; Close stops it after writing what is queued.
-// queue bounds the records waiting to be written (4096 if queue <= 0). onDrop is called for every
+// queue bounds the records held, waiting or being written (4096 if queue <= 0). onDrop is called for every
 // dropped record (a metric increment); it may be nil.
 func NewFlowLog(w io.Writer, queue int, log *slog.Logger, onDrop func()) *FlowLog {
 	if queue <= 0 {
@@ -106,7 +107,7 @@ func (f *FlowLog) append(r *FlowRecord) {
 func (f *FlowLog) push(line []byte) (first, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed || f.lines >= f.queue {
+	if f.closed || f.lines+f.taken >= f.queue {
 		return false, false
 	}
 	f.buf = append(f.buf, line...)
@@ -114,13 +115,21 @@ func (f *FlowLog) push(line []byte) (first, ok bool) {
 	return f.lines == 1, true
 }
 
-// take hands the batch to the writer goroutine and starts the next one in spare.
+// take hands the batch to the writer goroutine and starts the next one in spare. Its lines count
+// against the queue until written.
 func (f *FlowLog) take(spare []byte) (batch []byte, lines int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	batch, lines = f.buf, f.lines
-	f.buf, f.lines = spare[:0], 0
+	f.buf, f.lines, f.taken = spare[:0], 0, lines
 	return batch, lines
+}
+
+// written frees the queue the batch being written held.
+func (f *FlowLog) written() {
+	f.mu.Lock()
+	f.taken = 0
+	f.mu.Unlock()
 }
 
 // Reopen has the writer goroutine reopen its file between two batches and returns the result:
@@ -174,6 +183,7 @@ func (w *batchWriter) flush() {
 	batch, lines := w.take(w.spare)
 	if lines > 0 {
 		w.write(batch, lines)
+		w.written()
 	}
 	w.spare = w.retain(batch)
 }
