@@ -154,7 +154,9 @@ func BenchmarkJudge(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d := set.Evaluate(&policy.Input{MCP: map[string]any{"method": m.Method, "name": m.Name(), "arguments": m.Arguments(), "direction": ClientToServer}})
+		body := messageBody{st: &xstate{}, m: m}
+		d := set.Evaluate(&policy.Input{Vars: policy.Vars{MCP: &policy.Message{Method: m.Method, Name: m.Name(),
+			Direction: ClientToServer, Kind: m.Kind.String(), Body: &body}}})
 		if d.Action != policy.ActionAllow {
 			b.Fatal(d)
 		}

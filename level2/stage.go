@@ -954,7 +954,7 @@ func (b *messageBody) ClientInfo() map[string]any {
 	if ci := b.m.ClientInfo(); ci != nil {
 		return ci
 	}
-	if b.st.clientInfo != nil {
+	if b.st.clientInfo != nil || b.s == nil {
 		return b.st.clientInfo
 	}
 	_, ci := b.s.f.Sessions.Lookup(b.st.session)
