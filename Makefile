@@ -56,8 +56,8 @@ fuzz:
 		exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
 		mcp:FuzzDecodeHeaderValue mcp:FuzzRedactURI level1:FuzzGuards policy:FuzzCompile \
 		level2:FuzzDecode level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
-		level2:FuzzPeerDifferential level2:FuzzCaseVariant level2:FuzzSchema intercept:FuzzDenyListEmbedded \
-		cmd/mcpintercept:FuzzParseReport telemetry:FuzzFlowRecordEncoding intercept:FuzzDNSQuery; do \
+		level2:FuzzPeerDifferential level2:FuzzCaseVariant level2:FuzzSchema intercept/upstream:FuzzDenyListEmbedded \
+		cmd/mcpintercept:FuzzParseReport telemetry:FuzzFlowRecordEncoding intercept/dns:FuzzDNSQuery; do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$$pkg/; done
 

@@ -339,7 +339,7 @@ const (
 // forms that carry an IPv4 address (NAT64 64:ff9b::/96 and 64:ff9b:1::/48,
 // 6to4 2002::/16, Teredo, IPv4-compatible ::a.b.c.d, IPv4-mapped and
 // -translated) need no entry: the dialer checks the IPv4 address they embed
-// against the IPv4 entries (intercept.DenyList.Check). The dns mechanism adds
+// against the IPv4 entries (upstream.DenyList.Check). The dns mechanism adds
 // its VIP pools.
 //
 //	prefix                why

@@ -4,43 +4,26 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"mcpintercept/origin"
 )
 
-// Mechanism names how flows are steered into the appliance. The names are a
-// user-facing contract: they appear in config files, flags, logs and `declare`.
-type Mechanism string
+// Mechanism names how flows are steered into the appliance. The names are a user-facing
+// contract (config files, flags, logs, `declare`), defined once in the origin leaf package, which
+// intercept implements.
+type Mechanism = origin.Mechanism
 
+// The mechanism names (see origin).
 const (
-	NftablesTProxy   Mechanism = "nftables-tproxy"
-	IptablesRedirect Mechanism = "iptables-redirect"
-	// EBPF steers the connects of one cgroup's processes (EBPFConfig.Cgroup),
-	// which is what `mcpintercept exec` uses on a developer's host.
-	EBPF Mechanism = "ebpf"
-	// DNS answers the names of DNSConfig.Names with virtual IPs from its
-	// pools and steers the pools into the transparent listener (nftables
-	// TPROXY, as nftables-tproxy does); the name behind a VIP is resolved
-	// upstream when the appliance dials.
-	DNS      Mechanism = "dns"
-	External Mechanism = "external"
+	NftablesTProxy   = origin.NftablesTProxy
+	IptablesRedirect = origin.IptablesRedirect
+	EBPF             = origin.EBPF
+	DNS              = origin.DNS
+	External         = origin.External
 )
 
 // Mechanisms lists every known mechanism name (used in error messages and `declare`).
-var Mechanisms = []Mechanism{NftablesTProxy, IptablesRedirect, EBPF, DNS, External}
-
-// Known reports whether m is one of Mechanisms, available or not.
-func (m Mechanism) Known() bool {
-	// A switch rather than a scan of Mechanisms, which callers could modify.
-	switch m {
-	case NftablesTProxy, IptablesRedirect, EBPF, DNS, External:
-		return true
-	}
-	return false
-}
-
-// Available reports whether this build can steer with m.
-func (m Mechanism) Available() bool {
-	return m.Known()
-}
+var Mechanisms = origin.Mechanisms()
 
 // DefaultAddresses returns the listen addresses used when the file gives
 // none, or nil when m has no default (external, unknown).
@@ -72,8 +55,6 @@ func checkMechanism(m Mechanism) string {
 		return "must not be empty (valid: " + mechanismNames() + ")"
 	case !m.Known():
 		return fmt.Sprintf("unknown mechanism %s (valid: %s)", quote(string(m)), mechanismNames())
-	case !m.Available():
-		return fmt.Sprintf("mechanism %q is not available in this build yet", m)
 	}
 	return ""
 }

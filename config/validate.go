@@ -52,7 +52,7 @@ func (c *Config) validate() Errors {
 	case len(c.Listen.Addresses) > 0:
 	case c.Mechanism == External:
 		v.check("listen.addresses", `required when mechanism is "external": the integration decides where flows arrive`)
-	case c.Mechanism.Available():
+	case c.Mechanism.Known():
 		v.check("listen.addresses", "must not be empty")
 	}
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"mcpintercept/origin"
 	"net/netip"
 	"strings"
 )
@@ -28,8 +29,8 @@ const (
 // DefaultRouteName is the name the flows of Routing.Default are logged under.
 const DefaultRouteName = "default"
 
-// PortRange is an inclusive range of ports.
-type PortRange struct{ From, To uint16 }
+// PortRange is an inclusive range of ports (steering and routing share origin's).
+type PortRange = origin.PortRange
 
 // Route is one ordered rule of the routing table: the first route whose conditions all hold decides
 // the disposition and level of a flow. An empty condition list matches everything.
@@ -87,7 +88,7 @@ func (r *Route) matchesConn(client, dst netip.AddrPort) bool {
 	if len(r.Ports) > 0 {
 		ok := false
 		for _, p := range r.Ports {
-			if dst.Port() >= p.From && dst.Port() <= p.To {
+			if p.Contains(dst.Port()) {
 				ok = true
 				break
 			}
