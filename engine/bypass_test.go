@@ -154,7 +154,7 @@ func TestDefaultRouteClose(t *testing.T) {
 	var got atomic.Int64
 	up := upstreamServer(t, func(c *net.TCPConn) { n, _ := io.Copy(io.Discard, c); got.Add(n) })
 	h := newRoutedHarness(t, up, Limits{}, &Routing{
-		Routes:       []*Route{{Name: "elsewhere", Ports: []PortRange{{1, 1}}, TLS: Plaintext, Level: 1}},
+		Routes:       []*Route{{Name: "elsewhere", Ports: []PortRange{{From: 1, To: 1}}, TLS: Plaintext, Level: 1}},
 		DefaultClose: true})
 	// The reset can arrive before connect(2) returns: the flow is closed before a byte is read.
 	expectReset(t, h.addr)

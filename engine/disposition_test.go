@@ -620,7 +620,7 @@ func TestDispositionFirstBytes(t *testing.T) {
 		}},
 		{"default route terminate L1", func(t *testing.T) *Routing {
 			return &Routing{
-				Routes:   []*Route{{Name: "elsewhere", Ports: []PortRange{{1, 1}}, TLS: Passthrough}},
+				Routes:   []*Route{{Name: "elsewhere", Ports: []PortRange{{From: 1, To: 1}}, TLS: Passthrough}},
 				Default:  &Route{Name: "default", TLS: Terminate, Level: 1, RuleSet: "probe"},
 				RuleSets: map[string]RuleSet{"probe": dispProbe(t)}}
 		}, map[string]want{
@@ -632,7 +632,7 @@ func TestDispositionFirstBytes(t *testing.T) {
 			fbOther:     closed("plaintext", "on_mismatch close"),
 		}},
 		{"default route close", func(*testing.T) *Routing {
-			return &Routing{Routes: []*Route{{Name: "elsewhere", Ports: []PortRange{{1, 1}}, TLS: Passthrough}}, DefaultClose: true}
+			return &Routing{Routes: []*Route{{Name: "elsewhere", Ports: []PortRange{{From: 1, To: 1}}, TLS: Passthrough}}, DefaultClose: true}
 		}, map[string]want{
 			fbHello:     closed("passthrough", ReasonNoRoute),
 			fbHTTP:      closed("passthrough", ReasonNoRoute),

@@ -32,9 +32,9 @@ func TestMatchSNI(t *testing.T) {
 
 func TestSelectRoute(t *testing.T) {
 	routes := []*Route{
-		{Name: "sni-mcp", SNI: []string{"mcp.lab.test"}, Ports: []PortRange{{8443, 8443}}, TLS: Terminate},
-		{Name: "port-8443", Ports: []PortRange{{8443, 8443}}, TLS: Passthrough},
-		{Name: "clients", Clients: []netip.Prefix{netip.MustParsePrefix("10.200.1.0/24")}, Destinations: []netip.Prefix{netip.MustParsePrefix("10.200.2.0/24")}, Ports: []PortRange{{3000, 3010}}, TLS: Plaintext},
+		{Name: "sni-mcp", SNI: []string{"mcp.lab.test"}, Ports: []PortRange{{From: 8443, To: 8443}}, TLS: Terminate},
+		{Name: "port-8443", Ports: []PortRange{{From: 8443, To: 8443}}, TLS: Passthrough},
+		{Name: "clients", Clients: []netip.Prefix{netip.MustParsePrefix("10.200.1.0/24")}, Destinations: []netip.Prefix{netip.MustParsePrefix("10.200.2.0/24")}, Ports: []PortRange{{From: 3000, To: 3010}}, TLS: Plaintext},
 	}
 	client := netip.MustParseAddrPort("10.200.1.2:40000")
 	other := netip.MustParseAddrPort("10.9.9.9:40000")
