@@ -65,6 +65,14 @@ type ContentType struct {
 // ParseContentType classifies a Content-Type header value. It is informative only: a body that
 // parses as JSON-RPC is inspected whatever its type says, so a lenient server is no bypass.
 func ParseContentType(ct string) ContentType {
+	// The types almost every MCP message carries, spelt exactly, parse to themselves: no
+	// parameters, no spaces, lower case.
+	switch ct {
+	case "application/json":
+		return ContentType{MediaType: ct, JSON: true}
+	case "text/event-stream":
+		return ContentType{MediaType: ct, SSE: true}
+	}
 	mt, params := ParseMediaType(ct)
 	c := ContentType{MediaType: mt, Params: params}
 	if sub, ok := strings.CutPrefix(mt, "application/"); ok && sub == "json" {

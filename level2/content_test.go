@@ -198,3 +198,19 @@ func TestEncodeBodyRoundTrip(t *testing.T) {
 		t.Fatalf("zstd: %v", err)
 	}
 }
+
+// TestParseContentTypeFastPath: the two exact spellings parsed without the media-type parser
+// read as the parser reads them.
+func TestParseContentTypeFastPath(t *testing.T) {
+	for _, ct := range []string{"application/json", "text/event-stream"} {
+		fast := ParseContentType(ct)
+		mt, params := ParseMediaType(ct)
+		if fast.MediaType != mt || len(fast.Params) != len(params) || fast.Charset != "" || fast.ForeignCharset {
+			t.Fatalf("%s: fast %+v, parser %q %v", ct, fast, mt, params)
+		}
+		slow := ParseContentType(ct + " ") // not the exact spelling: the parser's path
+		if fast.JSON != slow.JSON || fast.SSE != slow.SSE || fast.MediaType != slow.MediaType {
+			t.Fatalf("%s: fast %+v, parser path %+v", ct, fast, slow)
+		}
+	}
+}
