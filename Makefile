@@ -53,7 +53,7 @@ bench: deps build
 FUZZTIME ?= 30s
 fuzz:
 	@set -e; for t in config:FuzzParse tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
-		exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
+		exchange/httptok:FuzzForEachToken exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
 		mcp:FuzzDecodeHeaderValue mcp:FuzzRedactURI level1:FuzzGuards policy:FuzzCompile \
 		level2:FuzzDecode level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
 		level2:FuzzPeerDifferential level2:FuzzCaseVariant level2:FuzzSchema intercept/upstream:FuzzDenyListEmbedded \

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"mcpintercept/exchange/httptok"
 	"net"
 	"strconv"
 	"strings"
@@ -1320,26 +1321,8 @@ func parseContentLength(v string) (int64, bool) {
 	return n, true
 }
 
-// forEachToken calls fn for each non-empty element of a comma-separated list, trimmed of OWS.
-func forEachToken(v string, fn func(string)) {
-	for v != "" {
-		var t string
-		if i := strings.IndexByte(v, ','); i >= 0 {
-			t, v = v[:i], v[i+1:]
-		} else {
-			t, v = v, ""
-		}
-		for t != "" && (t[0] == ' ' || t[0] == '\t') {
-			t = t[1:]
-		}
-		for t != "" && (t[len(t)-1] == ' ' || t[len(t)-1] == '\t') {
-			t = t[:len(t)-1]
-		}
-		if t != "" {
-			fn(t)
-		}
-	}
-}
+// forEachToken calls fn for each non-empty element of a comma-separated list (httptok).
+func forEachToken(v string, fn func(string)) { httptok.ForEachToken(v, fn) }
 
 func trimOWS(b []byte, s, e int) (int, int) {
 	for s < e && (b[s] == ' ' || b[s] == '\t') {
@@ -1410,25 +1393,5 @@ func unhex(c byte) int {
 // EqualFold compares ASCII case-insensitively without allocating (header names and tokens).
 func EqualFold(a, b string) bool { return equalFold(a, b) }
 
-// equalFold compares ASCII case-insensitively without allocating.
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if x == y {
-			continue
-		}
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
+// equalFold compares ASCII case-insensitively without allocating (httptok).
+func equalFold(a, b string) bool { return httptok.EqualFold(a, b) }

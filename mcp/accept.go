@@ -1,6 +1,10 @@
 package mcp
 
-import "strings"
+import (
+	"strings"
+
+	"mcpintercept/exchange/httptok"
+)
 
 // Accepts reports whether any Accept line of a head admits one of the media ranges (q=0
 // excluded), the one reading of Accept that Level 1 and Level 2 share. It takes the head's header
@@ -64,40 +68,6 @@ func qZero(q string) bool {
 	return true
 }
 
-// forEachToken calls fn for each non-empty element of a comma-separated list, trimmed of OWS
-// (space and tab only, as RFC 9110 defines it).
-func forEachToken(v string, fn func(string)) {
-	for v != "" {
-		var t string
-		if i := strings.IndexByte(v, ','); i >= 0 {
-			t, v = v[:i], v[i+1:]
-		} else {
-			t, v = v, ""
-		}
-		t = strings.Trim(t, " \t")
-		if t != "" {
-			fn(t)
-		}
-	}
-}
+func forEachToken(v string, fn func(string)) { httptok.ForEachToken(v, fn) }
 
-// equalFold compares ASCII case-insensitively: header names and media types are ASCII, and
-// Unicode folding (strings.EqualFold) would let "ſ" stand for "s".
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
+func equalFold(a, b string) bool { return httptok.EqualFold(a, b) }
