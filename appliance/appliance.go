@@ -20,9 +20,9 @@ import (
 
 	"mcpintercept/config"
 	"mcpintercept/engine"
+	"mcpintercept/exchange"
 	"mcpintercept/intercept"
 	"mcpintercept/intercept/upstream"
-	"mcpintercept/level1"
 	"mcpintercept/origin"
 	"mcpintercept/pki"
 	"mcpintercept/telemetry"
@@ -225,9 +225,9 @@ func limitsOf(cfg *config.Config) engine.Limits {
 }
 
 // httpOptionsOf is the HTTP framing's share of the configuration.
-func httpOptionsOf(cfg *config.Config) level1.Options {
-	return level1.Options{
-		Limits:        level1.Limits{MaxHeaderBytes: cfg.HTTP.MaxHeaderBytes},
+func httpOptionsOf(cfg *config.Config) exchange.Options {
+	return exchange.Options{
+		Limits:        exchange.Limits{MaxHeaderBytes: cfg.HTTP.MaxHeaderBytes},
 		HeaderTimeout: cfg.HTTP.HeaderTimeout.Duration,
 	}
 }

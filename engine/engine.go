@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mcpintercept/level1"
+	"mcpintercept/exchange"
 	"mcpintercept/level2"
 	"mcpintercept/origin"
 	"mcpintercept/policy"
@@ -45,7 +45,7 @@ type Limits struct {
 	IdleTimeout       time.Duration
 	ConnectTimeout    time.Duration
 	// BodyTimeout bounds how long one request body may take to arrive in full at Level 1
-	// (level1.Options.BodyTimeout; 0 leaves HTTP's own setting).
+	// (exchange.Options.BodyTimeout; 0 leaves HTTP's own setting).
 	BodyTimeout time.Duration
 }
 
@@ -66,7 +66,9 @@ type Options struct {
 	// Routing is the initial routing table; nil means every flow takes DefaultRoute (opaque).
 	Routing *Routing
 	TLS     TLSOptions
-	HTTP    level1.Options
+	// HTTP is the exchange loop's configuration (header bound and timeout); the engine adds the
+	// flow's limits and the route's guards per connection.
+	HTTP exchange.Options
 }
 
 // Engine accepts flows from listeners and forwards each in its own goroutine.

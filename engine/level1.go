@@ -21,37 +21,35 @@ import (
 // The outcome it returns is marked recorded, unless no exchange completed: that connection's
 // line is then the exit's.
 func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disposition, client, upstream net.Conn, last *atomic.Int64) outcome {
-	opt := e.opt.HTTP
-	if opt.IdleTimeout == 0 {
-		opt.IdleTimeout = e.opt.Limits.IdleTimeout
+	xo := e.opt.HTTP
+	if xo.IdleTimeout == 0 {
+		xo.IdleTimeout = e.opt.Limits.IdleTimeout
 	}
 	if e.opt.Limits.BodyTimeout != 0 {
-		opt.BodyTimeout = e.opt.Limits.BodyTimeout
+		xo.BodyTimeout = e.opt.Limits.BodyTimeout
 	}
-	opt.HeaderTimeout = headerTimeoutUnder(opt.HeaderTimeout, e.opt.Limits.IdleTimeout)
+	xo.HeaderTimeout = headerTimeoutUnder(xo.HeaderTimeout, e.opt.Limits.IdleTimeout)
 	// Per route: which protocol switches are allowed, and strict MCP headers (the classifier
 	// refuses before any policy runs).
-	opt.AllowUpgrade = route.AllowUpgrade
-	opt.StrictMCPHeaders = route.StrictMCPHeaders
+	g := level1.Guards{AllowUpgrade: route.AllowUpgrade, StrictMCPHeaders: route.StrictMCPHeaders}
 	if f.origin.Host != "" {
 		// DNS steering: the client reached this flow by a name; a request must not name another
 		// host (421), in plaintext as in TLS.
-		opt.ExpectedHost = f.origin.Host
+		g.ExpectedHost = f.origin.Host
 	} else if tlsMode == Terminate {
 		// The route was chosen by the SNI (or, without one, by the destination): a request must
 		// not name another host inside that TLS session (421 otherwise).
-		opt.ExpectedHost = f.sniName
-		if opt.ExpectedHost == "" {
-			opt.ExpectedHost = f.orig.Addr().Unmap().String()
+		g.ExpectedHost = f.sniName
+		if g.ExpectedHost == "" {
+			g.ExpectedHost = f.orig.Addr().Unmap().String()
 		}
 	}
 	rec := e.newRecordStage(f, route, tlsMode)
-	stages := e.stagesFor(&chainOf{e: e, f: f, route: route, tls: tlsMode, guards: opt.Guards(), rec: rec})
+	stages := e.stagesFor(&chainOf{e: e, f: f, route: route, tls: tlsMode, guards: g, rec: rec})
 	// The exchange loop's own idle timeout only runs between requests; this one also ends a flow
 	// whose upstream never answers, or an upgraded stream that went quiet.
 	_, stop := watchIdle(e.opt.Limits.IdleTimeout, last, client, upstream)
 	defer stop()
-	xo := opt.Exchange()
 	// Level 2 judges every message: bytes the upstream sends while no request is outstanding
 	// answer nothing it could judge, so they close the flow rather than reach the client raw.
 	xo.CloseUnsolicited = route.Level >= 2

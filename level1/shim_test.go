@@ -130,3 +130,29 @@ func (s recorderStage) Done(x *exchange.Exchange) {
 		Start: x.Start, Duration: x.Duration, Err: x.Err, Upgraded: x.Upgraded,
 	})
 }
+
+// Options are the exchange loop's and the guards' settings of one test proxy (the engine builds
+// them itself: exchange.Options from the appliance, Guards from the route).
+type Options struct {
+	Limits Limits
+	// HeaderTimeout, IdleTimeout, MaxDeniedBody and BodyTimeout are exchange.Options'.
+	HeaderTimeout time.Duration
+	IdleTimeout   time.Duration
+	MaxDeniedBody int64
+	BodyTimeout   time.Duration
+	// AllowUpgrade, StrictMCPHeaders and ExpectedHost are Guards'.
+	AllowUpgrade     []string
+	StrictMCPHeaders bool
+	ExpectedHost     string
+}
+
+// Exchange returns the options of the exchange loop.
+func (o Options) Exchange() exchange.Options {
+	return exchange.Options{Limits: o.Limits, HeaderTimeout: o.HeaderTimeout, IdleTimeout: o.IdleTimeout,
+		MaxDeniedBody: o.MaxDeniedBody, BodyTimeout: o.BodyTimeout}
+}
+
+// Guards returns the options of the classification stage.
+func (o Options) Guards() Guards {
+	return Guards{AllowUpgrade: o.AllowUpgrade, StrictMCPHeaders: o.StrictMCPHeaders, ExpectedHost: o.ExpectedHost}
+}

@@ -15,32 +15,6 @@ import (
 // Limits bound one head or chunk line (exchange.Limits).
 type Limits = exchange.Limits
 
-// Options are a Level 1 route's HTTP settings: the exchange loop's (Exchange) and the guards'
-// (Guards). Zero values take the defaults.
-type Options struct {
-	Limits Limits
-	// HeaderTimeout, IdleTimeout, MaxDeniedBody and BodyTimeout are exchange.Options'.
-	HeaderTimeout time.Duration
-	IdleTimeout   time.Duration
-	MaxDeniedBody int64
-	BodyTimeout   time.Duration
-	// AllowUpgrade, StrictMCPHeaders and ExpectedHost are Guards'.
-	AllowUpgrade     []string
-	StrictMCPHeaders bool
-	ExpectedHost     string
-}
-
-// Exchange returns the options of the exchange loop.
-func (o Options) Exchange() exchange.Options {
-	return exchange.Options{Limits: o.Limits, HeaderTimeout: o.HeaderTimeout, IdleTimeout: o.IdleTimeout,
-		MaxDeniedBody: o.MaxDeniedBody, BodyTimeout: o.BodyTimeout}
-}
-
-// Guards returns the options of the classification stage.
-func (o Options) Guards() Guards {
-	return Guards{AllowUpgrade: o.AllowUpgrade, StrictMCPHeaders: o.StrictMCPHeaders, ExpectedHost: o.ExpectedHost}
-}
-
 // Guards are the checks the classification stage makes before any policy: what no rule should
 // have to judge.
 type Guards struct {
