@@ -79,10 +79,10 @@ func (r *Route) needsSNI() bool { return len(r.SNI) > 0 }
 
 // matchesConn checks every condition except SNI.
 func (r *Route) matchesConn(client, dst netip.AddrPort) bool {
-	if len(r.Destinations) > 0 && !prefixesContain(r.Destinations, dst.Addr()) {
+	if len(r.Destinations) > 0 && !origin.InPrefixes(r.Destinations, dst.Addr()) {
 		return false
 	}
-	if len(r.Clients) > 0 && !prefixesContain(r.Clients, client.Addr()) {
+	if len(r.Clients) > 0 && !origin.InPrefixes(r.Clients, client.Addr()) {
 		return false
 	}
 	if len(r.Ports) > 0 {
@@ -123,16 +123,6 @@ func MatchSNI(patterns []string, sni string) bool {
 			continue
 		}
 		if p == sni {
-			return true
-		}
-	}
-	return false
-}
-
-func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range ps {
-		if p.Contains(a) {
 			return true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mcpintercept/origin"
 	"net"
 	"net/netip"
 	"strings"
@@ -348,7 +349,7 @@ func (s *Server) Answer(ctx context.Context, client netip.AddrPort, req *mdns.Ms
 		return nil
 	}
 	q := req.Question[0]
-	if !prefixesContain(s.opt.Clients, client.Addr()) {
+	if !origin.InPrefixes(s.opt.Clients, client.Addr()) {
 		s.opt.Metrics.query(q.Qtype, outcomeRefused)
 		return s.reply(req, mdns.RcodeRefused)
 	}
@@ -519,14 +520,4 @@ func (l *clientLimiter) allow(a netip.Addr) bool {
 	}
 	b.tokens--
 	return true
-}
-
-func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
