@@ -69,10 +69,9 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 // none) below the flow's idle timeout. The idle watch closes a flow that moved no byte for idle;
 // a head that stops halfway must get its 408 before that, not a silent close.
 func headerTimeoutUnder(h, idle time.Duration) time.Duration {
-	const exchangeDefault = 10 * time.Second
 	eff := h
 	if eff == 0 {
-		eff = exchangeDefault
+		eff = exchange.DefaultHeaderTimeout
 	}
 	if idle <= 0 || eff < 0 || eff < idle {
 		return h

@@ -43,10 +43,13 @@ type Options struct {
 	CloseUnsolicited bool
 }
 
+// DefaultHeaderTimeout is Options.HeaderTimeout when it is 0.
+const DefaultHeaderTimeout = 10 * time.Second
+
 func (o Options) withDefaults() Options {
 	o.Limits = o.Limits.withDefaults()
 	if o.HeaderTimeout == 0 {
-		o.HeaderTimeout = 10 * time.Second
+		o.HeaderTimeout = DefaultHeaderTimeout
 	}
 	if o.MaxDeniedBody <= 0 {
 		o.MaxDeniedBody = 1 << 20
