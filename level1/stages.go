@@ -112,6 +112,11 @@ func (c *Classifier) RequestHead(_ context.Context, x *exchange.Exchange) exchan
 type HeaderPolicy struct {
 	exchange.Base
 	f *Flow
+	// in is the policy input, reused request after request: request hooks run one at a time,
+	// and Evaluate keeps nothing of it.
+	in   policy.Input
+	http policy.Request
+	msg  policy.Message
 }
 
 // NewHeaderPolicy returns a HeaderPolicy for one connection; a nil f allows everything.
@@ -130,7 +135,10 @@ func (p *HeaderPolicy) RequestHead(_ context.Context, x *exchange.Exchange) exch
 	if info == nil {
 		info = Classify(x.Req)
 	}
-	d := rs.Evaluate(Input(info, p.f))
+	p.http = policy.Request{Method: info.Method, Path: info.Path, Headers: headersOf(info)}
+	p.msg = policy.Message{Version: info.ProtocolVersion, Method: info.MCPMethod, Name: info.MCPName, Session: info.SessionHash}
+	p.in = policy.Input{Vars: policy.Vars{Client: p.f.Client, Conn: p.f.Conn, HTTP: &p.http, MCP: &p.msg}, FailOpen: p.f.FailOpen}
+	d := rs.Evaluate(&p.in)
 	if len(d.Errors) > 0 && p.f.RuleErrors != nil {
 		p.f.RuleErrors(&d)
 	}
@@ -140,18 +148,6 @@ func (p *HeaderPolicy) RequestHead(_ context.Context, x *exchange.Exchange) exch
 		return exchange.Continue
 	}
 	return refuse(x, v)
-}
-
-// Input builds the policy input for one request of flow f.
-func Input(info *mcp.Info, f *Flow) *policy.Input {
-	return &policy.Input{
-		Vars: policy.Vars{
-			Client: f.Client, Conn: f.Conn,
-			HTTP: &policy.Request{Method: info.Method, Path: info.Path, Headers: headersOf(info)},
-			MCP:  &policy.Message{Version: info.ProtocolVersion, Method: info.MCPMethod, Name: info.MCPName, Session: info.SessionHash},
-		},
-		FailOpen: f.FailOpen,
-	}
 }
 
 // VerdictOf maps a policy decision to Level 1's answer: allow lets the request through (its
