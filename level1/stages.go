@@ -135,7 +135,7 @@ func (p *HeaderPolicy) RequestHead(_ context.Context, x *exchange.Exchange) exch
 	if info == nil {
 		info = Classify(x.Req)
 	}
-	p.http = policy.Request{Method: info.Method, Path: info.Path, Headers: headersOf(info)}
+	p.http = policy.Request{Method: info.Method, Path: info.Path, Headers: policy.HeaderMap(info.Headers)}
 	p.msg = policy.Message{Version: info.ProtocolVersion, Method: info.MCPMethod, Name: info.MCPName, Session: info.SessionHash}
 	p.in = policy.Input{Vars: policy.Vars{Client: p.f.Client, Conn: p.f.Conn, HTTP: &p.http, MCP: &p.msg}, FailOpen: p.f.FailOpen}
 	d := rs.Evaluate(&p.in)
@@ -191,14 +191,3 @@ func refuse(x *exchange.Exchange, v exchange.Verdict) exchange.Result {
 
 // equalFold is exchange's ASCII case-insensitive comparison (one definition for the pipeline).
 func equalFold(a, b string) bool { return exchange.EqualFold(a, b) }
-
-// noHeaders stands for a request whose classification kept no header: http.headers is then an
-// empty map, present, as it always was.
-var noHeaders = policy.HeaderMap(map[string]string{})
-
-func headersOf(info *mcp.Info) policy.HeaderSource {
-	if info.Headers == nil {
-		return noHeaders
-	}
-	return policy.HeaderMap(info.Headers)
-}

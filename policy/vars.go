@@ -70,8 +70,16 @@ type HeaderSource interface {
 // HeaderMap is a HeaderSource for headers already collected.
 type HeaderMap map[string]string
 
-// HeaderMap returns m.
-func (m HeaderMap) HeaderMap() map[string]string { return m }
+// HeaderMap returns m; a nil m is an empty map, present: a request whose classification kept
+// no header still has http.headers, as it always had.
+func (m HeaderMap) HeaderMap() map[string]string {
+	if m == nil {
+		return noHeaders
+	}
+	return m
+}
+
+var noHeaders = map[string]string{}
 
 // Message is the `mcp` variable: the MCP facts of a request (Level 1, from its headers) or of a
 // JSON-RPC message (Level 2, from its body). A string field is absent when empty, as a header the
