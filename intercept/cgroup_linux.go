@@ -144,6 +144,13 @@ func NewCgroup(parent string) (string, error) {
 	}
 	for {
 		name := fmt.Sprintf("%s%d-%d", CgroupPrefix, os.Getpid(), cgroupSeq.Add(1))
+		if !inInitialPIDNS() {
+			// The pid means nothing outside this PID namespace: the name says which one it is in,
+			// so that a cleanup elsewhere never takes a live appliance's cgroup for an orphan.
+			if ino, err := pidNSInode(0); err == nil {
+				name += fmt.Sprintf("-ns%d", ino)
+			}
+		}
 		p := filepath.Join(parent, name)
 		err := os.Mkdir(p, 0o755)
 		if errors.Is(err, os.ErrExist) {
@@ -271,17 +278,37 @@ func removeOurCgroups() ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
-// creatorAlive reports whether the pid in a name mcpintercept-<pid>-<n> is a running process.
-// Names that do not parse are treated as abandoned.
+// creatorAlive reports whether the creator of a cgroup named mcpintercept-<pid>-<n>[-ns<inode>]
+// may still be running. Names that do not parse are treated as abandoned. A pid is only checked
+// in the PID namespace it was taken in (no suffix: the initial one); from any other namespace the
+// answer is "alive" unless this process sees the whole host (the initial namespace) and no process
+// is left in the creator's namespace.
 func creatorAlive(name string) bool {
 	rest := strings.TrimPrefix(name, CgroupPrefix)
-	pidStr, _, ok := strings.Cut(rest, "-")
-	if !ok {
+	parts := strings.Split(rest, "-")
+	if len(parts) != 2 && len(parts) != 3 {
 		return false
 	}
-	pid, err := strconv.Atoi(pidStr)
+	pid, err := strconv.Atoi(parts[0])
 	if err != nil || pid <= 0 {
 		return false
+	}
+	if _, err := strconv.ParseUint(parts[1], 10, 32); err != nil {
+		return false
+	}
+	var creatorNS uint64 = initPIDNSInode
+	if len(parts) == 3 {
+		ns, ok := strings.CutPrefix(parts[2], "ns")
+		if creatorNS, err = strconv.ParseUint(ns, 10, 64); !ok || err != nil {
+			return false
+		}
+	}
+	self, err := pidNSInode(0)
+	if err != nil {
+		return true // cannot tell: leave it
+	}
+	if creatorNS != self {
+		return self != initPIDNSInode || pidNSAlive(creatorNS)
 	}
 	err = unix.Kill(pid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)

@@ -453,7 +453,9 @@ func netnsCookie() (uint64, error) {
 //   - the cgroup2 mount at /run/mcpintercept/cgroup2 once no cgroup of ours is left in it.
 //
 // Links held by a running process belong to a live appliance, which detaches them when it exits
-// or dies; they are left alone, as are the cgroups of running creators.
+// or dies; they are left alone, as are the cgroups of running creators. Run inside a container (a
+// nested PID namespace, where the host's processes are invisible), it takes only the links that
+// steer its own network namespace and only cgroups named for its own PID namespace.
 func CleanupEBPF() ([]string, error) {
 	var removed []string
 	var errs []error
@@ -542,10 +544,13 @@ func detachOrphanLinks() ([]string, error) {
 		return nil, nil
 	}
 	held := linkHolders()
+	// Inside a container the holders of other namespaces' links are invisible: only the links
+	// steering this network namespace can be this appliance's (see linkOwnedHere).
+	whole := inInitialPIDNS()
 	var removed []string
 	var errs []error
 	for _, c := range cands {
-		if held[uint32(c.id)] {
+		if held[uint32(c.id)] || !whole && !linkOwnedHere(c.l) {
 			c.l.Close()
 			continue
 		}
@@ -559,6 +564,49 @@ func detachOrphanLinks() ([]string, error) {
 		c.l.Close()
 	}
 	return removed, errors.Join(errs...)
+}
+
+// linkOwnedHere reports whether the link's program steers for this network namespace: its
+// mcpi_config map holds this namespace's cookie. Any doubt (no such map, an unreadable one) is
+// "not ours", so that a cleanup in a container never detaches the host's or a neighbour's links.
+func linkOwnedHere(l link.Link) bool {
+	cookie, err := netnsCookie()
+	if err != nil {
+		return false
+	}
+	info, err := l.Info()
+	if err != nil {
+		return false
+	}
+	prog, err := ebpf.NewProgramFromID(info.Program)
+	if err != nil {
+		return false
+	}
+	defer prog.Close()
+	pi, err := prog.Info()
+	if err != nil {
+		return false
+	}
+	ids, ok := pi.MapIDs()
+	if !ok {
+		return false
+	}
+	for _, id := range ids {
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			continue
+		}
+		mi, err := m.Info()
+		if err != nil || mi.Name != "mcpi_config" {
+			m.Close()
+			continue
+		}
+		var cfg bpf.SteerConfig
+		err = m.Lookup(uint32(0), &cfg)
+		m.Close()
+		return err == nil && cfg.NetnsCookie == cookie
+	}
+	return false
 }
 
 // linkHolders returns the ids of the BPF links that some process other than this one (which only
