@@ -148,6 +148,7 @@ type Config struct {
 	// service); DefaultUpstreamDeny when absent, nothing when [].
 	UpstreamDeny []netip.Prefix `yaml:"upstream_deny"`
 	CA           CAConfig       `yaml:"ca"`
+	Audit        AuditConfig    `yaml:"audit"`
 	Upstream     UpstreamTLS    `yaml:"upstream_tls"`
 	TLS          TLSConfig      `yaml:"tls"`
 	HTTP         HTTPConfig     `yaml:"http"`

@@ -490,6 +490,7 @@ func (c *Config) resolvePaths(dir string) {
 	}
 	c.CA.Dir = resolve(c.CA.Dir)
 	c.DNS.StateDir = resolve(c.DNS.StateDir)
+	c.Audit.Dir = resolve(c.Audit.Dir)
 	for i, p := range c.Upstream.ExtraCAs {
 		c.Upstream.ExtraCAs[i] = resolve(p)
 	}

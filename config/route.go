@@ -58,6 +58,13 @@ type Route struct {
 	// A passthrough route can take one at level 0 (connection-level rules);
 	// other routes need level 1.
 	RuleSet string `yaml:"rule_set"`
+	// Audit writes a durable authorization record for every judged request of the route before
+	// it goes upstream, and an outcome record when it ends (the audit section says where and what
+	// happens when it cannot). Needs level 1.
+	Audit bool `yaml:"audit,omitempty"`
+	// AuditArguments puts a tools/call's arguments, after redaction, in its audit record; without
+	// it the record holds only their hash. Needs audit and level 2.
+	AuditArguments bool `yaml:"audit_arguments,omitempty"`
 	// Line and Column locate the route's mapping in the file (0 when built
 	// in code), for messages about the route as a whole.
 	Line, Column int `yaml:"-"`
@@ -174,6 +181,8 @@ var routeTable = table[Route]{
 		defBy(func(r *Route) (string, bool) { return OnOversizedClose, r.LevelOrDefault() >= 2 }),
 	key("validate_arguments", "checks tools/call arguments against the tool's schema", func(r *Route) *bool { return &r.ValidateArguments }, boolean),
 	key("rule_set", "the rule set applied on the route", func(r *Route) *string { return &r.RuleSet }, str),
+	key("audit", "records every request durably before it goes upstream", func(r *Route) *bool { return &r.Audit }, boolean),
+	key("audit_arguments", "records arguments (redacted) besides their hash", func(r *Route) *bool { return &r.AuditArguments }, boolean),
 }
 
 // defaultRouteTable is the route keys default_route takes.

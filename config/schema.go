@@ -81,6 +81,21 @@ var configTable = table[Config]{
 	key("ca.dir", "directory of the appliance's CA", func(c *Config) *string { return &c.CA.Dir }, str).
 		def(DefaultCADir).checked(checkPath),
 
+	// After ca.dir: audit.dir defaults beside it.
+	key("audit.dir", "directory of the durable audit log (default: audit beside ca.dir)", func(c *Config) *string { return &c.Audit.Dir }, str).
+		defBy(auditDirBeside).checked(checkControl),
+	key("audit.fail", "what an audited request gets when its record cannot be written: closed or open", func(c *Config) *string { return &c.Audit.Fail }, str).
+		def(AuditFailClosed).checked(func(s string) string { return checkOneOf(s, AuditFailClosed, AuditFailOpen) }),
+	key("audit.timeout", "bound of one record becoming durable", func(c *Config) *Duration { return &c.Audit.Timeout }, duration).
+		def(Duration{DefaultAuditTimeout}).checked(durationBetween(time.Millisecond, time.Minute)),
+	key("audit.segment_bytes", "size at which the audit log moves to a new segment", func(c *Config) *int64 { return &c.Audit.SegmentBytes }, size(checkAuditSegmentBytes)).
+		def(DefaultAuditSegmentBytes).checked(checkAuditSegmentBytes),
+	intKey("audit.retain_segments", "segment files kept (0: all)", func(c *Config) *int { return &c.Audit.RetainSegments }, checkRetainSegments),
+	key("audit.retain_age", "age after which a segment is deleted (0: never)", func(c *Config) *Duration { return &c.Audit.RetainAge }, duration).
+		checked(func(d Duration) string { return checkNonNegative(d.Duration) }),
+	key("audit.checkpoint_every", "how often the log's head is signed", func(c *Config) *Duration { return &c.Audit.CheckpointEvery }, duration).
+		def(Duration{DefaultAuditCheckpointEvery}).checked(durationBetween(100*time.Millisecond, time.Hour)),
+
 	key("upstream_tls.extra_cas", "PEM files trusted besides the system roots", func(c *Config) *[]string { return &c.Upstream.ExtraCAs }, list(parseString)).
 		checkedBy(each(checkPath)),
 	key("upstream_tls.handshake_timeout", "bound of the upstream TLS handshake", func(c *Config) *Duration { return &c.Upstream.HandshakeTimeout }, duration).
