@@ -1,13 +1,26 @@
-// Package audit is the durable, tamper-evident record of tool calls: an
-// append-only, hash-chained segment log whose head is periodically signed as
-// a C2SP checkpoint, and the offline tools that verify and query it.
+// Package audit is the durable, tamper-evident record of judged MCP calls.
+//
+// The log is a directory of segment files (audit-<first seq>.jsonl), one
+// canonical JSON record per line. Every record carries seq (1, 2, ...) and
+// prev, the SHA-256 of the previous record's line (64 zero digits for the
+// first), so the chain runs across segments and restarts. Append returns
+// only once its record is fdatasync'd; concurrent Appends share one write and
+// one sync (group commit). A record that cannot be made durable fails with
+// ErrUnavailable, and the caller refuses the call it was for.
+//
+// Every CheckpointEvery, and at Close, the head is signed with the store's
+// Ed25519 key as a C2SP checkpoint (a signed note): origin, count of records,
+// base64 hash of the last record's line, and a "time" extension line. The
+// hash is the chain head, not a Merkle root: a checkpoint proves the prefix
+// of that length, which is what verification against a copy kept elsewhere
+// needs, but it gives no inclusion proofs.
+//
+// Verify and Query read a directory offline, without a Store.
 package audit
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"time"
 )
 
@@ -21,6 +34,26 @@ type Config struct {
 	CheckpointEvery time.Duration // (1s)
 }
 
+// Defaults of Config's zero values.
+const (
+	DefaultTimeout         = 2 * time.Second
+	DefaultSegmentBytes    = 64 << 20
+	DefaultCheckpointEvery = time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.SegmentBytes <= 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	if c.CheckpointEvery <= 0 {
+		c.CheckpointEvery = DefaultCheckpointEvery
+	}
+	return c
+}
+
 // Decision is the policy verdict an authorization record carries.
 type Decision string
 
@@ -31,26 +64,32 @@ const (
 	RateLimited Decision = "ratelimited"
 )
 
+// The kinds of record.
+const (
+	KindAuthorization = "authorization"
+	KindOutcome       = "outcome"
+)
+
 // Record is one line of the log; the store fills Seq, Prev and Time.
 type Record struct {
-	Seq  uint64
-	Prev string
-	Time time.Time
+	Seq  uint64    // 1 for the first record ever written
+	Prev string    // hex SHA-256 of the previous record's line
+	Time time.Time // when it was committed, UTC, millisecond precision
 
 	Kind          string // "authorization" | "outcome"
 	Flow          uint64
-	Exchange      uint64    // per-flow exchange number
-	Client        string    // client ip:port
-	Identity      *Identity // process identity when eBPF knows it (nil otherwise)
-	Destination   string    // original destination ip:port
-	Server        string    // server name (SNI/Host)
-	Level         int       // 1 or 2
-	Method        string    // JSON-RPC method (Level 2) or HTTP method + path (Level 1)
-	Direction     string    // "client_to_server" | "server_to_client"
-	ID            string    // JSON-RPC id as its JSON text
-	Tool          string    // tools/call name, prompts/get name, resources/read uri
-	ArgsHash      string    // "sha256:<hex>" of the canonical (RFC 8785) arguments
-	Arguments     json.RawMessage
+	Exchange      uint64          // per-flow exchange number
+	Client        string          // client ip:port
+	Identity      *Identity       // process identity when eBPF knows it (nil otherwise)
+	Destination   string          // original destination ip:port
+	Server        string          // server name (SNI/Host)
+	Level         int             // 1 or 2
+	Method        string          // JSON-RPC method (Level 2) or HTTP method + path (Level 1)
+	Direction     string          // "client_to_server" | "server_to_client"
+	ID            string          // JSON-RPC id as its JSON text
+	Tool          string          // tools/call name, prompts/get name, resources/read uri
+	ArgsHash      string          // "sha256:<hex>" of the canonical (RFC 8785) arguments
+	Arguments     json.RawMessage // only when the route asks, already redacted
 	Rule          string
 	Decision      Decision
 	Outcome       string // outcome records: "result" | "error" | "denied" | "uncertain"
@@ -70,38 +109,9 @@ type Identity struct {
 // Receipt identifies a durable record.
 type Receipt struct {
 	Seq  uint64
-	Hash string
+	Hash string // hex SHA-256 of the record's line
 }
 
-// ErrUnavailable means a record could not be made durable; it wraps the cause.
+// ErrUnavailable means a record could not be made durable; the error
+// returned wraps it and the cause (disk full, I/O error, timeout, closed).
 var ErrUnavailable = errors.New("audit unavailable")
-
-// Store is an open audit log.
-type Store struct{}
-
-// Open opens (creating if needed) the store in cfg.Dir.
-func Open(cfg Config, log *slog.Logger) (*Store, error) {
-	return nil, errors.New("audit: not implemented")
-}
-
-// Append makes r durable and returns its receipt.
-func (s *Store) Append(ctx context.Context, r *Record) (Receipt, error) {
-	return Receipt{}, ErrUnavailable
-}
-
-// Ready reports whether the store is open and writable.
-func (s *Store) Ready() error { return ErrUnavailable }
-
-// Checkpoint returns the latest signed checkpoint.
-func (s *Store) Checkpoint() []byte { return nil }
-
-// PublicKey returns the note verifier key line.
-func (s *Store) PublicKey() string { return "" }
-
-// Close writes a final checkpoint and closes the store.
-func (s *Store) Close(ctx context.Context) error { return nil }
-
-// HashArguments returns "sha256:<hex>" of the RFC 8785 canonical form of raw.
-func HashArguments(raw json.RawMessage) (string, error) {
-	return "", errors.New("audit: not implemented")
-}

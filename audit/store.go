@@ -1,0 +1,526 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gowebpki/jcs"
+	"golang.org/x/mod/sumdb/note"
+)
+
+// maxBatch bounds one group commit so a flood cannot grow a single write
+// without limit.
+const maxBatch = 4096
+
+// Store is an open audit log. Its methods are safe for concurrent use.
+type Store struct {
+	cfg    Config
+	log    *slog.Logger
+	signer note.Signer
+	vkey   string
+
+	reqs chan *request
+	// mu makes Close wait for Appends that are handing a request over, so
+	// everything sent before Close is committed before the writer stops.
+	mu         sync.RWMutex
+	closed     bool
+	stop       chan struct{}
+	writerDone chan struct{}
+	cpStop     chan struct{}
+	cpDone     chan struct{}
+
+	state   sync.Mutex // guards the fields below, read by other goroutines
+	current head       // the durable head
+	lastErr error      // why the store is not ready; nil when it is
+	cp      []byte     // the latest signed checkpoint
+	cpHead  head       // what the latest persisted checkpoint covers
+
+	w writer // owned by the writer goroutine (and by Open and Close outside it)
+
+	// beforeSync, when set by a test, runs in the writer before each sync.
+	beforeSync func()
+}
+
+type request struct {
+	rec  *Record
+	done chan result
+}
+
+type result struct {
+	receipt Receipt
+	rec     *Record
+	err     error
+}
+
+// writer is the state of the active segment.
+type writer struct {
+	f        *os.File
+	name     string
+	durable  int64 // size of the active segment that is known durable
+	dirty    bool  // bytes past durable may remain from a failed write
+	head     head
+	buf      []byte
+	failSize int // size of the last failed write, for the probe
+	ticks    int
+}
+
+// Open opens the store in cfg.Dir, creating the directory (0700) and the
+// signing key on first use, recovering the chain's head from the newest
+// segment and truncating an incomplete final line a crash left (it was
+// never acknowledged).
+func Open(cfg Config, log *slog.Logger) (*Store, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("open audit store: no directory")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg = cfg.withDefaults()
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	signer, vkey, err := loadOrCreateKey(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	s := &Store{
+		cfg: cfg, log: log, signer: signer, vkey: vkey,
+		reqs:       make(chan *request, maxBatch),
+		stop:       make(chan struct{}),
+		writerDone: make(chan struct{}),
+		cpStop:     make(chan struct{}),
+		cpDone:     make(chan struct{}),
+	}
+	if err := s.recover(); err != nil {
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	if err := s.checkAgainstCheckpoint(); err != nil {
+		s.closeSegment()
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	s.current = s.w.head
+	if err := s.checkpoint(); err != nil {
+		s.log.Warn("audit checkpoint not written", "err", err)
+	}
+	go s.run()
+	go s.checkpointLoop()
+	return s, nil
+}
+
+// recover finds the head in the newest segment that holds a record.
+func (s *Store) recover() error {
+	segs, err := listSegments(s.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	s.w.head = head{}
+	for i := len(segs) - 1; i >= 0; i-- {
+		seg := segs[i]
+		path := filepath.Join(s.cfg.Dir, seg.name)
+		t, err := readTail(path, seg.first)
+		if err != nil {
+			return err
+		}
+		if t.torn > 0 {
+			s.log.Warn("audit segment ended in an incomplete record, never acknowledged; truncated",
+				"segment", seg.name, "bytes", t.torn)
+			if err := os.Truncate(path, t.durable); err != nil {
+				return fmt.Errorf("truncate torn record: %w", err)
+			}
+		}
+		if t.records == 0 {
+			// Only the newest can be empty: rotation creates a segment with
+			// its first write.
+			s.log.Warn("audit segment holds no record; removed", "segment", seg.name)
+			if err := os.Remove(path); err != nil {
+				return fmt.Errorf("remove empty segment: %w", err)
+			}
+			continue
+		}
+		s.w.head = t.head
+		if t.durable < s.cfg.SegmentBytes {
+			return s.reopenSegment(seg.name, t.durable)
+		}
+		return nil
+	}
+	return nil
+}
+
+func (s *Store) reopenSegment(name string, size int64) error {
+	f, err := os.OpenFile(filepath.Join(s.cfg.Dir, name), os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open segment: %w", err)
+	}
+	s.w.f, s.w.name, s.w.durable = f, name, size
+	return nil
+}
+
+// checkAgainstCheckpoint refuses to continue a log shorter than the
+// checkpoint it signed: its tail was removed, and appending would bury the
+// evidence under new records.
+func (s *Store) checkAgainstCheckpoint() error {
+	data, err := os.ReadFile(filepath.Join(s.cfg.Dir, checkpointFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read checkpoint: %w", err)
+	}
+	cp, err := OpenCheckpoint(data, s.vkey)
+	if err != nil {
+		s.log.Warn("audit checkpoint does not verify; a new one replaces it", "err", err)
+		return nil
+	}
+	if cp.Size > s.w.head.seq {
+		return fmt.Errorf("the log ends at record %d but its checkpoint covers %d: records were removed (run audit verify)", s.w.head.seq, cp.Size)
+	}
+	if cp.Size == s.w.head.seq && cp.Head != s.w.head.hash {
+		return fmt.Errorf("record %d does not match its checkpoint (run audit verify)", cp.Size)
+	}
+	s.cpHead = head{seq: cp.Size, hash: cp.Head}
+	s.cp = data
+	return nil
+}
+
+// Append makes r durable and returns its receipt; r's Seq, Prev and Time are
+// set on success. It fails with an error wrapping ErrUnavailable when the
+// record is not durable within the configured timeout, the disk fails, ctx
+// ends, or the store is closed.
+func (s *Store) Append(ctx context.Context, r *Record) (Receipt, error) {
+	rec, err := prepare(r)
+	if err != nil {
+		return Receipt{}, err
+	}
+	req := &request{rec: rec, done: make(chan result, 1)}
+	timer := time.NewTimer(s.cfg.Timeout)
+	defer timer.Stop()
+	if err := s.send(ctx, req, timer.C); err != nil {
+		return Receipt{}, err
+	}
+	select {
+	case res := <-req.done:
+		if res.err != nil {
+			return Receipt{}, res.err
+		}
+		r.Seq, r.Prev, r.Time = res.rec.Seq, res.rec.Prev, res.rec.Time
+		return res.receipt, nil
+	case <-timer.C:
+		return Receipt{}, s.timedOut()
+	case <-ctx.Done():
+		return Receipt{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+func (s *Store) send(ctx context.Context, req *request, timeout <-chan time.Time) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("%w: store closed", ErrUnavailable)
+	}
+	select {
+	case s.reqs <- req:
+		return nil
+	case <-timeout:
+		return s.timedOut()
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+func (s *Store) timedOut() error {
+	err := fmt.Errorf("%w: record not durable within %s", ErrUnavailable, s.cfg.Timeout)
+	s.setErr(err)
+	return err
+}
+
+// prepare copies r, so the caller may reuse it once Append returns whatever
+// the writer still does, and canonicalizes its arguments.
+func prepare(r *Record) (*Record, error) {
+	if r.Kind != KindAuthorization && r.Kind != KindOutcome {
+		return nil, fmt.Errorf("audit record kind %q is neither %q nor %q", r.Kind, KindAuthorization, KindOutcome)
+	}
+	rec := *r
+	if len(bytes.TrimSpace(rec.Arguments)) > 0 {
+		canon, err := jcs.Transform(rec.Arguments)
+		if err != nil {
+			return nil, fmt.Errorf("audit record arguments: %w", err)
+		}
+		rec.Arguments = canon
+	} else {
+		rec.Arguments = nil
+	}
+	if len(rec.Arguments) > maxLine/2 {
+		return nil, fmt.Errorf("audit record arguments of %d bytes exceed %d", len(rec.Arguments), maxLine/2)
+	}
+	return &rec, nil
+}
+
+// Ready is nil when the store is open and its last write, or a later probe
+// of the disk, succeeded.
+func (s *Store) Ready() error {
+	s.mu.RLock()
+	closed := s.closed
+	s.mu.RUnlock()
+	if closed {
+		return fmt.Errorf("%w: store closed", ErrUnavailable)
+	}
+	s.state.Lock()
+	defer s.state.Unlock()
+	return s.lastErr
+}
+
+func (s *Store) setErr(err error) {
+	s.state.Lock()
+	if s.lastErr == nil {
+		s.log.Error("audit store unavailable", "err", err)
+	}
+	s.lastErr = err
+	s.state.Unlock()
+}
+
+func (s *Store) clearErr() {
+	s.state.Lock()
+	if s.lastErr != nil {
+		s.log.Info("audit store available again")
+	}
+	s.lastErr = nil
+	s.state.Unlock()
+}
+
+// Checkpoint returns the latest signed checkpoint (a C2SP signed note).
+func (s *Store) Checkpoint() []byte {
+	s.state.Lock()
+	defer s.state.Unlock()
+	return bytes.Clone(s.cp)
+}
+
+// PublicKey returns the note verifier key line that checks the checkpoints.
+func (s *Store) PublicKey() string { return s.vkey }
+
+// Close commits what was appended before it, writes a final checkpoint and
+// closes the store; Append fails afterwards. ctx bounds the wait for the
+// writer.
+func (s *Store) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.stop)
+	close(s.cpStop)
+	select {
+	case <-s.writerDone:
+	case <-ctx.Done():
+		return fmt.Errorf("close audit store: %w", ctx.Err())
+	}
+	<-s.cpDone
+	err := s.checkpoint()
+	if cerr := s.closeSegment(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("close audit store: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) closeSegment() error {
+	if s.w.f == nil {
+		return nil
+	}
+	err := s.w.f.Close()
+	s.w.f = nil
+	return err
+}
+
+// run is the writer: it batches the requests waiting, commits them with one
+// write and one sync, and probes the disk while it is failing.
+func (s *Store) run() {
+	defer close(s.writerDone)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	batch := make([]*request, 0, maxBatch)
+	for {
+		select {
+		case req := <-s.reqs:
+			batch = s.gather(append(batch[:0], req))
+			s.commit(batch)
+		case <-tick.C:
+			s.maintain()
+		case <-s.stop:
+			for {
+				select {
+				case req := <-s.reqs:
+					batch = s.gather(append(batch[:0], req))
+					s.commit(batch)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (s *Store) gather(batch []*request) []*request {
+	for len(batch) < maxBatch {
+		select {
+		case req := <-s.reqs:
+			batch = append(batch, req)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// commit writes batch after the durable end of the active segment and syncs;
+// on failure it cuts the segment back to that end so no unacknowledged bytes
+// stay to be mistaken for records.
+func (s *Store) commit(batch []*request) {
+	w := &s.w
+	if err := s.prepareSegment(); err != nil {
+		s.fail(batch, err)
+		return
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	h := w.head
+	w.buf = w.buf[:0]
+	receipts := make([]Receipt, len(batch))
+	for i, req := range batch {
+		req.rec.Seq, req.rec.Prev, req.rec.Time = h.seq+1, hex.EncodeToString(h.hash[:]), now
+		start := len(w.buf)
+		w.buf = encodeRecord(w.buf, req.rec)
+		h = head{seq: h.seq + 1, hash: lineHash(w.buf[start:])}
+		w.buf = append(w.buf, '\n')
+		receipts[i] = Receipt{Seq: h.seq, Hash: hex.EncodeToString(h.hash[:])}
+	}
+	if err := s.writeDurable(w.buf); err != nil {
+		w.failSize = len(w.buf)
+		s.fail(batch, err)
+		return
+	}
+	w.durable += int64(len(w.buf))
+	w.head = h
+	s.state.Lock()
+	s.current = h
+	s.state.Unlock()
+	s.clearErr()
+	for i, req := range batch {
+		req.done <- result{receipt: receipts[i], rec: req.rec}
+	}
+	if w.durable >= s.cfg.SegmentBytes {
+		if err := s.closeSegment(); err != nil {
+			s.log.Warn("audit segment close failed", "segment", w.name, "err", err)
+		}
+	}
+}
+
+func (s *Store) writeDurable(b []byte) error {
+	w := &s.w
+	_, err := w.f.WriteAt(b, w.durable)
+	if err == nil && s.beforeSync != nil {
+		s.beforeSync()
+	}
+	if err == nil {
+		err = fdatasync(w.f)
+	}
+	if err != nil {
+		w.dirty = true
+		s.cutBack()
+		return fmt.Errorf("write records: %w", err)
+	}
+	return nil
+}
+
+// cutBack truncates the active segment to its durable size; if even that
+// fails, the next commit retries before writing.
+func (s *Store) cutBack() error {
+	w := &s.w
+	if err := w.f.Truncate(w.durable); err != nil {
+		return fmt.Errorf("truncate segment: %w", err)
+	}
+	if err := fdatasync(w.f); err != nil {
+		return fmt.Errorf("truncate segment: %w", err)
+	}
+	w.dirty = false
+	return nil
+}
+
+func (s *Store) fail(batch []*request, cause error) {
+	err := fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	s.setErr(err)
+	for _, req := range batch {
+		req.done <- result{err: err}
+	}
+}
+
+// prepareSegment makes sure there is an active segment with nothing past its
+// durable end, creating the next one (named after its first seq) after a
+// rotation.
+func (s *Store) prepareSegment() error {
+	w := &s.w
+	if w.f != nil {
+		if w.dirty {
+			return s.cutBack()
+		}
+		return nil
+	}
+	name := segmentName(w.head.seq + 1)
+	f, err := os.OpenFile(filepath.Join(s.cfg.Dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create segment: %w", err)
+	}
+	if err := syncDir(s.cfg.Dir); err != nil {
+		f.Close()
+		os.Remove(filepath.Join(s.cfg.Dir, name))
+		return err
+	}
+	w.f, w.name, w.durable, w.dirty = f, name, 0, false
+	s.retain()
+	return nil
+}
+
+// maintain runs once a second in the writer: a probe while the store is
+// failing, so it becomes ready again by itself once space is freed, and the
+// age-based retention.
+func (s *Store) maintain() {
+	s.w.ticks++
+	if s.Ready() != nil {
+		if err := s.probe(); err == nil {
+			s.clearErr()
+		}
+	}
+	if s.cfg.RetainAge > 0 && s.w.ticks%60 == 0 {
+		s.retain()
+	}
+}
+
+// probe writes and syncs as many bytes as the last failed write; a success
+// means that write would now succeed too.
+func (s *Store) probe() error {
+	if s.w.dirty {
+		if err := s.cutBack(); err != nil {
+			return err
+		}
+	}
+	f, err := os.CreateTemp(s.cfg.Dir, ".probe-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Write(make([]byte, max(s.w.failSize, 4096))); err != nil {
+		return err
+	}
+	return fdatasync(f)
+}
