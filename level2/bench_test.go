@@ -12,6 +12,7 @@ import (
 
 	"mcpintercept/exchange"
 	"mcpintercept/level1"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -23,29 +24,6 @@ var toolsCall1K = func() []byte {
 		`"_meta":{"progressToken":"p-42","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}}`, pad)
 	return []byte(b)
 }()
-
-func BenchmarkDecode(b *testing.B) {
-	b.SetBytes(int64(len(toolsCall1K)))
-	b.ReportAllocs()
-	for b.Loop() {
-		m, err := DecodeMessage(toolsCall1K, DecodeOptions{})
-		if err != nil || m.Method != "tools/call" {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDecodePolicyView adds what a body policy reads: the tool name and the arguments map.
-func BenchmarkDecodePolicyView(b *testing.B) {
-	b.SetBytes(int64(len(toolsCall1K)))
-	b.ReportAllocs()
-	for b.Loop() {
-		m, err := DecodeMessage(toolsCall1K, DecodeOptions{})
-		if err != nil || m.Name() != "search_documents" || m.Arguments() == nil {
-			b.Fatal(err)
-		}
-	}
-}
 
 // benchExchange runs b.N tools/call exchanges on one keep-alive connection through the exchange
 // pipeline with the given stages, against a loopback server that answers a 1 KiB JSON result.
@@ -150,7 +128,7 @@ func BenchmarkJudge(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		m, err := DecodeMessage(toolsCall1K, DecodeOptions{})
+		m, err := mcp.DecodeMessage(toolsCall1K, mcp.DecodeOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

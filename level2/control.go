@@ -23,13 +23,13 @@ const ruleValidate = "validate_arguments"
 // server listed for the tool in this session (or, for a stateless server, to any client). A
 // tool whose schema is not known, or cannot be compiled, is not checked; one whose schema is over
 // a bound, or whose arguments would cost more than the work budget to check, is refused.
-func (s *stage) validateArguments(x *exchange.Exchange, st *xstate, msgs []*Message, batch bool) (exchange.Result, bool) {
+func (s *stage) validateArguments(x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool) (exchange.Result, bool) {
 	store := s.f.Sessions.toolSchemas()
 	if store == nil {
 		return exchange.Continue, false
 	}
 	for i, m := range msgs {
-		if m.Kind != KindRequest || m.Method != "tools/call" {
+		if m.Kind != mcp.KindRequest || m.Method != "tools/call" {
 			continue
 		}
 		ts := store.lookup(st.schemaKey(), m.Name())
@@ -73,14 +73,14 @@ func refusalOf(tool string, v verdict) (why, told string) {
 // transformRequests applies what policy asked of allowed requests: client capabilities withheld
 // (2026-07-28) and redactions. The body is re-framed when anything changed; the Mcp-Name and
 // Mcp-Param-* headers follow the body.
-func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*Message, batch bool, decs []policy.Decision) {
+func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, decs []policy.Decision) {
 	var p *prober
 	changed := false
 	out := make([][]byte, len(msgs))
 	for i, m := range msgs {
 		out[i] = m.Raw
 		r := st.reqs[i]
-		if m.Kind == KindRequest && mcp.Version(st.version).Stateless() {
+		if m.Kind == mcp.KindRequest && mcp.Version(st.version).Stateless() {
 			if p == nil {
 				p = s.newProber(x, st, ServerToClient)
 			}
@@ -94,7 +94,7 @@ func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*Mess
 		if o, ok := s.redact(out[i], decs[i], "params", r); ok {
 			out[i], changed = o, true
 			if !batch {
-				if after, err := DecodeMessage(o, DecodeOptions{MaxSize: int(s.maxBody())}); err == nil {
+				if after, err := mcp.DecodeMessage(o, mcp.DecodeOptions{MaxSize: int(s.maxBody())}); err == nil {
 					syncMCPHeaders(x, m, after, decs[i].Redactions)
 				}
 			}

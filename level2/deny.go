@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"mcpintercept/mcp"
 )
 
 // JSON-RPC error codes Level 2 answers with. The policy codes lie outside the range JSON-RPC
@@ -41,16 +43,16 @@ func errorBody(id json.RawMessage, code int, message, rule, reason string, retry
 	if retry > 0 {
 		d.RetryAfterMS = retry.Milliseconds()
 	}
-	return EncodeError(id, code, message, d)
+	return mcp.EncodeError(id, code, message, d)
 }
 
 // batchErrorBody answers every request of a refused batch with the same error, in order (a
 // notification gets no answer, as JSON-RPC says).
-func batchErrorBody(msgs []*Message, code int, message, rule, reason string, retry time.Duration) []byte {
+func batchErrorBody(msgs []*mcp.Message, code int, message, rule, reason string, retry time.Duration) []byte {
 	b := []byte{'['}
 	n := 0
 	for _, m := range msgs {
-		if m.Kind != KindRequest {
+		if m.Kind != mcp.KindRequest {
 			continue
 		}
 		if n > 0 {

@@ -17,10 +17,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdkmcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"mcpintercept/exchange"
 	"mcpintercept/level1"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -159,7 +160,7 @@ func runDifferential(t *testing.T, set *policy.Set, req, resp []byte, mode uint8
 				t.Fatalf("the server would dispatch %s (id %v) that Level 2 did not judge; body %q, records %s", rq.Method, rq.ID.Raw(), server, dumpRecords(recs))
 			}
 			if rq.Method == "tools/call" {
-				var p mcp.CallToolParams
+				var p sdkmcp.CallToolParams
 				if json.Unmarshal(rq.Params, &p) == nil && strings.HasPrefix(p.Name, "denied_") {
 					t.Fatalf("a denied call reached the server as the Go SDK reads it: %q", server)
 				}
@@ -206,7 +207,7 @@ func sameID(r *Record, id jsonrpc.ID) bool {
 		return r.ID == ""
 	case string:
 		q, _ := json.Marshal(v)
-		return r.key == idKey(&Message{ID: q}) || (r.key == "" && r.ID == v)
+		return r.key == idKey(&mcp.Message{ID: q}) || (r.key == "" && r.ID == v)
 	case int64:
 		return r.key == fmt.Sprintf("n:%d", v)
 	}

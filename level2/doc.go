@@ -1,12 +1,13 @@
-// Package level2 implements awareness Level 2: JSON-RPC and SSE codec, the MCP version model, body
-// policy, capability filtering and denial errors that name the intermediary.
+// Package level2 implements awareness Level 2: body stages over the JSON-RPC messages of an MCP
+// exchange — the version model, SEP-2243 header checks, body policy, argument schemas,
+// redaction, surface filtering, server→client control, _meta metadata and denial errors that
+// name the intermediary.
 //
-// Its leaves are pure functions over bytes, with no I/O and no dependency on the engine, Level 1
-// or policy, so that the exchange pipeline's body stage can call them:
+// It reads messages with the strict codec of package mcp (mcp.Decode, mcp.Message, the
+// navigation helpers over validated JSON, mcp.EncodeError), so that Level 2 reads a body exactly
+// as the strictest peer would; what any lenient peer would still act on is detected here
+// (lenient.go) and judged or refused. Beside the stages:
 //
-//   - Decode / DecodeMessage: a strict JSON-RPC 2.0 decoder. Level 2 must read a body exactly as
-//     the strictest peer would, because a peer that reads it differently (case-insensitive or
-//     duplicate keys, go-sdk #805) is a smuggling hole; EncodeError writes the error answer.
 //   - (The incremental text/event-stream parser is HTTP framing and lives in package exchange:
 //     exchange.SSEParser, exchange.Event, exchange.EncodeEvent; a stage gets parsed events from
 //     its Event hook after x.WantEvents.)

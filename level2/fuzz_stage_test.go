@@ -14,6 +14,7 @@ import (
 
 	"mcpintercept/exchange"
 	"mcpintercept/level1"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -94,7 +95,7 @@ func FuzzStage(f *testing.F) {
 			t.Fatalf("the server got %q, the client sent %q", server, body)
 		}
 		if server != nil && bytes.Contains(server, []byte("denied_")) {
-			if ms, _, err := Decode(server, DecodeOptions{AllowBatch: true}); err == nil {
+			if ms, _, err := mcp.Decode(server, mcp.DecodeOptions{AllowBatch: true}); err == nil {
 				for _, m := range ms {
 					if m.Method == "tools/call" && len(m.Name()) >= 7 && m.Name()[:7] == "denied_" {
 						t.Fatalf("a denied call reached the server: %q", server)

@@ -109,22 +109,6 @@ func bareCR(raw []byte, prevCR bool) bool {
 	return false
 }
 
-// maxExactID is where float64, which the Go and TypeScript SDKs decode every numeric id into,
-// stops holding every integer: ids at or past it could be read as another id by a peer.
-const maxExactID = 1 << 53
-
-// numericID reads a JSON number id the way the peers compare it: as a float64. The Go SDK
-// truncates it to an int64 (1.5 is read as 1), JavaScript and Python compare by value (1.0 == 1).
-// Level 2 therefore accepts only ids whose value is an integer below 2^53 in magnitude, whatever
-// their spelling (1, 1.0, 1e0, 10E-1 are the same id), and refuses the rest in both directions.
-func numericID(text []byte) (int64, bool) {
-	f, err := strconv.ParseFloat(string(text), 64)
-	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || f != math.Trunc(f) || math.Abs(f) >= maxExactID {
-		return 0, false
-	}
-	return int64(f), true
-}
-
 // pythonEncoding is the encoding Python's json.loads gives a bytes body (json.detect_encoding):
 // a UTF-32 or UTF-16 BOM, or NUL bytes in the first positions, make it UTF-32 or UTF-16, which a
 // UTF-8 reader (Level 2, the SDKs) sees as something else entirely. "" for UTF-8.

@@ -60,7 +60,7 @@ const maxKeyTries = 64
 // requestState; result requestState, resultType; error code). It returns raw itself when
 // nothing changed.
 func redactJSON(raw []byte, reds []*policy.Redaction, scope string) ([]byte, []redactHit, int) {
-	if len(reds) == 0 || !isObject(raw) {
+	if len(reds) == 0 || !mcp.IsObject(raw) {
 		return raw, nil, 0
 	}
 	w := redactWalker{raw: raw, reds: reds, scope: scope}
@@ -92,7 +92,7 @@ type redactWalker struct {
 func (w *redactWalker) value(i int) int {
 	if r := w.selected(); r != nil {
 		if !w.keepShape() {
-			end := skipValue(w.raw, i)
+			end := mcp.SkipValue(w.raw, i)
 			w.replace(i, end, r)
 			return end
 		}
@@ -104,15 +104,15 @@ func (w *redactWalker) value(i int) int {
 	case c == '[':
 		return w.array(i)
 	case c == '"':
-		end := skipString(w.raw, i)
+		end := mcp.SkipString(w.raw, i)
 		w.str(i, end)
 		return end
 	case c == '-' || ('0' <= c && c <= '9'):
-		end := skipValue(w.raw, i)
+		end := mcp.SkipValue(w.raw, i)
 		w.number(i, end)
 		return end
 	}
-	return skipValue(w.raw, i)
+	return mcp.SkipValue(w.raw, i)
 }
 
 // selected returns the first redaction with a path that selects the value at w.loc (or one
@@ -147,7 +147,7 @@ func (w *redactWalker) keepShape() bool {
 
 // replace puts r's marker, as a JSON string, over raw[start:end].
 func (w *redactWalker) replace(start, end int, r *policy.Redaction) {
-	q := quoteJSON(r.Marker)
+	q := mcp.Quote(r.Marker)
 	w.hit(r.Rule)
 	if bytes.Equal(w.raw[start:end], q) {
 		w.count-- // already hidden: nothing changes, nothing to splice
@@ -169,19 +169,19 @@ type keyMember struct {
 func (w *redactWalker) object(i int, top bool) int {
 	b := w.raw
 	start := i
-	i = skipWS(b, i+1)
+	i = mcp.SkipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1
 	}
 	var rewritten []keyMember
 	for i < len(b) {
 		ks := i
-		ke := skipString(b, i)
-		i = skipWS(b, ke)
-		i = skipWS(b, i+1) // ':'
+		ke := mcp.SkipString(b, i)
+		i = mcp.SkipSpace(b, ke)
+		i = mcp.SkipSpace(b, i+1) // ':'
 		key := keyText(b[ks:ke])
 		if top && (key == "jsonrpc" || key == "id" || key == "method") {
-			i = skipValue(b, i) // the envelope is never redacted
+			i = mcp.SkipValue(b, i) // the envelope is never redacted
 		} else {
 			w.loc = append(w.loc, policy.PathSeg{Key: key, Index: -1})
 			newKey, changed := w.key(key)
@@ -191,11 +191,11 @@ func (w *redactWalker) object(i int, top bool) int {
 				rewritten = append(rewritten, keyMember{ks: ks, ke: ke, ve: i, key: key, newKey: newKey})
 			}
 		}
-		i = skipWS(b, i)
+		i = mcp.SkipSpace(b, i)
 		if i >= len(b) || b[i] != ',' {
 			break
 		}
-		i = skipWS(b, i+1)
+		i = mcp.SkipSpace(b, i+1)
 	}
 	if len(rewritten) > 0 {
 		w.renameKeys(start, rewritten)
@@ -205,7 +205,7 @@ func (w *redactWalker) object(i int, top bool) int {
 
 func (w *redactWalker) array(i int) int {
 	b := w.raw
-	i = skipWS(b, i+1)
+	i = mcp.SkipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1
 	}
@@ -213,11 +213,11 @@ func (w *redactWalker) array(i int) int {
 		w.loc = append(w.loc, policy.PathSeg{Index: n})
 		i = w.value(i)
 		w.loc = w.loc[:len(w.loc)-1]
-		i = skipWS(b, i)
+		i = mcp.SkipSpace(b, i)
 		if i >= len(b) || b[i] != ',' {
 			break
 		}
-		i = skipWS(b, i+1)
+		i = mcp.SkipSpace(b, i+1)
 	}
 	return i + 1 // ']'
 }
@@ -255,9 +255,9 @@ func (w *redactWalker) str(start, end int) {
 		// copying.
 		return
 	}
-	s, changed := w.rewrite(unquote(w.raw[start:end]))
+	s, changed := w.rewrite(mcp.Unquote(w.raw[start:end]))
 	if changed {
-		w.edits = append(w.edits, edit{start, end, quoteJSON(s)})
+		w.edits = append(w.edits, edit{start, end, mcp.Quote(s)})
 	}
 }
 
@@ -329,8 +329,8 @@ func (w *redactWalker) renameKeys(start int, rewritten []keyMember) {
 			dropped = append(dropped, m.ks)
 			continue
 		}
-		taken[string(appendFolded(nil, []byte(name)))] = true
-		w.edits = append(w.edits, edit{m.ks, m.ke, quoteJSON(name)})
+		taken[string(mcp.AppendFolded(nil, []byte(name)))] = true
+		w.edits = append(w.edits, edit{m.ks, m.ke, mcp.Quote(name)})
 	}
 	if len(dropped) > 0 {
 		w.dropMembers(all, dropped)
@@ -340,16 +340,16 @@ func (w *redactWalker) renameKeys(start int, rewritten []keyMember) {
 // objectMembers lists the members of the validated object at start (ve: the end of each value).
 func objectMembers(b []byte, start int) []keyMember {
 	var out []keyMember
-	i := skipWS(b, start+1)
+	i := mcp.SkipSpace(b, start+1)
 	for i < len(b) && b[i] == '"' {
-		ke := skipString(b, i)
-		ve := skipValue(b, skipWS(b, skipWS(b, ke)+1))
+		ke := mcp.SkipString(b, i)
+		ve := mcp.SkipValue(b, mcp.SkipSpace(b, mcp.SkipSpace(b, ke)+1))
 		out = append(out, keyMember{ks: i, ke: ke, ve: ve, key: keyText(b[i:ke])})
-		i = skipWS(b, ve)
+		i = mcp.SkipSpace(b, ve)
 		if i >= len(b) || b[i] != ',' {
 			break
 		}
-		i = skipWS(b, i+1)
+		i = mcp.SkipSpace(b, i+1)
 	}
 	return out
 }
@@ -358,14 +358,14 @@ func objectMembers(b []byte, start int) []keyMember {
 // Level 2 reads in that object, which a rewritten key must not become.
 func (w *redactWalker) keptKeys(all, rewritten []keyMember) map[string]bool {
 	taken := map[string]bool{}
-	if c := w.objectCtx(); c != ctxNone {
-		for _, f := range watchedFolded[c] {
-			taken[string(f)] = true
+	if c := w.objectCtx(); c != mcp.ScopeNone {
+		for n := range c.Members() {
+			taken[string(mcp.AppendFolded(nil, []byte(n)))] = true
 		}
 	}
 	for _, m := range all {
 		if !slices.ContainsFunc(rewritten, func(r keyMember) bool { return r.ks == m.ks }) {
-			taken[string(appendFolded(nil, []byte(m.key)))] = true
+			taken[string(mcp.AppendFolded(nil, []byte(m.key)))] = true
 		}
 	}
 	return taken
@@ -405,25 +405,25 @@ func (w *redactWalker) dropMembers(all []keyMember, dropped []int) {
 	}
 }
 
-// objectCtx is the scanner's context of the object at w.loc, for its watched names.
-func (w *redactWalker) objectCtx() ctx {
+// objectCtx is the decoder's scope of the object at w.loc, for the member names it reads there.
+func (w *redactWalker) objectCtx() mcp.Scope {
 	if len(w.loc) != 1 || w.loc[0].Index >= 0 {
-		return ctxNone
+		return mcp.ScopeNone
 	}
 	switch w.loc[0].Key {
 	case "params":
-		return ctxParams
+		return mcp.ScopeParams
 	case "error":
-		return ctxError
+		return mcp.ScopeError
 	}
-	return ctxNone
+	return mcp.ScopeNone
 }
 
 // uniqueKey returns base, or base-N / base-letters, whichever first is free in taken and
 // matches no pattern.
 func (w *redactWalker) uniqueKey(base string, taken map[string]bool) (string, bool) {
 	free := func(k string) bool {
-		return !taken[string(appendFolded(nil, []byte(k)))] && !w.anyMatchString(k)
+		return !taken[string(mcp.AppendFolded(nil, []byte(k)))] && !w.anyMatchString(k)
 	}
 	if free(base) {
 		return base, true
@@ -474,8 +474,8 @@ func (w *redactWalker) keyScope() bool {
 		return false
 	}
 	if len(w.loc) == 2 {
-		if c := map[string]ctx{"params": ctxParams, "error": ctxError}[w.scope]; c != ctxNone {
-			for _, n := range watched[c] {
+		if c := map[string]mcp.Scope{"params": mcp.ScopeParams, "error": mcp.ScopeError}[w.scope]; c != mcp.ScopeNone {
+			for n := range c.Members() {
 				if w.loc[1].Key == n {
 					return false
 				}
@@ -530,7 +530,7 @@ func keyText(quoted []byte) string {
 	if len(quoted) >= 2 && strings.IndexByte(string(quoted), '\\') < 0 {
 		return string(quoted[1 : len(quoted)-1])
 	}
-	return unquote(quoted)
+	return mcp.Unquote(quoted)
 }
 
 // describeHits is the record's account of a redaction: rules and locations, never values.
@@ -569,7 +569,7 @@ func redactTextAll(s string, rs Evaluator) string {
 // syncMCPHeaders keeps a redacted request's Mcp-Name and Mcp-Param-* headers consistent with its
 // new body (SEP-2243: the server may compare them, and a header must not carry what the body no
 // longer does).
-func syncMCPHeaders(x *exchange.Exchange, before, after *Message, reds []*policy.Redaction) {
+func syncMCPHeaders(x *exchange.Exchange, before, after *mcp.Message, reds []*policy.Redaction) {
 	h := x.Req
 	if _, ok := h.Get("Mcp-Name"); ok {
 		if n := after.Name(); n != before.Name() {

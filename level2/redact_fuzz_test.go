@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -36,7 +37,7 @@ func FuzzRedact(f *testing.F) {
 		if len(raw) > 1<<16 {
 			return
 		}
-		msgs, batch, err := Decode(raw, DecodeOptions{})
+		msgs, batch, err := mcp.Decode(raw, mcp.DecodeOptions{})
 		if err != nil || batch {
 			return
 		}
@@ -45,7 +46,7 @@ func FuzzRedact(f *testing.F) {
 		switch {
 		case request:
 			scope = "params"
-		case m.Kind == KindError:
+		case m.Kind == mcp.KindError:
 			scope = "error"
 		}
 		out, hits, n := redactJSON(m.Raw, reds, scope)
@@ -54,7 +55,7 @@ func FuzzRedact(f *testing.F) {
 				t.Fatal("no redaction, yet the message changed")
 			}
 		}
-		got, err := DecodeMessage(out, DecodeOptions{})
+		got, err := mcp.DecodeMessage(out, mcp.DecodeOptions{})
 		if err != nil {
 			t.Fatalf("redacted message does not decode: %v\n%s\nfrom\n%s", err, out, m.Raw)
 		}
@@ -147,9 +148,9 @@ func (c *redactCheck) inScope(key bool) bool {
 	if key && len(c.loc) == 2 {
 		switch c.scope {
 		case "params":
-			return !slices.Contains(watched[ctxParams], c.loc[1].Key)
+			return !slices.Contains(slices.Collect(mcp.ScopeParams.Members()), c.loc[1].Key)
 		case "error":
-			return !slices.Contains(watched[ctxError], c.loc[1].Key)
+			return !slices.Contains(slices.Collect(mcp.ScopeError.Members()), c.loc[1].Key)
 		}
 	}
 	return true
@@ -164,7 +165,7 @@ func (c *redactCheck) same(a0, a1, b0, b1 int, what string) {
 
 // value compares the values at i (input) and j (output) and returns their ends.
 func (c *redactCheck) value(i, j int) (int, int) {
-	ie, je := skipValue(c.in, i), skipValue(c.out, j)
+	ie, je := mcp.SkipValue(c.in, i), mcp.SkipValue(c.out, j)
 	top := len(c.loc) == 1 && c.loc[0].Index < 0
 	keepShape := top && (c.loc[0].Key == "params" || c.loc[0].Key == "error")
 	if len(c.loc) > 0 && c.pathSelects() && !keepShape {
@@ -182,7 +183,7 @@ func (c *redactCheck) value(i, j int) (int, int) {
 	case b == '[' && c.out[j] == '[':
 		c.array(i, j)
 	case b == '"' && c.out[j] == '"':
-		if !c.inScope(false) || !c.matches([]byte(unquote(c.in[i:ie]))) {
+		if !c.inScope(false) || !c.matches([]byte(mcp.Unquote(c.in[i:ie]))) {
 			c.fail("string changed without a match: %s -> %s", c.in[i:ie], c.out[j:je])
 		}
 	case b == '-' || ('0' <= b && b <= '9'):
@@ -210,7 +211,7 @@ func (c *redactCheck) object(i, j int, top bool) {
 				c.fail("key changed without a match: %s -> %s", c.in[a.ks:a.ke], c.out[b.ks:b.ke])
 			}
 		}
-		vi, vj := skipWS(c.in, skipWS(c.in, a.ke)+1), skipWS(c.out, skipWS(c.out, b.ke)+1)
+		vi, vj := mcp.SkipSpace(c.in, mcp.SkipSpace(c.in, a.ke)+1), mcp.SkipSpace(c.out, mcp.SkipSpace(c.out, b.ke)+1)
 		c.same(a.ke, vi, b.ke, vj, "colon")
 		if top && (a.key == "jsonrpc" || a.key == "id" || a.key == "method") {
 			c.same(vi, a.ve, vj, b.ve, "envelope")
@@ -220,11 +221,11 @@ func (c *redactCheck) object(i, j int, top bool) {
 		c.loc = c.loc[:len(c.loc)-1]
 		pi, pj = a.ve, b.ve
 	}
-	c.same(pi, skipValue(c.in, i), pj, skipValue(c.out, j), "end of object")
+	c.same(pi, mcp.SkipValue(c.in, i), pj, mcp.SkipValue(c.out, j), "end of object")
 }
 
 func (c *redactCheck) array(i, j int) {
-	in, out := elements(c.in[i:]), elements(c.out[j:])
+	in, out := mcp.Elements(c.in[i:]), mcp.Elements(c.out[j:])
 	if len(in) != len(out) {
 		c.fail("%d elements became %d", len(in), len(out))
 	}
@@ -236,13 +237,13 @@ func (c *redactCheck) array(i, j int) {
 		c.loc = c.loc[:len(c.loc)-1]
 		pi, pj = i+in[k][1], j+out[k][1]
 	}
-	c.same(pi, skipValue(c.in, i), pj, skipValue(c.out, j), "end of array")
+	c.same(pi, mcp.SkipValue(c.in, i), pj, mcp.SkipValue(c.out, j), "end of array")
 }
 
 // survivors walks the output alone: nothing in pattern scope still matches.
 func (c *redactCheck) survivors(j int) int {
 	b := c.out
-	je := skipValue(b, j)
+	je := mcp.SkipValue(b, j)
 	switch b[j] {
 	case '{':
 		for _, m := range objectMembers(b, j) {
@@ -250,17 +251,17 @@ func (c *redactCheck) survivors(j int) int {
 			if c.inScope(true) && c.matches([]byte(m.key)) {
 				c.fail("key %q still matches", m.key)
 			}
-			c.survivors(skipWS(b, skipWS(b, m.ke)+1))
+			c.survivors(mcp.SkipSpace(b, mcp.SkipSpace(b, m.ke)+1))
 			c.loc = c.loc[:len(c.loc)-1]
 		}
 	case '[':
-		for k, e := range elements(b[j:je]) {
+		for k, e := range mcp.Elements(b[j:je]) {
 			c.loc = append(c.loc, policy.PathSeg{Index: k})
 			c.survivors(j + e[0])
 			c.loc = c.loc[:len(c.loc)-1]
 		}
 	case '"':
-		if c.inScope(false) && c.matches([]byte(unquote(b[j:je]))) {
+		if c.inScope(false) && c.matches([]byte(mcp.Unquote(b[j:je]))) {
 			c.fail("string %s still matches", b[j:je])
 		}
 	case 't', 'f', 'n':

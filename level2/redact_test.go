@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -81,7 +82,7 @@ func TestRedactKeysAndValues(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			red := testRedaction(t, "[R]", c.paths, c.patterns...)
-			m, err := DecodeMessage([]byte(c.in), DecodeOptions{})
+			m, err := mcp.DecodeMessage([]byte(c.in), mcp.DecodeOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +90,7 @@ func TestRedactKeysAndValues(t *testing.T) {
 			if string(out) != c.want || n != c.hits {
 				t.Fatalf("got %s (%d hits), want %s (%d)", out, n, c.want, c.hits)
 			}
-			if _, err := DecodeMessage(out, DecodeOptions{}); err != nil {
+			if _, err := mcp.DecodeMessage(out, mcp.DecodeOptions{}); err != nil {
 				t.Fatalf("output refused by the strict decoder: %v", err)
 			}
 			if d := describeHits(hits, n); strings.Contains(d, "CANARY") || strings.Contains(d, "1234") {
@@ -134,7 +135,7 @@ func TestRedactTextAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, derr := DecodeMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":{"CANARY-abc":1,"CANARY-abc":2}}}`), DecodeOptions{})
+	_, derr := mcp.DecodeMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":{"CANARY-abc":1,"CANARY-abc":2}}}`), mcp.DecodeOptions{})
 	if derr == nil || !strings.Contains(derr.Error(), "CANARY-abc") {
 		t.Fatalf("premise: the decoder's error quotes the key: %v", derr)
 	}

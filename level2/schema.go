@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"mcpintercept/mcp"
 )
 
 // Tool input schemas learnt from tools/list responses, to check tools/call arguments before the
@@ -281,22 +283,22 @@ func instancePath(schemaPath string) string {
 
 // toolSchemas extracts name → inputSchema from a tools/list result.
 func toolSchemas(result []byte) map[string][]byte {
-	arr, ok := member(result, "tools")
+	arr, ok := mcp.Member(result, "tools")
 	if !ok || len(arr) == 0 || arr[0] != '[' {
 		return nil
 	}
 	out := map[string][]byte{}
-	for _, e := range elements(arr) {
+	for _, e := range mcp.Elements(arr) {
 		t := arr[e[0]:e[1]]
-		if !isObject(t) {
+		if !mcp.IsObject(t) {
 			continue
 		}
-		name, ok := stringMember(t, "name")
+		name, ok := mcp.StringMember(t, "name")
 		if !ok {
 			continue
 		}
-		sc, ok := member(t, "inputSchema")
-		if !ok || !isObject(sc) {
+		sc, ok := mcp.Member(t, "inputSchema")
+		if !ok || !mcp.IsObject(sc) {
 			continue
 		}
 		if len(sc) > maxSchemaBytes {

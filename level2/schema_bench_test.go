@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"mcpintercept/mcp"
 )
 
 // The benchmarks are the proof of the work budget's claim (schema_budget.go): a normal schema,
@@ -68,7 +70,7 @@ func itemsOf(n int) string {
 
 func decodeArgs(tb testing.TB, args string) map[string]any {
 	tb.Helper()
-	m, err := DecodeMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":`+args+`}}`), DecodeOptions{})
+	m, err := mcp.DecodeMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":`+args+`}}`), mcp.DecodeOptions{})
 	if err != nil {
 		tb.Fatalf("args: %v", err)
 	}

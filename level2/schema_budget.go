@@ -6,6 +6,8 @@ import (
 	"regexp/syntax"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"mcpintercept/mcp"
 )
 
 // The work budget of one validation. Before the library validates a call's arguments, a walk
@@ -40,7 +42,7 @@ const (
 	maxValidationWork  = 8_000_000 // units (~ns) per call
 	maxValidationAlloc = 4 << 20   // bytes of error messages per call (what a failing validation holds)
 	maxEvalDepth       = 256       // nested evaluations (library stack frames) per call
-	maxInstanceDepth   = DefaultMaxDepth
+	maxInstanceDepth   = mcp.DefaultMaxDepth
 
 	costEval      = 400 // one evaluation: defer, stack push, annotations, map lookups
 	costEntry     = 20  // one schema entry looked up (a property, a required name)

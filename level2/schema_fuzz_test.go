@@ -3,6 +3,8 @@ package level2
 import (
 	"strings"
 	"testing"
+
+	"mcpintercept/mcp"
 )
 
 // FuzzSchema feeds an arbitrary schema and arguments to the bounded path, as a tools/call of a
@@ -25,7 +27,7 @@ func FuzzSchema(f *testing.F) {
 		if len(schema) > 4096 || len(args) > 4096 {
 			return
 		}
-		m, err := DecodeMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":`+args+`}}`), DecodeOptions{})
+		m, err := mcp.DecodeMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":`+args+`}}`), mcp.DecodeOptions{})
 		if err != nil {
 			return
 		}

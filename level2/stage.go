@@ -208,7 +208,7 @@ func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Re
 // requestBody is what the request steps hand each other about one client→server body.
 type requestBody struct {
 	raw   []byte // the body as read (decoded from its Content-Encoding)
-	msgs  []*Message
+	msgs  []*mcp.Message
 	batch bool
 	decs  []policy.Decision // one per message, from the policy step
 }
@@ -258,9 +258,9 @@ func (s *stage) readRequest(x *exchange.Exchange, st *xstate, b *requestBody) (e
 // a server reads as one a rule reads but spelt so that the rule misses it.
 func (s *stage) decodeRequest(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	allowBatch := batchAllowed(st.version, x.Req)
-	msgs, batch, err := Decode(trimLenient(b.raw), DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: allowBatch})
+	msgs, batch, err := mcp.Decode(trimLenient(b.raw), mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: allowBatch})
 	if err != nil {
-		if errors.Is(err, ErrTooLarge) {
+		if errors.Is(err, mcp.ErrTooLarge) {
 			return s.refuseUnreadable(x, st, 413, "JSON-RPC body over the route's max_body"), true
 		}
 		return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+err.Error()), true
@@ -283,7 +283,7 @@ func (s *stage) correlateRequest(x *exchange.Exchange, st *xstate, b *requestBod
 		r := s.newRecord(x, st, m, ClientToServer)
 		st.reqs = append(st.reqs, r)
 		st.messages++
-		if m.Kind == KindRequest {
+		if m.Kind == mcp.KindRequest {
 			if st.byID == nil {
 				st.byID = make(map[string]*Record, len(b.msgs))
 			}
@@ -295,7 +295,7 @@ func (s *stage) correlateRequest(x *exchange.Exchange, st *xstate, b *requestBod
 			}
 			st.byID[k] = r
 		}
-		if _, ok := m.param("cursor"); ok {
+		if _, ok := m.Param("cursor"); ok {
 			r.cursor = true
 		}
 		if m.Method == "initialize" {
@@ -305,7 +305,7 @@ func (s *stage) correlateRequest(x *exchange.Exchange, st *xstate, b *requestBod
 		if pv := m.ProtocolVersion(); pv != "" && m.Method != "initialize" {
 			st.version = pv
 		}
-		if st.clientInfo == nil && m.Kind == KindRequest {
+		if st.clientInfo == nil && m.Kind == mcp.KindRequest {
 			// 2026-07-28 carries clientInfo in each request's _meta: keep it for what the
 			// server asks of the client in this exchange (input requests, withheld capabilities).
 			st.clientInfo = m.ClientInfo()
@@ -388,7 +388,7 @@ func (s *stage) rememberRequests(x *exchange.Exchange, st *xstate, b *requestBod
 		// The answer may come on another connection: the 2024-11-05 GET stream, or a stream of
 		// the same session (a client matches a response to any of its outstanding requests).
 		for _, r := range st.reqs {
-			if r.Kind == KindRequest.String() {
+			if r.Kind == mcp.KindRequest.String() {
 				s.f.Sessions.AddPending(st.session, r.key, Pending{Method: r.Method, Name: r.Name})
 			}
 		}
@@ -398,7 +398,7 @@ func (s *stage) rememberRequests(x *exchange.Exchange, st *xstate, b *requestBod
 
 // refuse answers a denied request with a JSON-RPC error (HTTP 200, or an SSE event when the client
 // accepts only a stream), naming the appliance, the rule and the reason. The server never sees it.
-func (s *stage) refuse(x *exchange.Exchange, st *xstate, msgs []*Message, batch bool, denied *Record, d policy.Decision) exchange.Result {
+func (s *stage) refuse(x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, denied *Record, d policy.Decision) exchange.Result {
 	code, msg := CodeDenied, "denied by "+Intermediary+" policy"
 	if d.Action == policy.ActionRateLimited {
 		code, msg = CodeRateLimited, "rate limited by "+Intermediary+" policy"
@@ -407,7 +407,7 @@ func (s *stage) refuse(x *exchange.Exchange, st *xstate, msgs []*Message, batch 
 }
 
 // refuseWith answers like refuse, with the given JSON-RPC code and message.
-func (s *stage) refuseWith(x *exchange.Exchange, st *xstate, msgs []*Message, batch bool, denied *Record, d policy.Decision, code int, msg string) exchange.Result {
+func (s *stage) refuseWith(x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, denied *Record, d policy.Decision, code int, msg string) exchange.Result {
 	for _, r := range st.reqs {
 		if r != denied && r.Decision == policy.ActionAllow {
 			r.Decision, r.Rule = denied.Decision, denied.Rule
@@ -418,7 +418,7 @@ func (s *stage) refuseWith(x *exchange.Exchange, st *xstate, msgs []*Message, ba
 	switch {
 	case batch:
 		body = batchErrorBody(msgs, code, msg, d.Rule, d.Reason, d.RetryAfter)
-	case msgs[0].Kind == KindRequest:
+	case msgs[0].Kind == mcp.KindRequest:
 		body = errorBody(msgs[0].ID, code, msg, d.Rule, d.Reason, d.RetryAfter)
 	default:
 		// A notification or a response has no id to answer: refuse at the HTTP level, still
@@ -426,7 +426,7 @@ func (s *stage) refuseWith(x *exchange.Exchange, st *xstate, msgs []*Message, ba
 		body = errorBody(nil, code, msg, d.Rule, d.Reason, d.RetryAfter)
 	}
 	status := 200
-	if st.legacy || (!batch && msgs[0].Kind != KindRequest) {
+	if st.legacy || (!batch && msgs[0].Kind != mcp.KindRequest) {
 		// A 2024-11-05 client reads answers on its GET stream and only the POST's status here:
 		// a 200 would leave it waiting for an answer that never comes on the stream.
 		status = 403
@@ -529,7 +529,7 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 		// message: it passes as it came.
 		return exchange.Continue
 	}
-	msgs, batch, err := Decode(trimLenient(body), DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	msgs, batch, err := mcp.Decode(trimLenient(body), mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
 	if err != nil {
 		// The strict decoder refused what a lenient client would read (a duplicate key, a lone
 		// surrogate): forwarding it would let the server past every response rule.
@@ -588,7 +588,7 @@ func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 	if !looksJSON(data) {
 		return exchange.Continue
 	}
-	msgs, batch, err := Decode(trimLenient(data), DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	msgs, batch, err := mcp.Decode(trimLenient(data), mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
 	if err != nil {
 		// JSON the strict decoder refuses (a duplicate key, a lone surrogate) is what a lenient
 		// client would still read: the event is dropped, never forwarded past the response rules.
@@ -623,13 +623,13 @@ func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 // where policy replaced a response with an error, filtered a list, or redacted something. In a
 // stream, a nil entry is a message to drop (a blocked server→client request, answered to the
 // server on the client's behalf).
-func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate, msgs []*Message, stream bool) ([][]byte, bool) {
+func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate, msgs []*mcp.Message, stream bool) ([][]byte, bool) {
 	out := make([][]byte, len(msgs))
 	changed := false
 	for i, m := range msgs {
 		out[i] = m.Raw
 		switch m.Kind {
-		case KindResponse, KindError:
+		case mcp.KindResponse, mcp.KindError:
 			key := idKey(m)
 			req := st.byID[key]
 			if req != nil && st.session != "" {
@@ -654,18 +654,18 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				r.Method, r.Name = p.Method, p.Name
 				req = r
 			}
-			if st.initialize && m.Kind == KindResponse {
+			if st.initialize && m.Kind == mcp.KindResponse {
 				if v := resultString(m.Result, "protocolVersion"); v != "" {
 					st.version = v
 					s.f.Sessions.SetVersion(st.session, v)
 				}
 			}
 			d := s.evaluate(x, st, m, req, ServerToClient, req, nil)
-			if m.Kind == KindError && m.Error != nil {
+			if m.Kind == mcp.KindError && m.Error != nil {
 				// The record gets the message as the client sees it: redacted first.
 				req.Err = fmt.Sprintf("server error %d: %s", m.Error.Code, oneLine(redactText(m.Error.Message, d.Redactions)))
 			}
-			if d.Action != policy.ActionAllow && m.Kind == KindResponse {
+			if d.Action != policy.ActionAllow && m.Kind == mcp.KindResponse {
 				// Policy on a result: the client gets an error naming the appliance instead,
 				// never a made-up result.
 				out[i] = errorBody(m.ID, CodeDenied, "result withheld by "+Intermediary+" policy", d.Rule, d.Reason, 0)
@@ -673,7 +673,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				req.Decision, req.Rule, req.Reason = d.Action, d.Rule, "result withheld: "+d.Reason
 				continue
 			}
-			if m.Kind != KindResponse {
+			if m.Kind != mcp.KindResponse {
 				if o, ok := s.redact(out[i], d, "error", req); ok {
 					out[i], changed = o, true
 				}
@@ -689,12 +689,12 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			// A server→client request (sampling, elicitation, roots, ping) or notification.
 			r := s.newRecord(x, st, m, ServerToClient)
 			st.messages++
-			if m.Kind == KindNotification && m.Method == "notifications/tools/list_changed" {
+			if m.Kind == mcp.KindNotification && m.Method == "notifications/tools/list_changed" {
 				s.f.Sessions.toolSchemas().forget(st.schemaKey())
 			}
 			var extra func(*policy.Message)
 			kind := ""
-			if m.Kind == KindRequest {
+			if m.Kind == mcp.KindRequest {
 				tool := st.tool()
 				extra = serverRequestInput(m.Method, m.Params, tool)
 				if serverRequestKinds[m.Method] != "" {
@@ -713,7 +713,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				// In a stream, a JSON body or a batch alike: the client never gets a blocked
 				// server message.
 				out[i], changed = nil, true
-				if m.Kind == KindRequest {
+				if m.Kind == mcp.KindRequest {
 					r.Reason += "; dropped, the server was answered with JSON-RPC error " + fmt.Sprint(CodeDenied)
 					s.answerServer(ctx, x, st, m, r, d)
 					continue
@@ -731,7 +731,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 // surface applies surface control to an allowed result: a list loses what this client may not
 // use (and its schemas are learnt for validate_arguments), an input_required result is judged
 // request by request. It returns the new message when it changed.
-func (s *stage) surface(x *exchange.Exchange, st *xstate, m *Message, req *Record) ([]byte, bool) {
+func (s *stage) surface(x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record) ([]byte, bool) {
 	if req.Method == "tools/list" && s.f.ValidateArguments {
 		s.f.Sessions.toolSchemas().learn(st.schemaKey(), !req.cursor, toolSchemas(m.Result))
 	}
@@ -759,7 +759,7 @@ func (s *stage) surface(x *exchange.Exchange, st *xstate, m *Message, req *Recor
 	var blocked *policy.Decision
 	var blockedKey string
 	for _, ir := range irs {
-		im := &Message{Kind: KindRequest, Method: ir.method, Params: ir.params}
+		im := &mcp.Message{Kind: mcp.KindRequest, Method: ir.method, Params: ir.params}
 		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: "input_request", ID: ir.key, Method: ir.method,
 			Name: mcp.RedactURI(tool), Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target)}
 		d := s.evaluate(x, st, im, r, ServerToClient, nil, serverRequestInput(ir.method, ir.params, tool))
@@ -874,7 +874,7 @@ func (s *stage) emit(r *Record) {
 // name are the response's as far as rules are concerned).
 // extra adds facts of surface control (the tool a server request was made for, an elicitation's
 // mode).
-func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record, dir string, req *Record, extra func(*policy.Message)) policy.Decision {
+func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, dir string, req *Record, extra func(*policy.Message)) policy.Decision {
 	rs := s.rules()
 	if rs == nil {
 		return policy.Decision{Action: policy.ActionAllow}
@@ -889,14 +889,14 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *Message, r *Record
 		Version: st.version, Session: st.session}
 	v.body = messageBody{s: s, st: st, m: m}
 	v.msg.Body = &v.body
-	if m.Kind == KindError && m.Error != nil {
+	if m.Kind == mcp.KindError && m.Error != nil {
 		v.rpcErr = policy.RPCError{Code: m.Error.Code, Message: m.Error.Message}
 		v.msg.Error = &v.rpcErr
 	}
 	if extra != nil {
 		extra(&v.msg)
 	}
-	if dir == ClientToServer && (m.Kind == KindRequest) && isRetry(m) {
+	if dir == ClientToServer && (m.Kind == mcp.KindRequest) && isRetry(m) {
 		v.msg.Retry = true
 	}
 	v.http = policy.Request{Method: x.Req.Method, Path: pathOf(x.Req.Target)}
@@ -930,25 +930,25 @@ type evalVars struct {
 type messageBody struct {
 	s  *stage
 	st *xstate
-	m  *Message
+	m  *mcp.Message
 }
 
 func (b *messageBody) Arguments() map[string]any {
-	if b.m.Kind != KindRequest && b.m.Kind != KindNotification {
+	if b.m.Kind != mcp.KindRequest && b.m.Kind != mcp.KindNotification {
 		return nil
 	}
 	return b.m.Arguments()
 }
 
 func (b *messageBody) Result() any {
-	if b.m.Kind != KindResponse {
+	if b.m.Kind != mcp.KindResponse {
 		return nil
 	}
-	return decodeAny(b.m.Result)
+	return mcp.DecodeValue(b.m.Result)
 }
 
 func (b *messageBody) ClientInfo() map[string]any {
-	if b.m.Kind != KindRequest && b.m.Kind != KindNotification {
+	if b.m.Kind != mcp.KindRequest && b.m.Kind != mcp.KindNotification {
 		return nil
 	}
 	if ci := b.m.ClientInfo(); ci != nil {
@@ -962,7 +962,7 @@ func (b *messageBody) ClientInfo() map[string]any {
 }
 
 // newRecord starts the record of m.
-func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *Message, dir string) *Record {
+func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *mcp.Message, dir string) *Record {
 	r := &Record{
 		Time: time.Now(), Direction: dir, Kind: m.Kind.String(), ID: m.IDText(), rawID: m.ID, Method: m.Method,
 		Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Decision: policy.ActionAllow,
@@ -976,7 +976,7 @@ func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *Message, dir stri
 	if n := m.Name(); n != "" {
 		r.Name = mcp.RedactURI(n)
 	}
-	if m.Kind == KindResponse || m.Kind == KindError {
+	if m.Kind == mcp.KindResponse || m.Kind == mcp.KindError {
 		if req := st.byID[idKey(m)]; req != nil {
 			r.Method, r.Name = req.Method, req.Name
 		}
@@ -987,7 +987,7 @@ func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *Message, dir stri
 // ---- SEP-2243 ----
 
 // headerMismatch compares the MCP headers a request carries with its body; "" when they agree.
-func headerMismatch(h *exchange.Head, msgs []*Message, batch bool) string {
+func headerMismatch(h *exchange.Head, msgs []*mcp.Message, batch bool) string {
 	// A repeated MCP header is a claim with two values; servers disagree on which counts.
 	for _, name := range []string{"Mcp-Method", "Mcp-Name", "MCP-Protocol-Version"} {
 		n := 0
@@ -1013,7 +1013,7 @@ func headerMismatch(h *exchange.Head, msgs []*Message, batch bool) string {
 		return ""
 	}
 	m := msgs[0]
-	if hasM && (m.Kind == KindRequest || m.Kind == KindNotification) && hm != m.Method {
+	if hasM && (m.Kind == mcp.KindRequest || m.Kind == mcp.KindNotification) && hm != m.Method {
 		return fmt.Sprintf("Mcp-Method header %q does not match body method %q", hm, m.Method)
 	}
 	if hasN {
@@ -1093,7 +1093,7 @@ func isIdentity(ce string) bool {
 // decodeProblem describes why a server's bytes did not decode without quoting them: a reason goes
 // to the client and the record, and what the server sent may hold a value a rule redacts.
 func decodeProblem(err error) string {
-	var je *JSONError
+	var je *mcp.JSONError
 	if errors.As(err, &je) {
 		return fmt.Sprintf("json: %v at offset %d", je.Err, je.Offset)
 	}
@@ -1114,17 +1114,17 @@ func compact(out [][]byte) [][]byte {
 // unanswered is the body for a JSON response whose every message was dropped: an error naming the
 // appliance for each request of the exchange the body did not answer (a batch when several), or
 // nothing when the exchange carried no request.
-func (s *stage) unanswered(st *xstate, msgs []*Message) []byte {
+func (s *stage) unanswered(st *xstate, msgs []*mcp.Message) []byte {
 	answered := make(map[string]bool, len(msgs))
 	for _, m := range msgs {
-		if m.Kind == KindResponse || m.Kind == KindError {
+		if m.Kind == mcp.KindResponse || m.Kind == mcp.KindError {
 			answered[idKey(m)] = true
 		}
 	}
 	const why = "the server answered with a server request that policy blocks"
 	var parts [][]byte
 	for _, r := range st.reqs {
-		if r.Kind != KindRequest.String() || answered[r.key] {
+		if r.Kind != mcp.KindRequest.String() || answered[r.key] {
 			continue
 		}
 		if r.Err == "" {
@@ -1153,7 +1153,7 @@ func encodeEvent(ev *exchange.Event, d []byte) []byte {
 }
 
 func resultString(result json.RawMessage, key string) string {
-	if v, ok := member(result, key); ok {
+	if v, ok := mcp.Member(result, key); ok {
 		var s string
 		if json.Unmarshal(v, &s) == nil {
 			return s
@@ -1178,17 +1178,17 @@ func oneLine(s string) string {
 // idKey correlates a response with its request: the string id "1" and the number 1 are different
 // ids (keyed apart), a string id is compared unescaped, as the server decoded it, and a number by
 // its value (1, 1.0 and 1e0 are one id: the peers read them so; Decode refused the others).
-func idKey(m *Message) string {
+func idKey(m *mcp.Message) string {
 	if len(m.ID) > 0 && m.ID[0] == '"' {
 		// The TypeScript SDK finds the request a response answers by Number(id): a string that
 		// JavaScript reads as an integer id is that id ("1" answers 1 there, and so here).
 		t := m.IDText()
-		if f, ok := jsNumber(t); ok && f == math.Trunc(f) && math.Abs(f) < maxExactID {
+		if f, ok := jsNumber(t); ok && f == math.Trunc(f) && math.Abs(f) < mcp.MaxExactID {
 			return "n:" + strconv.FormatInt(int64(f), 10)
 		}
 		return "s:" + t
 	}
-	if n, ok := numericID(m.ID); ok {
+	if n, ok := mcp.NumericID(m.ID); ok {
 		return "n:" + strconv.FormatInt(n, 10)
 	}
 	return "n:" + string(m.ID)

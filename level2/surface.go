@@ -55,31 +55,31 @@ type filtered struct {
 // and every other member are kept as sent.
 func filterList(raw []byte, kinds []listKind, addScope bool, allowed func(method, name string) (bool, string)) filtered {
 	f := filtered{out: raw}
-	rm := memberSpan(raw, "result")
-	if !rm.found || !isObject(raw[rm.valStart:rm.valEnd]) {
+	rm := mcp.MemberSpan(raw, "result")
+	if !rm.Found || !mcp.IsObject(raw[rm.ValStart:rm.ValEnd]) {
 		return f
 	}
-	base := rm.valStart
-	result := raw[rm.valStart:rm.valEnd]
+	base := rm.ValStart
+	result := raw[rm.ValStart:rm.ValEnd]
 	var edits []edit
 	for _, k := range kinds {
-		am := memberSpan(result, k.member)
-		if !am.found {
+		am := mcp.MemberSpan(result, k.member)
+		if !am.Found {
 			continue
 		}
-		arr := result[am.valStart:am.valEnd]
+		arr := result[am.ValStart:am.ValEnd]
 		if len(arr) == 0 || arr[0] != '[' {
 			continue
 		}
-		els := elements(arr)
+		els := mcp.Elements(arr)
 		kept := make([][]byte, 0, len(els))
 		hid := false
 		for _, e := range els {
 			entry := arr[e[0]:e[1]]
 			f.total++
 			name, ok := "", false
-			if isObject(entry) {
-				name, ok = stringMember(entry, k.nameKey)
+			if mcp.IsObject(entry) {
+				name, ok = mcp.StringMember(entry, k.nameKey)
 			}
 			if ok {
 				if yes, rule := allowed(k.probeMethod, name); !yes {
@@ -101,16 +101,16 @@ func filterList(raw []byte, kinds []listKind, addScope bool, allowed func(method
 		b.WriteByte('[')
 		joinRaw(&b, kept)
 		b.WriteByte(']')
-		edits = append(edits, edit{base + am.valStart, base + am.valEnd, b.Bytes()})
+		edits = append(edits, edit{base + am.ValStart, base + am.ValEnd, b.Bytes()})
 	}
 	if len(edits) == 0 {
 		return f
 	}
-	cs := memberSpan(result, "cacheScope")
-	_, hasTTL := member(result, "ttlMs")
+	cs := mcp.MemberSpan(result, "cacheScope")
+	_, hasTTL := mcp.Member(result, "ttlMs")
 	switch {
-	case cs.found:
-		edits = append(edits, edit{base + cs.valStart, base + cs.valEnd, []byte(`"private"`)})
+	case cs.Found:
+		edits = append(edits, edit{base + cs.ValStart, base + cs.ValEnd, []byte(`"private"`)})
 	case addScope || hasTTL:
 		edits = append(edits, edit{base + 1, base + 1, []byte(`"cacheScope":"private",`)})
 	}
@@ -175,7 +175,7 @@ func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober 
 		return nil
 	}
 	p := &prober{s: s, x: x, st: st, rs: rs}
-	p.msg = policy.Message{Direction: dir, Kind: KindRequest.String(), Version: st.version, Session: st.session}
+	p.msg = policy.Message{Direction: dir, Kind: mcp.KindRequest.String(), Version: st.version, Session: st.session}
 	p.ci.ci = st.clientInfo
 	if p.ci.ci == nil {
 		_, p.ci.ci = s.f.Sessions.Lookup(st.session)
@@ -208,8 +208,8 @@ var serverRequestKinds = map[string]string{
 
 // elicitationMode is an elicitation request's mode ("form" when absent, as the spec defaults).
 func elicitationMode(params []byte) string {
-	if isObject(params) {
-		if m, ok := stringMember(params, "mode"); ok && m != "" {
+	if mcp.IsObject(params) {
+		if m, ok := mcp.StringMember(params, "mode"); ok && m != "" {
 			return m
 		}
 	}
@@ -256,7 +256,7 @@ const postTimeout = 10 * time.Second
 // (2025-x: a dropped request would leave the server waiting): a JSON-RPC error naming the
 // appliance, POSTed with the client's session headers over a new connection (Flow.Post). The
 // record r is written once the answer went out (or failed).
-func (s *stage) answerServer(ctx context.Context, x *exchange.Exchange, st *xstate, m *Message, r *Record, d policy.Decision) {
+func (s *stage) answerServer(ctx context.Context, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, d policy.Decision) {
 	body := errorBody(m.ID, CodeDenied, "request denied by "+Intermediary+" policy", d.Rule, d.Reason, 0)
 	if s.f.Post == nil {
 		r.Err = "the server was not answered (no way to reach it from Level 2)"
@@ -315,35 +315,35 @@ var capabilityRequests = []struct{ capability, method, mode string }{
 // refuse the server anyway (a sampling capability when sampling is blocked for this client and
 // tool), so that the server does not ask (the spec forbids input requests for capabilities the
 // client did not declare). It returns the new message and what it removed; raw when nothing.
-func withholdCapabilities(raw []byte, m *Message, p *prober) ([]byte, []string) {
+func withholdCapabilities(raw []byte, m *mcp.Message, p *prober) ([]byte, []string) {
 	switch m.Method {
 	case "tools/call", "prompts/get", "resources/read":
 	default:
 		return raw, nil
 	}
-	pm := memberSpan(raw, "params")
-	if !pm.found || !isObject(raw[pm.valStart:pm.valEnd]) {
+	pm := mcp.MemberSpan(raw, "params")
+	if !pm.Found || !mcp.IsObject(raw[pm.ValStart:pm.ValEnd]) {
 		return raw, nil
 	}
-	params := raw[pm.valStart:pm.valEnd]
-	mm := memberSpan(params, "_meta")
-	if !mm.found || !isObject(params[mm.valStart:mm.valEnd]) {
+	params := raw[pm.ValStart:pm.ValEnd]
+	mm := mcp.MemberSpan(params, "_meta")
+	if !mm.Found || !mcp.IsObject(params[mm.ValStart:mm.ValEnd]) {
 		return raw, nil
 	}
-	meta := params[mm.valStart:mm.valEnd]
-	cm := memberSpan(meta, metaClientCapabilities)
-	if !cm.found || !isObject(meta[cm.valStart:cm.valEnd]) {
+	meta := params[mm.ValStart:mm.ValEnd]
+	cm := mcp.MemberSpan(meta, mcp.MetaClientCapabilities)
+	if !cm.Found || !mcp.IsObject(meta[cm.ValStart:cm.ValEnd]) {
 		return raw, nil
 	}
-	caps := meta[cm.valStart:cm.valEnd]
-	base := pm.valStart + mm.valStart + cm.valStart
+	caps := meta[cm.ValStart:cm.ValEnd]
+	base := pm.ValStart + mm.ValStart + cm.ValStart
 	tool := m.Name()
 	p.msg.Tool, p.msg.Name = tool, tool
 	defer func() { p.msg.Tool, p.msg.Mode = "", "" }()
 	refused := map[string]bool{}
 	why := map[string]string{}
 	for _, c := range capabilityRequests {
-		if _, ok := member(caps, c.capability); !ok {
+		if _, ok := mcp.Member(caps, c.capability); !ok {
 			continue
 		}
 		p.msg.Method, p.msg.Mode = c.method, c.mode
@@ -372,8 +372,8 @@ func withholdCapabilities(raw []byte, m *Message, p *prober) ([]byte, []string) 
 			if !refused["elicitation.form"] && !refused["elicitation.url"] {
 				break
 			}
-			_, hasForm := member(val, "form")
-			_, hasURL := member(val, "url")
+			_, hasForm := mcp.Member(val, "form")
+			_, hasURL := mcp.Member(val, "url")
 			// An elicitation capability without modes means form only (2025-11-25).
 			formOn := hasForm || !hasURL
 			formLeft := formOn && !refused["elicitation.form"]
@@ -410,13 +410,13 @@ func rebuildObject(obj []byte, keep func(key string, val []byte) ([]byte, bool))
 	b.Grow(len(obj))
 	b.WriteByte('{')
 	n := 0
-	i := skipWS(obj, 1)
+	i := mcp.SkipSpace(obj, 1)
 	for i < len(obj) && obj[i] == '"' {
 		ks := i
-		ke := skipString(obj, i)
-		i = skipWS(obj, ke)
-		i = skipWS(obj, i+1)
-		ve := skipValue(obj, i)
+		ke := mcp.SkipString(obj, i)
+		i = mcp.SkipSpace(obj, ke)
+		i = mcp.SkipSpace(obj, i+1)
+		ve := mcp.SkipValue(obj, i)
 		if v, ok := keep(keyText(obj[ks:ke]), obj[i:ve]); ok {
 			if n > 0 {
 				b.WriteByte(',')
@@ -426,11 +426,11 @@ func rebuildObject(obj []byte, keep func(key string, val []byte) ([]byte, bool))
 			b.Write(v)
 			n++
 		}
-		i = skipWS(obj, ve)
+		i = mcp.SkipSpace(obj, ve)
 		if i >= len(obj) || obj[i] != ',' {
 			break
 		}
-		i = skipWS(obj, i+1)
+		i = mcp.SkipSpace(obj, i+1)
 	}
 	b.WriteByte('}')
 	return b.Bytes()
@@ -446,49 +446,49 @@ type inputRequest struct {
 // inputRequests returns the input requests of a 2026-07-28 input_required result (also when a
 // tasks/get result carries them), in the order sent; ok reports an input_required result.
 func inputRequests(result []byte) ([]inputRequest, bool) {
-	if !isObject(result) {
+	if !mcp.IsObject(result) {
 		return nil, false
 	}
-	rt, _ := stringMember(result, "resultType")
-	ir, has := member(result, "inputRequests")
-	if rt != "input_required" && !(has && isObject(ir)) {
+	rt, _ := mcp.StringMember(result, "resultType")
+	ir, has := mcp.Member(result, "inputRequests")
+	if rt != "input_required" && !(has && mcp.IsObject(ir)) {
 		return nil, false
 	}
 	var out []inputRequest
-	if !has || !isObject(ir) {
+	if !has || !mcp.IsObject(ir) {
 		return out, true
 	}
-	i := skipWS(ir, 1)
+	i := mcp.SkipSpace(ir, 1)
 	for i < len(ir) && ir[i] == '"' {
-		ke := skipString(ir, i)
+		ke := mcp.SkipString(ir, i)
 		key := keyText(ir[i:ke])
-		i = skipWS(ir, ke)
-		i = skipWS(ir, i+1)
-		ve := skipValue(ir, i)
+		i = mcp.SkipSpace(ir, ke)
+		i = mcp.SkipSpace(ir, i+1)
+		ve := mcp.SkipValue(ir, i)
 		v := ir[i:ve]
 		req := inputRequest{key: key}
-		if isObject(v) {
-			req.method, _ = stringMember(v, "method")
-			req.params, _ = member(v, "params")
+		if mcp.IsObject(v) {
+			req.method, _ = mcp.StringMember(v, "method")
+			req.params, _ = mcp.Member(v, "params")
 		}
 		out = append(out, req)
-		i = skipWS(ir, ve)
+		i = mcp.SkipSpace(ir, ve)
 		if i >= len(ir) || ir[i] != ',' {
 			break
 		}
-		i = skipWS(ir, i+1)
+		i = mcp.SkipSpace(ir, i+1)
 	}
 	return out, true
 }
 
 // isRetry reports a multi round-trip retry: a request carrying inputResponses or requestState.
-func isRetry(m *Message) bool {
-	if _, ok := m.param("inputResponses"); ok {
+func isRetry(m *mcp.Message) bool {
+	if _, ok := m.Param("inputResponses"); ok {
 		return true
 	}
-	_, ok := m.param("requestState")
+	_, ok := m.Param("requestState")
 	return ok
 }
 
 // rawID is a JSON id for an error response (the id as sent).
-func rawID(m *Message) json.RawMessage { return m.ID }
+func rawID(m *mcp.Message) json.RawMessage { return m.ID }

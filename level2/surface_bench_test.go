@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -45,7 +46,7 @@ func BenchmarkListFilter1000(b *testing.B) {
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
 	for b.Loop() {
-		msgs, _, err := Decode(raw, DecodeOptions{})
+		msgs, _, err := mcp.Decode(raw, mcp.DecodeOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -79,7 +80,7 @@ func BenchmarkRedact1MiB(b *testing.B) {
 		b.SetBytes(int64(len(raw)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, err := Decode(raw, DecodeOptions{MaxSize: 4 << 20}); err != nil {
+			if _, _, err := mcp.Decode(raw, mcp.DecodeOptions{MaxSize: 4 << 20}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -88,7 +89,7 @@ func BenchmarkRedact1MiB(b *testing.B) {
 		b.SetBytes(int64(len(raw)))
 		b.ReportAllocs()
 		for b.Loop() {
-			msgs, _, err := Decode(raw, DecodeOptions{MaxSize: 4 << 20})
+			msgs, _, err := mcp.Decode(raw, mcp.DecodeOptions{MaxSize: 4 << 20})
 			if err != nil {
 				b.Fatal(err)
 			}

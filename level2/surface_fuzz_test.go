@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"mcpintercept/mcp"
 )
 
 // FuzzListFilter: whatever a server answers to a list request, the filter never panics, its
@@ -20,8 +22,8 @@ func FuzzListFilter(f *testing.F) {
 		if len(raw) > 1<<16 {
 			return
 		}
-		msgs, batch, err := Decode(raw, DecodeOptions{})
-		if err != nil || batch || msgs[0].Kind != KindResponse {
+		msgs, batch, err := mcp.Decode(raw, mcp.DecodeOptions{})
+		if err != nil || batch || msgs[0].Kind != mcp.KindResponse {
 			return
 		}
 		methods := []string{"tools/list", "prompts/list", "resources/list", "resources/templates/list", "server/discover"}
@@ -36,7 +38,7 @@ func FuzzListFilter(f *testing.F) {
 			}
 			return
 		}
-		out, _, err := Decode(fl.out, DecodeOptions{})
+		out, _, err := mcp.Decode(fl.out, mcp.DecodeOptions{})
 		if err != nil {
 			t.Fatalf("filtered message does not decode: %v\n%s\nfrom\n%s", err, fl.out, msgs[0].Raw)
 		}
@@ -47,7 +49,7 @@ func FuzzListFilter(f *testing.F) {
 		if len(again.hidden) != 0 || again.total != fl.total-len(fl.hidden) {
 			t.Fatalf("filtered output still hides %v (total %d, was %d - %d)", again.hidden, again.total, fl.total, len(fl.hidden))
 		}
-		if scope, ok := stringMember(out[0].Result, "cacheScope"); ok && scope != "private" {
+		if scope, ok := mcp.StringMember(out[0].Result, "cacheScope"); ok && scope != "private" {
 			t.Fatalf("filtered page has cacheScope %q", scope)
 		}
 	})

@@ -3,6 +3,8 @@ package level2
 import (
 	"fmt"
 	"strings"
+
+	"mcpintercept/mcp"
 )
 
 // Case-variant argument keys. The strict scan refuses two keys of one object that fold equal and
@@ -15,7 +17,7 @@ import (
 
 // argumentCaseVariant checks the arguments of m against the argument keys the rules of rs read
 // (see caseVariant). A rule set that cannot list them, or whose rules read none, finds nothing.
-func argumentCaseVariant(m *Message, rs Evaluator) (string, bool) {
+func argumentCaseVariant(m *mcp.Message, rs Evaluator) (string, bool) {
 	if rs == nil {
 		return "", false
 	}
@@ -23,7 +25,7 @@ func argumentCaseVariant(m *Message, rs Evaluator) (string, bool) {
 	if len(paths) == 0 {
 		return "", false
 	}
-	args, ok := m.param("arguments")
+	args, ok := m.Param("arguments")
 	if !ok {
 		return "", false
 	}
@@ -36,7 +38,7 @@ func argumentCaseVariant(m *Message, rs Evaluator) (string, bool) {
 // mcp.arguments.a.b); arrays on the way are transparent, so every element is checked. Only
 // the members a path leads into are walked: the cost is that of the keys at the read positions.
 func caseVariant(args []byte, paths [][]string) (string, bool) {
-	if len(paths) == 0 || !isObject(args) {
+	if len(paths) == 0 || !mcp.IsObject(args) {
 		return "", false
 	}
 	return variantIn(args, paths, 0, nil)
@@ -47,7 +49,7 @@ func caseVariant(args []byte, paths [][]string) (string, bool) {
 func variantIn(v []byte, paths [][]string, depth int, at []string) (string, bool) {
 	switch v[0] {
 	case '[':
-		for _, e := range elements(v) {
+		for _, e := range mcp.Elements(v) {
 			if why, ok := variantIn(v[e[0]:e[1]], paths, depth, at); ok {
 				return why, true
 			}
@@ -59,13 +61,13 @@ func variantIn(v []byte, paths [][]string, depth int, at []string) (string, bool
 }
 
 func variantInObject(obj []byte, paths [][]string, depth int, at []string) (string, bool) {
-	i := skipWS(obj, 1)
+	i := mcp.SkipSpace(obj, 1)
 	for i < len(obj) && obj[i] == '"' {
-		ke := skipString(obj, i)
+		ke := mcp.SkipString(obj, i)
 		key := keyText(obj[i:ke])
-		i = skipWS(obj, ke)
-		vs := skipWS(obj, i+1) // ':'
-		ve := skipValue(obj, vs)
+		i = mcp.SkipSpace(obj, ke)
+		vs := mcp.SkipSpace(obj, i+1) // ':'
+		ve := mcp.SkipValue(obj, vs)
 		var deeper [][]string
 		for _, p := range paths {
 			if len(p) <= depth {
@@ -85,11 +87,11 @@ func variantInObject(obj []byte, paths [][]string, depth int, at []string) (stri
 				return why, true
 			}
 		}
-		i = skipWS(obj, ve)
+		i = mcp.SkipSpace(obj, ve)
 		if i >= len(obj) || obj[i] != ',' {
 			break
 		}
-		i = skipWS(obj, i+1)
+		i = mcp.SkipSpace(obj, i+1)
 	}
 	return "", false
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"mcpintercept/mcp"
 )
 
 // fuzzTarget is variantTarget with every leaf a *json.RawMessage, so that "encoding/json filled
@@ -36,11 +38,11 @@ func FuzzCaseVariant(f *testing.F) {
 	}
 	paths := variantSet(f).ArgumentPaths()
 	f.Fuzz(func(t *testing.T, args []byte) {
-		if len(args) > 1<<14 || validate(args, DefaultMaxDepth) != nil || !isObject(args) {
+		if len(args) > 1<<14 || mcp.ValidateJSON(args, mcp.DefaultMaxDepth) != nil || !mcp.IsObject(args) {
 			return // Level 2 refuses it before any rule is asked
 		}
 		why, got := caseVariant(args, paths)
-		exact, _ := decodeAny(args).(map[string]any)
+		exact, _ := mcp.DecodeValue(args).(map[string]any)
 		if ref := referenceVariant(exact, paths, 0); got != ref {
 			t.Fatalf("caseVariant %v (%q), reference %v, on %s", got, why, ref, args)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode"
 
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
 
@@ -22,7 +23,7 @@ func TestDecodeFoldedDuplicateDeepInArguments(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":` + c.args + `}}`
-			if _, err := DecodeMessage([]byte(body), DecodeOptions{}); !errors.Is(err, ErrCaseVariantKey) {
+			if _, err := mcp.DecodeMessage([]byte(body), mcp.DecodeOptions{}); !errors.Is(err, mcp.ErrCaseVariantKey) {
 				t.Fatalf("DecodeMessage: %v, want ErrCaseVariantKey", err)
 			}
 		})
@@ -167,7 +168,7 @@ func TestArgumentCaseVariant(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read","arguments":{"path":"/etc/passwd","a":{"kind":"z"},"other":{"PATH":1}}}}`, ""},
 		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read"}}`, ""},
 	} {
-		m, err := DecodeMessage([]byte(c.body), DecodeOptions{})
+		m, err := mcp.DecodeMessage([]byte(c.body), mcp.DecodeOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package level2
+package mcp
 
 import (
 	"encoding/json"
@@ -12,7 +12,7 @@ func TestDecodeAccepts(t *testing.T) {
 	tests := []struct {
 		name   string
 		body   string
-		kind   Kind
+		kind   MessageKind
 		id     string // raw
 		method string
 		params string
@@ -206,7 +206,7 @@ func TestDecodeError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Error{Code: -32602, Message: `bad "x"`, Data: json.RawMessage(`[1,2]`)}
+	want := &ErrorObject{Code: -32602, Message: `bad "x"`, Data: json.RawMessage(`[1,2]`)}
 	if !reflect.DeepEqual(m.Error, want) {
 		t.Fatalf("Error = %+v", m.Error)
 	}

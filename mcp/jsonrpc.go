@@ -1,4 +1,4 @@
-package level2
+package mcp
 
 import (
 	"bytes"
@@ -15,14 +15,16 @@ const (
 	DefaultMaxDepth = 64
 )
 
-// Keys of _meta that 2026-07-28 uses instead of the initialize handshake.
+// Keys of _meta that 2026-07-28 uses instead of the initialize handshake. The decoder holds them
+// to this exact spelling (Scope.Members of ScopeMeta).
 const (
-	metaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
-	metaClientInfo         = "io.modelcontextprotocol/clientInfo"
-	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	MetaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
+	MetaClientInfo         = "io.modelcontextprotocol/clientInfo"
+	MetaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
 )
 
-// Errors about the JSON-RPC envelope (the JSON itself being valid).
+// Errors about the JSON-RPC envelope, the JSON itself being valid. Decode wraps them with a
+// reason that never quotes the peer's bytes; test with errors.Is.
 var (
 	ErrInvalidMessage  = errors.New("invalid JSON-RPC message")
 	ErrBatchNotAllowed = errors.New("JSON-RPC batch not allowed")
@@ -36,17 +38,18 @@ type DecodeOptions struct {
 	AllowBatch bool // accept a top-level array of messages (MCP 2025-03-26 only)
 }
 
-// Kind is what a JSON-RPC message is.
-type Kind uint8
+// MessageKind is what a JSON-RPC message is (not to be confused with Info.Kind, which says whether
+// an HTTP request is MCP at all).
+type MessageKind uint8
 
 const (
-	KindRequest      Kind = iota + 1 // method and id
-	KindNotification                 // method, no id
-	KindResponse                     // result
-	KindError                        // error
+	KindRequest      MessageKind = iota + 1 // method and id
+	KindNotification                        // method, no id
+	KindResponse                            // result
+	KindError                               // error
 )
 
-func (k Kind) String() string {
+func (k MessageKind) String() string {
 	switch k {
 	case KindRequest:
 		return "request"
@@ -63,14 +66,14 @@ func (k Kind) String() string {
 // Message is one decoded JSON-RPC 2.0 message. Its raw fields are sub-slices of the body given to
 // Decode: keep the body unchanged while the Message is in use.
 type Message struct {
-	Kind Kind
+	Kind MessageKind
 	// ID is the id exactly as it was sent (`"a\u0062"`, `7`, `1e3`), to be echoed back byte for
 	// byte; nil for a notification and for an error response whose id is null.
 	ID     json.RawMessage
 	Method string
 	Params json.RawMessage // nil when absent; "null" is kept as sent
 	Result json.RawMessage
-	Error  *Error
+	Error  *ErrorObject
 	Raw    []byte // the whole message object
 
 	// pidx locates the members of params named in paramKeys, as the scan found them
@@ -80,15 +83,18 @@ type Message struct {
 	indexed bool
 }
 
-// Error is the error member of an error response.
-type Error struct {
+// ErrorObject is the error member of an error response (JSON-RPC 2.0 section 5.1).
+type ErrorObject struct {
 	Code    int64           `json:"code"`
 	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"` // as sent; nil when absent
 }
 
 // Decode strictly decodes a body holding one JSON-RPC message, or with opt.AllowBatch a batch
-// (a non-empty top-level array of message objects; batch then reports true).
+// (a non-empty top-level array of message objects; batch then reports true). A failure of the
+// JSON itself is a *JSONError (its Err one of ErrSyntax, ErrInvalidUTF8, ErrLoneSurrogate,
+// ErrDuplicateKey, ErrCaseVariantKey, ErrTooDeep, ErrTooLarge); a valid document that is no
+// JSON-RPC message wraps ErrInvalidMessage or ErrBatchNotAllowed. msgs is nil on any error.
 //
 // The scan is one pass of our own validating tokenizer; nothing is handed to encoding/json before
 // it passed, because encoding/json is lenient exactly where peers disagree (case-insensitive and
@@ -96,12 +102,15 @@ type Error struct {
 //   - two keys of one object that are equal, or equal under Unicode simple folding, are refused
 //     anywhere in the document (ErrDuplicateKey, ErrCaseVariantKey);
 //   - a key that folds to a member Level 2 reads but is not spelled exactly ("Method",
-//     "paramſ", params "Name", _meta "io.modelcontextprotocol/protocolversion") is refused;
+//     "paramſ", params "Name", _meta "io.modelcontextprotocol/protocolversion") is refused
+//     (Scope.Members lists them);
 //   - invalid UTF-8 (raw, in keys too) and escaped lone surrogates (\ud800) are refused;
 //   - nesting beyond MaxDepth and bodies beyond MaxSize are refused; so is anything after the
 //     value but whitespace, and a leading byte-order mark;
-//   - jsonrpc must be "2.0", id a string or number (null only on an error response), method a
-//     string, params an object, an array or null, exactly one of result and error on a response.
+//   - jsonrpc must be "2.0", id a string or number (null only on an error response), a numeric
+//     id an integer below 2^53 in magnitude however it is spelt (NumericID), method a string,
+//     params an object, an array or null, exactly one of result and error on a response, and an
+//     error an object with an integer code and a string message.
 //
 // Unknown envelope members with names of their own are ignored, as JSON-RPC peers do.
 func Decode(body []byte, opt DecodeOptions) (msgs []*Message, batch bool, err error) {
@@ -138,7 +147,7 @@ func Decode(body []byte, opt DecodeOptions) (msgs []*Message, batch bool, err er
 		}
 		batch = true
 	default:
-		if err := s.value(ctxNone); err != nil {
+		if err := s.value(ScopeNone); err != nil {
 			return nil, false, err
 		}
 		return nil, false, fmt.Errorf("%w: not an object", ErrInvalidMessage)
@@ -175,7 +184,7 @@ func (s *scanner) batch() ([]*Message, error) {
 			return nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
 		}
 		if s.data[s.pos] != '{' {
-			if err := s.value(ctxNone); err != nil {
+			if err := s.value(ScopeNone); err != nil {
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w: batch element %d is not an object", ErrInvalidMessage, len(msgs))
@@ -206,7 +215,7 @@ func (s *scanner) batch() ([]*Message, error) {
 func (s *scanner) message() (*Message, error) {
 	s.spans, s.pspans = [numMembers]span{}, [numParamKeys]span{}
 	start := s.pos
-	if err := s.object(ctxEnvelope); err != nil {
+	if err := s.object(ScopeEnvelope); err != nil {
 		return nil, err
 	}
 	m := &Message{Raw: s.data[start:s.pos]}
@@ -227,7 +236,7 @@ func (s *scanner) message() (*Message, error) {
 	if !has(memJSONRPC) {
 		return bad("no jsonrpc member")
 	}
-	if v := raw(memJSONRPC); v[0] != '"' || unquote(v) != "2.0" {
+	if v := raw(memJSONRPC); v[0] != '"' || Unquote(v) != "2.0" {
 		return bad(`jsonrpc must be "2.0"`) // the value is the peer's: never quoted into a reason
 	}
 	idNull := false
@@ -239,7 +248,7 @@ func (s *scanner) message() (*Message, error) {
 			// Peers compare numeric ids as float64 values (the Go SDK truncates to int64): an id
 			// that is not an integer, or past 2^53, could answer another request than Level 2
 			// correlated it with.
-			if _, ok := numericID(v); !ok {
+			if _, ok := NumericID(v); !ok {
 				return bad("a numeric id must be an integer of magnitude below 2^53")
 			}
 			m.ID = v
@@ -263,7 +272,7 @@ func (s *scanner) message() (*Message, error) {
 		if v[0] != '"' {
 			return bad("method must be a string")
 		}
-		m.Method = unquote(v)
+		m.Method = Unquote(v)
 		if has(memResult) || has(memError) {
 			return bad("a request carries neither result nor error")
 		}
@@ -305,7 +314,7 @@ func (s *scanner) message() (*Message, error) {
 // decodeError reads an already validated error member. The scanner refused case variants of
 // code, message and data inside it, so encoding/json's folding matches nothing but the exact
 // names here.
-func decodeError(v []byte) (*Error, error) {
+func decodeError(v []byte) (*ErrorObject, error) {
 	if v[0] != '{' {
 		return nil, fmt.Errorf("%w: error must be an object", ErrInvalidMessage)
 	}
@@ -324,7 +333,7 @@ func decodeError(v []byte) (*Error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: error code is not an integer", ErrInvalidMessage)
 	}
-	return &Error{Code: code, Message: *e.Message, Data: e.Data}, nil
+	return &ErrorObject{Code: code, Message: *e.Message, Data: e.Data}, nil
 }
 
 // IDText is the id for logs and correlation: a string id unquoted, a number as sent, "" when
@@ -334,13 +343,31 @@ func (m *Message) IDText() string {
 		return ""
 	}
 	if m.ID[0] == '"' {
-		return unquote(m.ID)
+		return Unquote(m.ID)
 	}
 	return string(m.ID)
 }
 
-// param returns the raw value of a top-level member of params, when params is an object.
-func (m *Message) param(name string) ([]byte, bool) {
+// MaxExactID is where float64, which the Go and TypeScript SDKs decode every numeric id into,
+// stops holding every integer: ids at or past it could be read as another id by a peer.
+const MaxExactID = 1 << 53
+
+// NumericID reads a JSON number id the way the peers compare it: as a float64. The Go SDK
+// truncates it to an int64 (1.5 is read as 1), JavaScript and Python compare by value (1.0 == 1).
+// The decoder therefore accepts only ids whose value is an integer below 2^53 in magnitude, whatever
+// their spelling (1, 1.0, 1e0, 10E-1 are the same id), and refuses the rest in both directions.
+func NumericID(text []byte) (int64, bool) {
+	f, err := strconv.ParseFloat(string(text), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || f != math.Trunc(f) || math.Abs(f) >= MaxExactID {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// Param returns the raw value of the top-level member name of params, when params is an object.
+// The members Level 2 reads on every message were located by the scan, so looking one up costs
+// no second walk over the arguments.
+func (m *Message) Param(name string) ([]byte, bool) {
 	if len(m.Params) == 0 || m.Params[0] != '{' {
 		return nil, false
 	}
@@ -355,7 +382,7 @@ func (m *Message) param(name string) ([]byte, bool) {
 			}
 		}
 	}
-	return member(m.Params, name)
+	return Member(m.Params, name)
 }
 
 // Name is what a request acts on: params.name for tools/call and prompts/get, params.uri for
@@ -370,11 +397,11 @@ func (m *Message) Name() string {
 	default:
 		return ""
 	}
-	v, ok := m.param(key)
+	v, ok := m.Param(key)
 	if !ok || v[0] != '"' {
 		return ""
 	}
-	return unquote(v)
+	return Unquote(v)
 }
 
 // Arguments is params.arguments as a map (nil when absent or not an object). Integers that fit
@@ -396,11 +423,11 @@ func (m *Message) ClientInfo() map[string]any {
 			return v
 		}
 	}
-	v, ok := m.metaMember(metaClientInfo)
+	v, ok := m.metaMember(MetaClientInfo)
 	if !ok {
 		return nil
 	}
-	out, _ := decodeAny(v).(map[string]any)
+	out, _ := DecodeValue(v).(map[string]any)
 	return out
 }
 
@@ -408,79 +435,81 @@ func (m *Message) ClientInfo() map[string]any {
 // _meta["io.modelcontextprotocol/protocolVersion"] (2026-07-28); "" when absent.
 func (m *Message) ProtocolVersion() string {
 	if m.Method == "initialize" {
-		if v, ok := m.param("protocolVersion"); ok && v[0] == '"' {
-			return unquote(v)
+		if v, ok := m.Param("protocolVersion"); ok && v[0] == '"' {
+			return Unquote(v)
 		}
 	}
-	if v, ok := m.metaMember(metaProtocolVersion); ok && v[0] == '"' {
-		return unquote(v)
+	if v, ok := m.metaMember(MetaProtocolVersion); ok && v[0] == '"' {
+		return Unquote(v)
 	}
 	return ""
 }
 
 func (m *Message) metaMember(name string) ([]byte, bool) {
-	meta, ok := m.param("_meta")
+	meta, ok := m.Param("_meta")
 	if !ok || meta[0] != '{' {
 		return nil, false
 	}
-	return member(meta, name)
+	return Member(meta, name)
 }
 
 func (m *Message) paramMap(name string) map[string]any {
-	v, ok := m.param(name)
+	v, ok := m.Param(name)
 	if !ok || v[0] != '{' {
 		return nil
 	}
-	out, _ := decodeAny(v).(map[string]any)
+	out, _ := DecodeValue(v).(map[string]any)
 	return out
 }
 
-// decodeAny decodes a value the scan validated into maps, slices, strings, bools, nil, int64
-// (integers that fit) and float64. Duplicates and case variants were refused by the scan and
-// strings are unescaped by the scan's own rules, so this reads exactly what the scan read.
-func decodeAny(v []byte) any {
+// DecodeValue decodes v, a value the decoder validated (a member of a Message, a body
+// ValidateJSON accepted), into maps, slices, strings, bools, nil, int64 (integers that fit) and
+// float64. Duplicates and case variants were refused by the scan and strings are unescaped by the
+// scan's own rules, so this reads exactly what the scan read. On other input the result is
+// unspecified.
+func DecodeValue(v []byte) any {
 	out, _ := parseValue(v, 0)
 	return out
 }
 
 func parseValue(b []byte, i int) (any, int) {
-	i = skipWS(b, i)
+	i = SkipSpace(b, i)
 	if i >= len(b) {
 		return nil, i
 	}
 	switch b[i] {
 	case '{':
 		m := make(map[string]any)
-		i = skipWS(b, i+1)
+		i = SkipSpace(b, i+1)
 		for i < len(b) && b[i] == '"' {
-			ke := skipString(b, i)
-			key := unquote(b[i:ke])
-			i = skipWS(b, ke) + 1 // ':'
+			ke := SkipString(b, i)
+			key := Unquote(b[i:ke])
+			i = SkipSpace(b, ke) + 1 // ':'
 			var v any
 			v, i = parseValue(b, i)
 			m[key] = v
-			i = skipWS(b, i)
+			i = SkipSpace(b, i)
 			if i < len(b) && b[i] == ',' {
-				i = skipWS(b, i+1)
+				i = SkipSpace(b, i+1)
 			}
 		}
 		return m, i + 1 // '}'
 	case '[':
 		a := []any{}
-		i = skipWS(b, i+1)
+		i = SkipSpace(b, i+1)
 		for i < len(b) && b[i] != ']' {
 			var v any
 			v, i = parseValue(b, i)
 			a = append(a, v)
-			i = skipWS(b, i)
+			i = SkipSpace(b, i)
 			if i < len(b) && b[i] == ',' {
 				i++
 			}
 		}
 		return a, i + 1
 	case '"':
-		e := skipString(b, i)
-		return unquote(b[i:e]), e
+		e := SkipString(b, i)
+		return Unquote(b[i:e]), e
 	case 't':
 		return true, i + 4
 	case 'f':
@@ -488,7 +517,7 @@ func parseValue(b []byte, i int) (any, int) {
 	case 'n':
 		return nil, i + 4
 	}
-	e := skipValue(b, i)
+	e := SkipValue(b, i)
 	return number(b[i:e]), e
 }
 
@@ -501,101 +530,6 @@ func number(n []byte) any {
 	}
 	f, _ := strconv.ParseFloat(string(n), 64)
 	return f
-}
-
-// member finds a top-level member of a validated object without allocating.
-func member(obj []byte, name string) ([]byte, bool) {
-	i := 1
-	for {
-		i = skipWS(obj, i)
-		if i >= len(obj) || obj[i] != '"' {
-			return nil, false
-		}
-		ke := skipString(obj, i)
-		key := obj[i:ke]
-		i = skipWS(obj, ke)
-		i = skipWS(obj, i+1) // ':'
-		ve := skipValue(obj, i)
-		if keyEquals(key, name) {
-			return obj[i:ve], true
-		}
-		i = skipWS(obj, ve)
-		if i >= len(obj) || obj[i] != ',' {
-			return nil, false
-		}
-		i++
-	}
-}
-
-func keyEquals(quoted []byte, name string) bool {
-	if bytes.IndexByte(quoted, '\\') < 0 {
-		return string(quoted[1:len(quoted)-1]) == name
-	}
-	return unquote(quoted) == name
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the closing quote of the validated string at b[i]. It
-// jumps from quote to quote (bytes.IndexByte is vectorised: the member lookups of every message
-// skip long argument strings with it); a quote closes the string when an even number of
-// backslashes precedes it, since in a valid string each backslash run is pairs of escaped
-// backslashes, plus one more when it escapes the quote.
-func skipString(b []byte, i int) int {
-	j := i + 1
-	for j < len(b) {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			break
-		}
-		q := j + k
-		n := 0
-		for p := q - 1; p > i && b[p] == '\\'; p-- {
-			n++
-		}
-		if n%2 == 0 {
-			return q + 1
-		}
-		j = q + 1
-	}
-	return len(b)
-}
-
-// skipValue returns the index after the validated value starting at b[i].
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return len(b)
-	default:
-		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
-			i++
-		}
-		return i
-	}
 }
 
 // EncodeError builds a JSON-RPC 2.0 error response. id is echoed exactly as the request sent it
@@ -621,6 +555,10 @@ func EncodeError(id json.RawMessage, code int, message string, data any) []byte 
 	b.WriteString("}}")
 	return b.Bytes()
 }
+
+// Quote is s as a JSON string, with <, > and & as they are (the output is JSON, not HTML).
+// Invalid UTF-8 in s becomes U+FFFD, so the result always passes the decoder.
+func Quote(s string) []byte { return marshalNoEscape(s) }
 
 // marshalNoEscape marshals without HTML escaping (the result is JSON, not HTML).
 func marshalNoEscape(v any) []byte {

@@ -1,11 +1,11 @@
-package level2
+package mcp
 
 import (
 	"encoding/json"
 	"testing"
 )
 
-// skipStringReference is the byte-by-byte skip that skipString replaced; the fuzz test holds the
+// skipStringReference is the byte-by-byte skip that SkipString replaced; the fuzz test holds the
 // vectorised one to it on every string encoding/json writes.
 func skipStringReference(b []byte, i int) int {
 	for i++; i < len(b); i++ {
@@ -30,8 +30,8 @@ func FuzzSkipString(f *testing.F) {
 		}
 		b := append([]byte("x"), enc...)
 		b = append(b, tail...)
-		if got, want := skipString(b, 1), skipStringReference(b, 1); got != want || got != 1+len(enc) {
-			t.Fatalf("skipString(%q) = %d, reference %d, string ends at %d", b, got, want, 1+len(enc))
+		if got, want := SkipString(b, 1), skipStringReference(b, 1); got != want || got != 1+len(enc) {
+			t.Fatalf("SkipString(%q) = %d, reference %d, string ends at %d", b, got, want, 1+len(enc))
 		}
 	})
 }

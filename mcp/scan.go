@@ -1,8 +1,10 @@
-package level2
+package mcp
 
 import (
 	"errors"
 	"fmt"
+	"iter"
+	"slices"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -35,16 +37,16 @@ func (e *JSONError) Error() string {
 
 func (e *JSONError) Unwrap() error { return e.Err }
 
-// ctx tells the scanner which object it is inside, so that the members Level 2 reads can be
-// held to exact spelling there (see watched).
-type ctx uint8
+// Scope is an object of a JSON-RPC message in which the decoder holds the members Level 2 reads
+// to their exact spelling (see Members).
+type Scope uint8
 
 const (
-	ctxNone     ctx = iota
-	ctxEnvelope     // a JSON-RPC message object
-	ctxParams       // envelope.params
-	ctxMeta         // envelope.params._meta
-	ctxError        // envelope.error
+	ScopeNone     Scope = iota // any other object: only duplicates and fold-equal pairs are refused
+	ScopeEnvelope              // a JSON-RPC message object
+	ScopeParams                // envelope.params
+	ScopeMeta                  // envelope.params._meta
+	ScopeError                 // envelope.error
 )
 
 // Member names of the JSON-RPC envelope, in the order of envelope.spans.
@@ -60,18 +62,18 @@ const (
 
 var envelopeKeys = [numMembers]string{"jsonrpc", "id", "method", "params", "result", "error"}
 
-// watched lists, per context, the names Level 2 reads. Folding is already enforced for every
+// watched lists, per scope, the names Level 2 reads. Folding is already enforced for every
 // pair of keys inside one object; the watched lists add that a lone key folding to a watched name
 // ("Method", "paramſ", "NAME") is refused, because a case-insensitive peer (Go's encoding/json
 // into a struct, go-sdk before #805) would read it as that member while Level 2 would not.
 var watched = [...][]string{
-	ctxEnvelope: envelopeKeys[:],
-	ctxParams:   {"name", "uri", "arguments", "_meta", "protocolVersion", "clientInfo", "capabilities", "cursor"},
-	ctxMeta: {
-		metaProtocolVersion, metaClientInfo, metaClientCapabilities,
+	ScopeEnvelope: envelopeKeys[:],
+	ScopeParams:   {"name", "uri", "arguments", "_meta", "protocolVersion", "clientInfo", "capabilities", "cursor"},
+	ScopeMeta: {
+		MetaProtocolVersion, MetaClientInfo, MetaClientCapabilities,
 		"progressToken", "traceparent", "tracestate",
 	},
-	ctxError: {"code", "message", "data"},
+	ScopeError: {"code", "message", "data"},
 }
 
 // watchedFolded holds the folded forms of watched, computed once.
@@ -79,11 +81,22 @@ var watchedFolded = func() [][][]byte {
 	out := make([][][]byte, len(watched))
 	for c, names := range watched {
 		for _, n := range names {
-			out[c] = append(out[c], appendFolded(nil, []byte(n)))
+			out[c] = append(out[c], AppendFolded(nil, []byte(n)))
 		}
 	}
 	return out
 }()
+
+// Members are the names the decoder reads in objects of scope s, spelt as it requires them: a
+// key there that folds to one of them (AppendFolded) but is spelt otherwise is refused with
+// ErrCaseVariantKey. A rewriter that renames keys must not produce one of them either, or the
+// message it writes no longer decodes.
+func (s Scope) Members() iter.Seq[string] {
+	if int(s) >= len(watched) {
+		return slices.Values([]string(nil))
+	}
+	return slices.Values(watched[s])
+}
 
 // span is a value's position in the body; end == 0 means absent.
 type span struct{ start, end int }
@@ -108,7 +121,7 @@ type scanner struct {
 	kbuf     []byte // exact keys of the open objects
 	fbuf     []byte // folded keys of the open objects
 	spans    [numMembers]span
-	pspans   [numParamKeys]span // params members Message.param is asked for (paramKeys)
+	pspans   [numParamKeys]span // params members Message.Param is asked for (paramKeys)
 }
 
 var scannerPool = sync.Pool{New: func() any { return new(scanner) }}
@@ -144,7 +157,7 @@ func (s *scanner) ws() {
 }
 
 // value scans any JSON value starting at s.pos (whitespace already skipped).
-func (s *scanner) value(c ctx) error {
+func (s *scanner) value(c Scope) error {
 	if s.pos >= len(s.data) {
 		return s.fail(ErrSyntax, "unexpected end of input")
 	}
@@ -239,7 +252,7 @@ func (s *scanner) array() error {
 	}
 	for {
 		s.ws()
-		if err := s.value(ctxNone); err != nil {
+		if err := s.value(ScopeNone); err != nil {
 			return err
 		}
 		s.ws()
@@ -263,7 +276,7 @@ func (s *scanner) array() error {
 // key; larger objects use a map so that a hostile object of many keys stays linear.
 const smallObject = 16
 
-func (s *scanner) object(c ctx) error {
+func (s *scanner) object(c Scope) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -290,19 +303,19 @@ func (s *scanner) object(c ctx) error {
 		}
 		ke := len(s.kbuf)
 		fs := len(s.fbuf)
-		s.fbuf = appendFolded(s.fbuf, s.kbuf[ks:ke])
+		s.fbuf = AppendFolded(s.fbuf, s.kbuf[ks:ke])
 		ent := keyEnt{ks, ke, fs, len(s.fbuf)}
 		if err := s.checkKey(base, ent, &index, keyOff); err != nil {
 			return err
 		}
 		s.ents = append(s.ents, ent)
 		key := s.kbuf[ks:ke]
-		if c != ctxNone {
+		if c != ScopeNone {
 			if err := s.checkWatched(c, ent, keyOff); err != nil {
 				return err
 			}
 		}
-		child, member := childCtx(c, key)
+		child, member := childScope(c, key)
 
 		s.ws()
 		if s.pos >= len(s.data) || s.data[s.pos] != ':' {
@@ -316,7 +329,7 @@ func (s *scanner) object(c ctx) error {
 		}
 		if member >= 0 {
 			s.spans[member] = span{start, s.pos}
-		} else if c == ctxParams {
+		} else if c == ScopeParams {
 			if pi := paramKey(key); pi >= 0 {
 				s.pspans[pi] = span{start, s.pos}
 			}
@@ -383,7 +396,7 @@ func (s *scanner) checkKey(base int, ent keyEnt, index *map[string]struct{}, off
 	return s.fail(ErrCaseVariantKey, "%q and %q", s.kbuf[prev.ks:prev.ke], key)
 }
 
-func (s *scanner) checkWatched(c ctx, ent keyEnt, off int) error {
+func (s *scanner) checkWatched(c Scope, ent keyEnt, off int) error {
 	folded := s.fbuf[ent.fs:ent.fe]
 	key := s.kbuf[ent.ks:ent.ke]
 	for i, w := range watchedFolded[c] {
@@ -395,7 +408,7 @@ func (s *scanner) checkWatched(c ctx, ent keyEnt, off int) error {
 	return nil
 }
 
-// paramKeys are the members of params that Level 2 looks up on every message (Message.param):
+// paramKeys are the members of params that Level 2 looks up on every message (Message.Param):
 // the scan records where they are, so that a lookup is no second walk over the params (which
 // skips every argument string again).
 var paramKeys = [...]string{"name", "uri", "arguments", "_meta", "protocolVersion", "clientInfo",
@@ -412,27 +425,27 @@ func paramKey(key []byte) int {
 	return -1
 }
 
-// childCtx gives the context of a member's value and, in an envelope, which member it is.
-func childCtx(c ctx, key []byte) (ctx, int) {
+// childScope gives the context of a member's value and, in an envelope, which member it is.
+func childScope(c Scope, key []byte) (Scope, int) {
 	switch c {
-	case ctxEnvelope:
+	case ScopeEnvelope:
 		for i, k := range envelopeKeys {
 			if string(key) == k {
 				switch i {
 				case memParams:
-					return ctxParams, i
+					return ScopeParams, i
 				case memError:
-					return ctxError, i
+					return ScopeError, i
 				}
-				return ctxNone, i
+				return ScopeNone, i
 			}
 		}
-	case ctxParams:
+	case ScopeParams:
 		if string(key) == "_meta" {
-			return ctxMeta, -1
+			return ScopeMeta, -1
 		}
 	}
-	return ctxNone, -1
+	return ScopeNone, -1
 }
 
 // plainASCII marks the bytes a string holds as they are: printable ASCII but '"' and '\\'.
@@ -570,10 +583,11 @@ func (s *scanner) hex4() (rune, bool) {
 	return r, true
 }
 
-// appendFolded appends the folded form of a valid UTF-8 key: two keys fold equal exactly when
+// AppendFolded appends the folded form of a valid UTF-8 key: two keys fold equal exactly when
 // bytes.EqualFold says so, which is the rule encoding/json uses to match keys to struct fields
-// (including U+017F ſ ~ s and U+212A K ~ k).
-func appendFolded(dst, key []byte) []byte {
+// (including U+017F ſ ~ s and U+212A K ~ k), and the rule by which the decoder refuses two keys
+// of one object (ErrCaseVariantKey). A key that is not valid UTF-8 folds to an unspecified form.
+func AppendFolded(dst, key []byte) []byte {
 	for i := 0; i < len(key); {
 		c := key[i]
 		if c < utf8.RuneSelf {
@@ -602,8 +616,11 @@ func foldRune(r rune) rune {
 	}
 }
 
-// unquote returns the contents of a string the scanner has already validated.
-func unquote(raw []byte) string {
+// Unquote returns the contents of the JSON string raw (quotes included), unescaped by the
+// decoder's own rules, so that it reads what Decode read. raw must be a string that Decode or
+// ValidateJSON accepted (a sub-slice of a validated body); other input gives an unspecified
+// result and may panic.
+func Unquote(raw []byte) string {
 	inner := raw[1 : len(raw)-1]
 	hasEsc := false
 	for _, b := range inner {
@@ -620,13 +637,16 @@ func unquote(raw []byte) string {
 	return string(out)
 }
 
-// validate checks that body is one strict JSON document of any type (the rules of scanner, no
-// JSON-RPC shape). The fuzz tests hold its grammar to encoding/json's.
-func validate(body []byte, maxDepth int) error {
+// ValidateJSON checks that body is one strict JSON document of any type, by every rule of Decode
+// that is about JSON rather than JSON-RPC: RFC 8259 grammar exactly, no duplicate or fold-equal
+// keys in one object, valid UTF-8 with no escaped lone surrogate, at most maxDepth levels of
+// nesting, nothing after the value but JSON whitespace. Its errors are *JSONError. The fuzz
+// tests hold its grammar to encoding/json's.
+func ValidateJSON(body []byte, maxDepth int) error {
 	s := getScanner(body, maxDepth)
 	defer putScanner(s)
 	s.ws()
-	if err := s.value(ctxNone); err != nil {
+	if err := s.value(ScopeNone); err != nil {
 		return err
 	}
 	s.ws()
