@@ -101,7 +101,7 @@ func sanitizeName(s string) string {
 // line "PRIVATE+KEY+<name>+<hash>+<base64(alg, seed)>", so audit.pub can be
 // rewritten from audit.key alone.
 func verifierKey(skey, name string) (string, error) {
-	parts := strings.Split(skey, "+")
+	parts := strings.SplitN(skey, "+", 5)
 	if len(parts) != 5 {
 		return "", errors.New("parse signing key: not a note private key")
 	}
