@@ -359,7 +359,7 @@ func objectMembers(b []byte, start int) []keyMember {
 func (w *redactWalker) keptKeys(all, rewritten []keyMember) map[string]bool {
 	taken := map[string]bool{}
 	if c := w.objectCtx(); c != mcp.ScopeNone {
-		for n := range c.Members() {
+		for _, n := range c.Members() {
 			taken[string(mcp.AppendFolded(nil, []byte(n)))] = true
 		}
 	}
@@ -475,10 +475,8 @@ func (w *redactWalker) keyScope() bool {
 	}
 	if len(w.loc) == 2 {
 		if c := map[string]mcp.Scope{"params": mcp.ScopeParams, "error": mcp.ScopeError}[w.scope]; c != mcp.ScopeNone {
-			for n := range c.Members() {
-				if w.loc[1].Key == n {
-					return false
-				}
+			if c.Reads(w.loc[1].Key) {
+				return false
 			}
 		}
 	}

@@ -148,9 +148,9 @@ func (c *redactCheck) inScope(key bool) bool {
 	if key && len(c.loc) == 2 {
 		switch c.scope {
 		case "params":
-			return !slices.Contains(slices.Collect(mcp.ScopeParams.Members()), c.loc[1].Key)
+			return !mcp.ScopeParams.Reads(c.loc[1].Key)
 		case "error":
-			return !slices.Contains(slices.Collect(mcp.ScopeError.Members()), c.loc[1].Key)
+			return !mcp.ScopeError.Reads(c.loc[1].Key)
 		}
 	}
 	return true

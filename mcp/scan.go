@@ -3,7 +3,6 @@ package mcp
 import (
 	"errors"
 	"fmt"
-	"iter"
 	"slices"
 	"sync"
 	"unicode"
@@ -87,15 +86,20 @@ var watchedFolded = func() [][][]byte {
 	return out
 }()
 
-// Members are the names the decoder reads in objects of scope s, spelt as it requires them: a
-// key there that folds to one of them (AppendFolded) but is spelt otherwise is refused with
+// Members returns the names the decoder reads in objects of scope s, spelt as it requires them:
+// a key there that folds to one of them (AppendFolded) but is spelt otherwise is refused with
 // ErrCaseVariantKey. A rewriter that renames keys must not produce one of them either, or the
-// message it writes no longer decodes.
-func (s Scope) Members() iter.Seq[string] {
+// message it writes no longer decodes. The slice is the caller's.
+func (s Scope) Members() []string {
 	if int(s) >= len(watched) {
-		return slices.Values([]string(nil))
+		return nil
 	}
-	return slices.Values(watched[s])
+	return slices.Clone(watched[s])
+}
+
+// Reads reports whether name, exactly as spelt, is one of Members (without allocating).
+func (s Scope) Reads(name string) bool {
+	return int(s) < len(watched) && slices.Contains(watched[s], name)
 }
 
 // span is a value's position in the body; end == 0 means absent.
