@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 func openStore(t *testing.T, cfg Config) *Store {
@@ -282,3 +283,5 @@ func TestCheckpointIsSignedAndServed(t *testing.T) {
 		t.Fatalf("checkpoint file differs from the served one (%v)", err)
 	}
 }
+
+func timeNowForTest() time.Time { return time.Now() }
