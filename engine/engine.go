@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"mcpintercept/exchange"
 	"mcpintercept/level2"
 	"mcpintercept/origin"
@@ -77,8 +79,9 @@ type Engine struct {
 	// clientInfo, 2024-11-05 requests whose answers come on another connection).
 	sessions *level2.Sessions
 
-	opt Options
-	rec *telemetry.Recorder // opt's recorder (recorderOf)
+	opt   Options
+	rec   *telemetry.Recorder // opt's recorder (recorderOf)
+	audit *auditMetrics
 
 	// listenAddrs are the bound listener addresses; a flow whose original destination is one of
 	// them would be forwarded to the appliance itself, so it is refused (loop avoidance).
@@ -119,6 +122,7 @@ func New(opt Options) *Engine {
 	e := &Engine{
 		opt:         opt,
 		rec:         recorderOf(opt),
+		audit:       newAuditMetrics(registryOf(opt.Metrics)),
 		sessions:    level2.NewSessions(0),
 		listenAddrs: map[netip.AddrPort]bool{},
 		clients:     map[netip.Addr]int{},
@@ -129,6 +133,14 @@ func New(opt Options) *Engine {
 	e.flowCtx, e.flowCancel = context.WithCancel(context.Background())
 	e.SetRouting(opt.Routing)
 	return e
+}
+
+// registryOf is where the engine's own series register: m's registry, none without one.
+func registryOf(m *telemetry.Metrics) prometheus.Registerer {
+	if m == nil || m.Registry == nil {
+		return nil
+	}
+	return m.Registry
 }
 
 // Serve accepts on ln until ln is closed or ctx is done. Each flow runs in a goroutine the Engine

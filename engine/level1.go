@@ -45,15 +45,21 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 		}
 	}
 	rec := e.newRecordStage(f, route, tlsMode)
-	stages := e.stagesFor(&chainOf{e: e, f: f, route: route, tls: tlsMode, guards: g, rec: rec})
 	// The exchange loop's own idle timeout only runs between requests; this one also ends a flow
 	// whose upstream never answers, or an upgraded stream that went quiet.
-	_, stop := watchIdle(e.opt.Limits.IdleTimeout, last, client, upstream)
+	idled, stop := watchIdle(e.opt.Limits.IdleTimeout, last, client, upstream)
 	defer stop()
+	fa := e.flowAudit(f, route)
+	stages := e.stagesFor(&chainOf{e: e, f: f, route: route, tls: tlsMode, guards: g, rec: rec, audit: fa, ctx: ctx, idled: idled})
 	// Level 2 judges every message: bytes the upstream sends while no request is outstanding
 	// answer nothing it could judge, so they close the flow rather than reach the client raw.
 	xo.CloseUnsolicited = route.Level >= 2
 	err := exchange.Serve(ctx, client, upstream, stages, xo, e.opt.Log.With("flow", f.id))
+	if fa != nil {
+		// Every authorization gets its outcome before the flow ends, and so before a drain lets
+		// the audit store close.
+		fa.finish(flowEndReason(ctx))
+	}
 	if rec.requests.Load() > 0 {
 		return outcome{recorded: true}
 	}
@@ -80,8 +86,10 @@ func headerTimeoutUnder(h, idle time.Duration) time.Duration {
 }
 
 // level2Flow is what Level 2 needs of the flow: the rule set, the CEL variables, the route's
-// body bound, the appliance's session memory, and where its per-message records go.
-func (e *Engine) level2Flow(f *flow, route *Route, tlsMode Disposition, rec *recordStage) *level2.Flow {
+// body bound, the appliance's session memory, and where its per-message records go. fa is the
+// flow's audit writer (nil: the route is not audited), which Level 2's audit step writes its
+// authorization and outcome records through (fa.writer()).
+func (e *Engine) level2Flow(f *flow, route *Route, tlsMode Disposition, rec *recordStage, fa *flowAudit) *level2.Flow {
 	l2 := &level2.Flow{
 		Client:   f.clientVars(),
 		Conn:     f.connVars(tlsMode),
@@ -123,4 +131,12 @@ func (e *Engine) level1Flow(f *flow, tlsMode Disposition) *level1.Flow {
 		FailOpen:   f.rules.failOpen,
 		RuleErrors: func(d *policy.Decision) { e.noteRuleErrors(f, d) },
 	}
+}
+
+// flowEndReason is the uncertain outcome's reason for a call still open when its flow ended.
+func flowEndReason(ctx context.Context) string {
+	if ctx.Err() != nil {
+		return "shutdown"
+	}
+	return "closed"
 }

@@ -72,6 +72,9 @@ type Route struct {
 	// OnRuleError is "open" to skip a deny or rate_limit rule whose evaluation fails; anything
 	// else ("closed", the default) makes it deny.
 	OnRuleError string
+	// Audit, when set, makes every judged request of the route durable in the audit store
+	// before it goes upstream, and its outcome after.
+	Audit *RouteAudit
 }
 
 // needsSNI reports whether matching this route depends on the ClientHello.

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+
 	"mcpintercept/exchange"
 	"mcpintercept/level1"
 )
@@ -18,7 +20,16 @@ var stageList = []stageFactory{
 	{name: "header-policy", levels: onlyLevel(1), build: func(c *chainOf) exchange.Stage { return level1.NewHeaderPolicy(c.e.level1Flow(c.f, c.tls)) }},
 	// Level 2: the JSON-RPC messages of both directions, decoded, matched against the headers,
 	// judged, checked, transformed and filtered (level2/chain.go lists its steps).
-	{name: "level2", levels: fromLevel(2), build: func(c *chainOf) exchange.Stage { return c.e.level2Flow(c.f, c.route, c.tls, c.rec).Stage() }},
+	{name: "level2", levels: fromLevel(2), build: func(c *chainOf) exchange.Stage { return c.e.level2Flow(c.f, c.route, c.tls, c.rec, c.audit).Stage() }},
+	// Level 1 audit, after the policy so that it records the decision: an allowed request's
+	// record is durable before its first byte goes upstream. Level 2 writes its own records,
+	// per JSON-RPC message, through the same flowAudit.
+	{name: "audit", levels: onlyLevel(1), build: func(c *chainOf) exchange.Stage {
+		if c.audit == nil {
+			return nil
+		}
+		return &auditStage{fa: c.audit, ctx: c.ctx, idled: c.idled}
+	}},
 	// The record writer, last, so that its Done sees what every stage decided.
 	{name: "record", levels: fromLevel(1), build: func(c *chainOf) exchange.Stage { return c.rec }},
 }
@@ -31,7 +42,8 @@ type stageFactory struct {
 }
 
 // chainOf is what a stage factory may use: the connection's flow, route and TLS disposition,
-// Level 1's guards and the connection's record stage.
+// Level 1's guards, the connection's record stage and audit writer (nil: not audited), the
+// flow's context and whether the idle watch closed it.
 type chainOf struct {
 	e      *Engine
 	f      *flow
@@ -39,12 +51,16 @@ type chainOf struct {
 	tls    Disposition
 	guards level1.Guards
 	rec    *recordStage
+	audit  *flowAudit
+	ctx    context.Context
+	idled  func() bool
 }
 
 func fromLevel(n int) func(int) bool { return func(l int) bool { return l >= n } }
 func onlyLevel(n int) func(int) bool { return func(l int) bool { return l == n } }
 
-// stagesFor builds the chain of one connection from stageList, for its route's level.
+// stagesFor builds the chain of one connection from stageList, for its route's level; a factory
+// that returns nil has nothing to do on this connection.
 func (e *Engine) stagesFor(c *chainOf) []exchange.Stage {
 	level := c.route.Level
 	if level < 1 {
@@ -55,8 +71,11 @@ func (e *Engine) stagesFor(c *chainOf) []exchange.Stage {
 	}
 	out := make([]exchange.Stage, 0, len(stageList))
 	for _, sf := range stageList {
-		if sf.levels(level) {
-			out = append(out, sf.build(c))
+		if !sf.levels(level) {
+			continue
+		}
+		if s := sf.build(c); s != nil {
+			out = append(out, s)
 		}
 	}
 	return out

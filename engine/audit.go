@@ -1,0 +1,265 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mcpintercept/audit"
+)
+
+// Appender is what the engine needs of the durable audit store (audit.Store): Append returns
+// once the record is durable, or with an error (audit.ErrUnavailable) when it could not be made so.
+type Appender interface {
+	Append(ctx context.Context, r *audit.Record) (audit.Receipt, error)
+}
+
+// RouteAudit is an audited route's setting: where its records go, what a request gets when its
+// record cannot be written, and whether Level 2 records arguments besides their hash.
+type RouteAudit struct {
+	// Store receives the records; nil fails every record (a closed route then refuses all).
+	Store Appender
+	// FailOpen forwards a request whose authorization record failed (counted in
+	// mcpintercept_audit_unrecorded_total); otherwise it is refused with CodeAuditUnavailable.
+	FailOpen bool
+	// Arguments records the (already redacted) arguments, not only their hash.
+	Arguments bool
+}
+
+// Kinds and outcomes of audit records, as the store's readers name them.
+const (
+	auditAuthorization = "authorization"
+	auditOutcome       = "outcome"
+
+	outcomeResult    = "result"
+	outcomeError     = "error"
+	outcomeDenied    = "denied"
+	outcomeUncertain = "uncertain"
+)
+
+// errNoStore is the failure of a route audited with no store to write to.
+var errNoStore = fmt.Errorf("%w: no audit store open", audit.ErrUnavailable)
+
+// auditMetrics are the audit series: records made durable by kind, requests forwarded unrecorded
+// (fail open) by route, and the time one Append took.
+type auditMetrics struct {
+	records    *prometheus.CounterVec
+	unrecorded *prometheus.CounterVec
+	seconds    prometheus.Histogram
+}
+
+// newAuditMetrics registers the audit series on reg (nil: unregistered), reusing those an engine
+// before this one registered on the same registry.
+func newAuditMetrics(reg prometheus.Registerer) *auditMetrics {
+	m := &auditMetrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpintercept_audit_records_total", Help: "Audit records made durable, by kind (authorization, outcome)."},
+			[]string{"kind"}),
+		unrecorded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpintercept_audit_unrecorded_total", Help: "Requests forwarded without a durable authorization record (audit fail: open), by route."},
+			[]string{"route"}),
+		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "mcpintercept_audit_append_seconds", Help: "Time for one audit record to become durable (or fail).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+	}
+	if reg == nil {
+		return m
+	}
+	m.records = registered(reg, m.records)
+	m.unrecorded = registered(reg, m.unrecorded)
+	m.seconds = registered(reg, m.seconds)
+	return m
+}
+
+// registered registers c, or returns the collector already registered under its name.
+func registered[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	var are prometheus.AlreadyRegisteredError
+	if err := reg.Register(c); errors.As(err, &are) {
+		if prev, ok := are.ExistingCollector.(C); ok {
+			return prev
+		}
+	}
+	return c
+}
+
+// flowAudit writes the audit records of one connection on an audited route: it fills the flow's
+// part of every record, applies the route's fail mode, and keeps track of the authorizations
+// still waiting for their outcome, so that none is left without one when the flow ends.
+//
+// Level 2's stage writes its records through it too: Append for an authorization (before the
+// message goes upstream), Outcome when the call ends.
+type flowAudit struct {
+	ra    *RouteAudit
+	m     *auditMetrics
+	route string
+	log   *rateLimitedLog
+	flow  string // the flow log's id, for log lines
+	base  audit.Record
+
+	mu      sync.Mutex
+	pending map[uint64]*audit.Record // authorizations by Seq, until their outcome is written
+	wg      sync.WaitGroup           // outcome appends in flight
+}
+
+// flowAudit is nil when route is not audited.
+func (e *Engine) flowAudit(f *flow, route *Route) *flowAudit {
+	if route.Audit == nil {
+		return nil
+	}
+	fa := &flowAudit{ra: route.Audit, m: e.audit, route: route.Name, log: &e.refuseLog, flow: f.id,
+		pending: map[uint64]*audit.Record{}}
+	fa.base = audit.Record{Flow: f.num, Client: f.client.String(), Level: route.Level, Server: f.sniName}
+	if f.orig.IsValid() {
+		fa.base.Destination = f.orig.String()
+	}
+	if fa.base.Server == "" {
+		fa.base.Server = f.origin.Host
+	}
+	if id := f.origin.Identity; id != nil {
+		fa.base.Identity = &audit.Identity{PID: id.PID, UID: id.UID, Comm: id.Comm, Exe: id.Exe, Cgroup: id.CgroupID}
+	}
+	return fa
+}
+
+// AuditWriter is the audit seam of Level 2's stage: what one flow's audit records go through.
+// Append makes an authorization record durable before the message goes upstream (an error: refuse
+// it with -31004, forward nothing); Outcome records how the call ended, in the background;
+// Arguments says whether records carry the redacted arguments besides their hash. The engine fills
+// the flow's fields (flow, client, identity, destination, server, level) and, when the flow ends,
+// gives every authorization still open an uncertain outcome ("shutdown" at the drain deadline).
+type AuditWriter interface {
+	Append(ctx context.Context, r *audit.Record) (audit.Receipt, error)
+	Outcome(r *audit.Record)
+	Arguments() bool
+}
+
+// writer is fa as an AuditWriter; nil (an untyped nil interface) when the route is not audited.
+func (fa *flowAudit) writer() AuditWriter {
+	if fa == nil {
+		return nil
+	}
+	return fa
+}
+
+// Arguments reports whether records carry the (redacted) arguments besides their hash.
+func (fa *flowAudit) Arguments() bool { return fa.ra.Arguments }
+
+// Append makes an authorization record durable, the flow's fields filled in. The error is
+// non-nil only when the record is not durable and the route fails closed: the caller must then
+// refuse the request (CodeAuditUnavailable) and forward nothing. Under fail open the failure is
+// counted and logged, and the zero Receipt returned.
+func (fa *flowAudit) Append(ctx context.Context, r *audit.Record) (audit.Receipt, error) {
+	if r.Kind == "" {
+		r.Kind = auditAuthorization
+	}
+	rc, err := fa.write(ctx, r)
+	if err == nil {
+		if r.Kind == auditAuthorization && r.Outcome == "" {
+			fa.mu.Lock()
+			fa.pending[rc.Seq] = r
+			fa.mu.Unlock()
+		}
+		return rc, nil
+	}
+	if fa.ra.FailOpen {
+		fa.m.unrecorded.WithLabelValues(fa.route).Inc()
+		fa.log.warn("audit:"+fa.route, "audit record not written; forwarding (audit fail: open)",
+			"flow", fa.flow, "route", fa.route, "err", err)
+		return audit.Receipt{}, nil
+	}
+	fa.log.warn("audit:"+fa.route, "audit record not written; refusing the request",
+		"flow", fa.flow, "route", fa.route, "err", err)
+	return audit.Receipt{}, err
+}
+
+// Outcome writes r, the outcome of the authorization r.Authorization (0: a record of its own, a
+// denial), in the background: the call has already happened, so nothing waits for it but the
+// flow's end (wait). A failure is logged; there is nothing left to refuse.
+func (fa *flowAudit) Outcome(r *audit.Record) {
+	if r.Kind == "" {
+		r.Kind = auditOutcome
+	}
+	if r.Authorization != 0 {
+		fa.mu.Lock()
+		_, open := fa.pending[r.Authorization]
+		delete(fa.pending, r.Authorization)
+		fa.mu.Unlock()
+		if !open {
+			return // already ended (the flow's end raced the exchange's)
+		}
+	}
+	fa.wg.Add(1)
+	go func() {
+		defer fa.wg.Done()
+		// Not the flow's context: a flow cut by the drain deadline still owes its outcomes, and
+		// the store's own timeout bounds the write.
+		if _, err := fa.write(context.Background(), r); err != nil {
+			fa.log.warn("audit-outcome:"+fa.route, "audit outcome not written", "flow", fa.flow, "route", fa.route,
+				"authorization", r.Authorization, "err", err)
+		}
+	}()
+}
+
+// finish gives every authorization still without an outcome an uncertain one (reason: why the
+// flow ended), then waits for the outcome writes in flight. Call it once the flow's exchanges
+// are over.
+func (fa *flowAudit) finish(reason string) {
+	fa.mu.Lock()
+	open := make(map[uint64]*audit.Record, len(fa.pending))
+	for seq, r := range fa.pending {
+		open[seq] = r
+	}
+	fa.mu.Unlock()
+	for seq, a := range open {
+		fa.Outcome(outcomeOf(a, seq, outcomeUncertain, reason))
+	}
+	fa.wg.Wait()
+}
+
+// write fills the flow's fields, appends and counts.
+func (fa *flowAudit) write(ctx context.Context, r *audit.Record) (audit.Receipt, error) {
+	fa.fill(r)
+	if fa.ra.Store == nil {
+		return audit.Receipt{}, errNoStore
+	}
+	start := time.Now()
+	rc, err := fa.ra.Store.Append(ctx, r)
+	fa.m.seconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return rc, fmt.Errorf("audit %s: %w", r.Kind, err)
+	}
+	fa.m.records.WithLabelValues(r.Kind).Inc()
+	return rc, nil
+}
+
+// fill sets the flow's part of r where the caller left it empty.
+func (fa *flowAudit) fill(r *audit.Record) {
+	b := &fa.base
+	r.Flow = b.Flow
+	if r.Client == "" {
+		r.Client = b.Client
+	}
+	if r.Identity == nil {
+		r.Identity = b.Identity
+	}
+	if r.Destination == "" {
+		r.Destination = b.Destination
+	}
+	if r.Server == "" {
+		r.Server = b.Server
+	}
+	if r.Level == 0 {
+		r.Level = b.Level
+	}
+}
+
+// outcomeOf is the outcome record of authorization a (whose Seq is seq).
+func outcomeOf(a *audit.Record, seq uint64, outcome, reason string) *audit.Record {
+	return &audit.Record{Kind: auditOutcome, Exchange: a.Exchange, Server: a.Server, Level: a.Level,
+		Method: a.Method, Direction: a.Direction, ID: a.ID, Tool: a.Tool, Rule: a.Rule, Decision: a.Decision,
+		Outcome: outcome, Reason: reason, Authorization: seq, Traceparent: a.Traceparent}
+}
