@@ -363,3 +363,6 @@ func HashArguments(raw json.RawMessage) (string, error) {
 	sum := sha256.Sum256(canon)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
+
+// MarshalJSON returns the record's canonical line, as the log holds it.
+func (r *Record) MarshalJSON() ([]byte, error) { return encodeRecord(nil, r), nil }

@@ -71,6 +71,7 @@ commands:
   exec [--config FILE] [--level 1] [--user NAME|UID] -- CMD [ARGS...]
                                            run CMD with its TCP connects steered through the appliance
                                            (eBPF; zero-config: TLS terminated, HTTP at Level 1)
+  audit verify|show DIR [flags]            check the audit log's chain and signed checkpoints (exit 0 intact, 1 tampered) or list its records
 
 mechanisms: `+mechanismList()+`
 `)
@@ -102,6 +103,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdCA(args[1:], stdout, stderr)
 	case "exec":
 		return cmdExec(args[1:], stdout, stderr)
+	case "audit":
+		return cmdAudit(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return exitOK

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"mcpintercept/audit"
+)
+
+// Exit codes of `audit verify`: 1 says the log was tampered with, which is
+// a finding rather than a failure to run.
+const (
+	exitIntact   = 0
+	exitTampered = 1
+)
+
+// cmdAudit is `audit verify DIR [--pubkey FILE] [--checkpoint FILE]` and
+// `audit show DIR [--client X] [--tool T] [--decision D] [--since T] [--until T] [--json]`.
+func cmdAudit(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "verify":
+			return cmdAuditVerify(args[1:], stdout, stderr)
+		case "show":
+			return cmdAuditShow(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintln(stderr, "usage: mcpintercept audit verify DIR [--pubkey FILE] [--checkpoint FILE]\n"+
+		"       mcpintercept audit show DIR [--client IP[:PORT]] [--tool T] [--decision D] [--since RFC3339] [--until RFC3339] [--json]")
+	return exitUsage
+}
+
+// parseWithDir parses flags placed before or after the one DIR argument.
+func parseWithDir(fs *flag.FlagSet, args []string, stderr io.Writer) (string, bool) {
+	if err := fs.Parse(args); err != nil {
+		return "", false
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintf(stderr, "mcpintercept %s: DIR is required\n", fs.Name())
+		return "", false
+	}
+	dir := fs.Arg(0)
+	if err := fs.Parse(fs.Args()[1:]); err != nil {
+		return "", false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mcpintercept %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return "", false
+	}
+	return dir, true
+}
+
+func cmdAuditVerify(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pubkey := fs.String("pubkey", "", "verifier key file kept off the box (default: DIR/audit.pub)")
+	checkpoint := fs.String("checkpoint", "", "a signed checkpoint kept off the box")
+	dir, ok := parseWithDir(fs, args, stderr)
+	if !ok {
+		return exitUsage
+	}
+	var opts audit.VerifyOptions
+	if *pubkey != "" {
+		data, err := os.ReadFile(*pubkey)
+		if err != nil {
+			fmt.Fprintf(stderr, "mcpintercept audit verify: %v\n", err)
+			return exitUsage
+		}
+		opts.PublicKey = string(data)
+	}
+	if *checkpoint != "" {
+		data, err := os.ReadFile(*checkpoint)
+		if err != nil {
+			fmt.Fprintf(stderr, "mcpintercept audit verify: %v\n", err)
+			return exitUsage
+		}
+		opts.Checkpoint = data
+	}
+	rep, err := audit.Verify(dir, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "mcpintercept audit verify: %v\n", err)
+		return exitUsage
+	}
+	if rep.Problem != nil {
+		fmt.Fprintf(stdout, "TAMPERED: %s\n", rep.Problem)
+		return exitTampered
+	}
+	fmt.Fprintf(stdout, "OK: %d records (seq %d to %d) in %d segment(s), head %s, %d checkpoint(s) checked",
+		rep.Records, rep.Start, rep.End, rep.Segments, rep.Head, rep.Checkpoints)
+	if rep.Skipped > 0 {
+		fmt.Fprintf(stdout, ", %d older than the retained records", rep.Skipped)
+	}
+	if rep.TornBytes > 0 {
+		fmt.Fprintf(stdout, "; an incomplete final line of %d bytes (a crash, never acknowledged) was ignored", rep.TornBytes)
+	}
+	fmt.Fprintln(stdout)
+	return exitIntact
+}
+
+func cmdAuditShow(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("audit show", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f audit.Filter
+	fs.StringVar(&f.Client, "client", "", "client ip or ip:port")
+	fs.StringVar(&f.Tool, "tool", "", "tool, prompt or resource")
+	decision := fs.String("decision", "", "allow, deny or ratelimited")
+	since := fs.String("since", "", "records at or after this time (RFC 3339)")
+	until := fs.String("until", "", "records before this time (RFC 3339)")
+	asJSON := fs.Bool("json", false, "print the records as JSON lines")
+	dir, ok := parseWithDir(fs, args, stderr)
+	if !ok {
+		return exitUsage
+	}
+	f.Decision = audit.Decision(*decision)
+	for _, t := range []struct {
+		flag string
+		val  string
+		dst  *time.Time
+	}{{"since", *since, &f.Since}, {"until", *until, &f.Until}} {
+		if t.val == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339, t.val)
+		if err != nil {
+			fmt.Fprintf(stderr, "mcpintercept audit show: --%s: %v\n", t.flag, err)
+			return exitUsage
+		}
+		*t.dst = v
+	}
+	if *asJSON {
+		return showJSON(dir, f, stdout, stderr)
+	}
+	return showTable(dir, f, stdout, stderr)
+}
+
+func showJSON(dir string, f audit.Filter, stdout, stderr io.Writer) int {
+	for r, err := range audit.Query(dir, f) {
+		if err != nil {
+			fmt.Fprintf(stderr, "mcpintercept audit show: %v\n", err)
+			return exitRuntime
+		}
+		line, _ := r.MarshalJSON()
+		fmt.Fprintf(stdout, "%s\n", line)
+	}
+	return exitOK
+}
+
+func showTable(dir string, f audit.Filter, stdout, stderr io.Writer) int {
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tCLIENT\tSERVER\tMETHOD\tTOOL\tDECISION\tOUTCOME\tRULE")
+	for r, err := range audit.Query(dir, f) {
+		if err != nil {
+			tw.Flush()
+			fmt.Fprintf(stderr, "mcpintercept audit show: %v\n", err)
+			return exitRuntime
+		}
+		outcome := r.Outcome
+		if r.Reason != "" {
+			outcome += " (" + r.Reason + ")"
+		} else if r.ErrorCode != 0 {
+			outcome += " (" + strconv.FormatInt(r.ErrorCode, 10) + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.Format("2006-01-02T15:04:05.000Z"),
+			r.Kind, dash(r.Client), dash(r.Server), dash(r.Method), dash(r.Tool), dash(string(r.Decision)), dash(outcome), dash(r.Rule))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
