@@ -28,6 +28,8 @@ func (s *Store) checkpointLoop() {
 // checkpoints.log. The signed note is served even when writing it fails, so
 // it can still be shipped off the box.
 func (s *Store) checkpoint() error {
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
 	s.state.Lock()
 	h, done := s.current, s.cpHead
 	haveCP := s.cp != nil

@@ -36,6 +36,7 @@ type Store struct {
 	writerDone chan struct{}
 	cpStop     chan struct{}
 	cpDone     chan struct{}
+	cpMu       sync.Mutex // serializes checkpoint writers (the loop, Close)
 
 	state   sync.Mutex // guards the fields below, read by other goroutines
 	current head       // the durable head
