@@ -22,8 +22,8 @@ const timeLayout = "2006-01-02T15:04:05.000Z"
 // zeroHash is the prev of the first record ever written.
 var zeroHash = [sha256.Size]byte{}
 
-// field appends one key/value pair; keys are written in sorted order by the
-// caller, which is what makes the line canonical.
+// lineWriter appends key/value pairs, omitting empty values; the caller
+// writes keys in sorted order, which is what makes the line canonical.
 type lineWriter struct {
 	b     []byte
 	first bool
