@@ -16,8 +16,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"mcpintercept/audit"
 	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/exchange"
@@ -98,6 +100,11 @@ type Appliance struct {
 	eng      *engine.Engine
 	caFile   string           // the CA certificate, when it is loaded (terminate routes can be served)
 	opened   intercept.Opener // the mechanism's own resources (dns: VIP table, DNS sockets)
+	// audit is the durable audit store, open while some route is audited; auditCfg the section
+	// it was opened with.
+	audit      atomic.Pointer[audit.Store]
+	auditCfg   config.AuditConfig
+	stopHealth func()
 
 	mu        sync.Mutex // orders Reload, Start and Stop
 	sets      CompiledRuleSets
@@ -168,11 +175,17 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		if err != nil {
 			return nil, err
 		}
-		// Served from now on (metrics, health); /readyz says ready once the steering is in place.
+		// Served from now on (metrics, health); /readyz says ready once the steering is in place
+		// and the audit store (when a route is audited) is writable.
+		a.serveAudit()
 		a.admin.Start()
 	}
 
 	if err := a.openFlowLog(); err != nil {
+		return nil, err
+	}
+	// Before the engine exists, so no flow is served on an audited route without its store.
+	if err := a.openAudit(cfg, routing); err != nil {
 		return nil, err
 	}
 
@@ -326,7 +339,9 @@ func (a *Appliance) Start(ctx context.Context) error {
 	}
 	a.info("ready", args...)
 	close(a.ready)
-	sdReady()
+	// systemd hears READY=1 now only when the audit store is writable; otherwise from the health
+	// watch, once it is.
+	a.stopHealth = a.watchHealth()
 	return nil
 }
 
@@ -397,6 +412,13 @@ func (a *Appliance) Reload(path string) error {
 		a.log.Error("reload refused: invalid policy; keeping the running one", "err", err)
 		return fmt.Errorf("reload refused: invalid policy: %w", err)
 	}
+	if a.audit.Load() != nil && next.Audit != a.auditCfg {
+		a.log.Warn("reload: the audit section changed; the store keeps the settings it opened with, restart to apply them")
+	}
+	if err := a.openAudit(next, routing); err != nil {
+		a.log.Error("reload refused: audit store; keeping the running configuration", "err", err)
+		return fmt.Errorf("reload refused: %w", err)
+	}
 	if !slices.Equal(next.UpstreamDeny, a.cfg.UpstreamDeny) {
 		a.log.Warn("reload: upstream_deny changed; the dialer keeps the list it started with, restart to apply it")
 	}
@@ -421,6 +443,9 @@ func (a *Appliance) Stop(ctx context.Context) error {
 		return nil
 	}
 	a.stopped = true
+	if a.stopHealth != nil {
+		a.stopHealth()
+	}
 	sdStopping()
 	if a.admin != nil {
 		a.admin.SetReady(false)
@@ -446,6 +471,9 @@ func (a *Appliance) Stop(ctx context.Context) error {
 		}
 		cancel()
 	}
+	// Only now: the drain has written every flow's outcome records (uncertain for the flows its
+	// deadline cut), and the final checkpoint covers them.
+	a.closeAudit(ctx)
 	var err error
 	if a.installed {
 		if err = a.mech.Remove(context.WithoutCancel(ctx)); err != nil {
@@ -468,6 +496,7 @@ func (a *Appliance) info(msg string, args ...any) {
 
 // release closes what New opened (the steering aside).
 func (a *Appliance) release() {
+	a.closeAudit(context.Background())
 	if a.flows != nil {
 		a.flows.Close()
 		a.flows = nil

@@ -3,6 +3,7 @@ package appliance
 import (
 	"net"
 	"os"
+	"strconv"
 	"time"
 )
 
@@ -45,4 +46,29 @@ func sdReloading() func() {
 // sdStopping says an orderly stop began (drain, then steering removal).
 func sdStopping() {
 	sdNotify("STOPPING=1\nSTATUS=stopping: draining open flows, then removing steering")
+}
+
+// sdActive reports whether a service manager listens ($NOTIFY_SOCKET is set).
+func sdActive() bool { return os.Getenv("NOTIFY_SOCKET") != "" }
+
+// sdNotStatus says the appliance runs but is not fit to serve (the audit store is not writable):
+// audited requests are refused meanwhile.
+func sdNotStatus(err error) {
+	sdNotify("STATUS=not ready: audit: " + err.Error() + "; audited requests refused")
+}
+
+// sdWatchdog is one keep-alive of the unit's WatchdogSec=.
+func sdWatchdog() { sdNotify("WATCHDOG=1") }
+
+// sdWatchdogEvery is how often systemd wants a keep-alive: half of $WATCHDOG_USEC, as
+// sd_watchdog_enabled(3) advises; 0 when no watchdog is asked for this process.
+func sdWatchdogEvery() time.Duration {
+	if pid := os.Getenv("WATCHDOG_PID"); pid != "" && pid != strconv.Itoa(os.Getpid()) {
+		return 0
+	}
+	usec, err := strconv.ParseUint(os.Getenv("WATCHDOG_USEC"), 10, 63)
+	if err != nil || usec == 0 {
+		return 0
+	}
+	return time.Duration(usec) * time.Microsecond / 2
 }

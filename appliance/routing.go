@@ -25,14 +25,14 @@ func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*engine.Routi
 		rt.RuleSets[n] = s
 	}
 	for i := range cfg.Routes {
-		rt.Routes = append(rt.Routes, routeFromConfig(cfg.Routes[i]))
+		rt.Routes = append(rt.Routes, routeFromConfig(cfg, cfg.Routes[i]))
 	}
 	switch d := cfg.DefaultRoute; {
 	case d == nil:
 	case d.Close:
 		rt.DefaultClose = true
 	case d.Route != nil:
-		rt.Default = routeFromConfig(*d.Route)
+		rt.Default = routeFromConfig(cfg, *d.Route)
 		rt.Default.Name = engine.DefaultRouteName
 		// It matches every flow that reaches it: no conditions.
 		rt.Default.Destinations, rt.Default.Ports, rt.Default.SNI, rt.Default.Clients = nil, nil, nil, nil
@@ -125,7 +125,9 @@ func ruleSpec(r config.Rule) policy.RuleSpec {
 }
 
 // routeFromConfig maps a route; a route built in code gets the defaults Parse would have filled.
-func routeFromConfig(r config.Route) *engine.Route {
+// An audited route's records go nowhere until the appliance gives it its store (attachAudit):
+// until then it refuses, or under fail open forwards unrecorded.
+func routeFromConfig(cfg *config.Config, r config.Route) *engine.Route {
 	r = r.WithDefaults()
 	route := &engine.Route{
 		Name:                            r.Name,
@@ -144,6 +146,9 @@ func routeFromConfig(r config.Route) *engine.Route {
 		MaxBody:                         r.MaxBody,
 		ForwardOversized:                r.OnOversizedResponse == config.OnOversizedForward,
 		ValidateArguments:               r.ValidateArguments,
+	}
+	if r.Audit {
+		route.Audit = &engine.RouteAudit{FailOpen: cfg.Audit.Fail == config.AuditFailOpen, Arguments: r.AuditArguments}
 	}
 	for _, p := range r.Match.Ports {
 		route.Ports = append(route.Ports, engine.PortRange{From: p.From, To: p.To})

@@ -1,0 +1,109 @@
+package appliance
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"mcpintercept/audit"
+	"mcpintercept/config"
+	"mcpintercept/engine"
+)
+
+// auditStoreConfig is the audit store's share of the configuration.
+func auditStoreConfig(cfg *config.Config) audit.Config {
+	a := cfg.Audit
+	return audit.Config{
+		Dir:             a.Dir,
+		Timeout:         a.Timeout.Duration,
+		SegmentBytes:    a.SegmentBytes,
+		RetainSegments:  a.RetainSegments,
+		RetainAge:       a.RetainAge.Duration,
+		CheckpointEvery: a.CheckpointEvery.Duration,
+	}
+}
+
+// audited reports whether some route of rt writes audit records.
+func audited(rt *engine.Routing) bool {
+	for _, r := range rt.Routes {
+		if r.Audit != nil {
+			return true
+		}
+	}
+	return rt.Default != nil && rt.Default.Audit != nil
+}
+
+// openAudit opens the audit store when a route of rt is audited and it is not open yet, then
+// gives the audited routes of rt the store. Called before the engine accepts (and on a reload that
+// audits a route for the first time).
+func (a *Appliance) openAudit(cfg *config.Config, rt *engine.Routing) error {
+	if !audited(rt) {
+		return nil
+	}
+	if a.audit.Load() == nil {
+		s, err := audit.Open(auditStoreConfig(cfg), a.log.With("component", "audit"))
+		if err != nil {
+			return fmt.Errorf("audit store %s: %w", cfg.Audit.Dir, err)
+		}
+		a.audit.Store(s)
+		a.auditCfg = cfg.Audit
+		a.info("audit store open", "dir", cfg.Audit.Dir, "fail", cfg.Audit.Fail)
+	}
+	s := a.audit.Load()
+	attach := func(r *engine.Route) {
+		if r != nil && r.Audit != nil {
+			r.Audit.Store = s
+		}
+	}
+	for _, r := range rt.Routes {
+		attach(r)
+	}
+	attach(rt.Default)
+	return nil
+}
+
+// auditReady is the audit part of readiness: nil without a store, the store's Ready otherwise.
+func (a *Appliance) auditReady() error {
+	if s := a.audit.Load(); s != nil {
+		return s.Ready()
+	}
+	return nil
+}
+
+// serveAudit adds the audit endpoints and readiness check to the admin listener. The checkpoint
+// is what an operator ships off the box (a log cut after it no longer verifies against it), the
+// public key what verifies it.
+func (a *Appliance) serveAudit() {
+	a.admin.AddReadiness("audit", a.auditReady)
+	text := func(get func(*audit.Store) []byte) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			s := a.audit.Load()
+			if s == nil {
+				http.Error(w, "audit is off: no route is audited", http.StatusNotFound)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("Cache-Control", "no-store")
+			w.Write(get(s))
+		}
+	}
+	a.admin.Handle("GET /audit/checkpoint", text(func(s *audit.Store) []byte { return s.Checkpoint() }))
+	a.admin.Handle("GET /audit/pubkey", text(func(s *audit.Store) []byte { return []byte(s.PublicKey() + "\n") }))
+}
+
+// closeAudit writes the final checkpoint and closes the store. Stop calls it after the drain, so
+// that every flow's outcome records are in before it.
+func (a *Appliance) closeAudit(ctx context.Context) {
+	s := a.audit.Swap(nil)
+	if s == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.auditCfg.Timeout.Duration+5*time.Second)
+	defer cancel()
+	if err := s.Close(cctx); err != nil {
+		a.log.Error("audit store: close", "err", err)
+		return
+	}
+	a.info("audit store closed")
+}
