@@ -2,13 +2,20 @@ package engine
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"mcpintercept/audit"
 )
 
 // BenchmarkRoundTrip1KiB: 1 KiB request, 1 KiB response on one connection, directly and through
@@ -64,6 +71,27 @@ func upstreamServerB(b *testing.B) string {
 // BenchmarkLevel1RoundTrip: keep-alive HTTP requests (1 KiB JSON-RPC body, 1 KiB answer) through
 // a plaintext Level 1 route on loopback: the path that runs through the flowconn wrappers.
 func BenchmarkLevel1RoundTrip(b *testing.B) {
+	benchLevel1(b, &Route{Name: "l1", TLS: Plaintext, Level: 1, Development: true}, 1)
+}
+
+// BenchmarkLevel1AuditRoundTrip is BenchmarkLevel1RoundTrip on an audited route with a real
+// store in a temporary directory: every request waits for its authorization record's fdatasync
+// (group-committed across the connections), its outcome is written in the background.
+func BenchmarkLevel1AuditRoundTrip(b *testing.B) {
+	for _, conns := range []int{1, 16} {
+		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
+			s, err := audit.Open(audit.Config{Dir: b.TempDir()}, slog.New(slog.DiscardHandler))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			benchLevel1(b, &Route{Name: "l1", TLS: Plaintext, Level: 1, Development: true, Audit: &RouteAudit{Store: s}}, conns)
+		})
+	}
+}
+
+// benchLevel1 runs b.N requests through route over conns keep-alive connections.
+func benchLevel1(b *testing.B, route *Route, conns int) {
 	body := `{"jsonrpc":"2.0","id":1,"result":{"pad":"` + strings.Repeat("x", 1000) + `"}}`
 	resp := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	up := upstreamServer(b, func(c *net.TCPConn) {
@@ -80,28 +108,39 @@ func BenchmarkLevel1RoundTrip(b *testing.B) {
 			}
 		}
 	})
-	h := newRoutedHarness(b, up, Limits{IdleTimeout: time.Minute},
-		&Routing{Routes: []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true}}})
-	c, err := net.Dial("tcp", h.addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	h := newRoutedHarness(b, up, Limits{IdleTimeout: time.Minute}, &Routing{Routes: []*Route{route}})
 	reqBody := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"pad":"` + strings.Repeat("y", 900) + `"}}}`
 	req := "POST /mcp HTTP/1.1\r\nHost: mcp.test\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n" +
 		"Mcp-Method: tools/call\r\nMcp-Name: echo\r\nMCP-Protocol-Version: 2026-07-28\r\nContent-Length: " + strconv.Itoa(len(reqBody)) + "\r\n\r\n" + reqBody
-	br := bufio.NewReader(c)
 	b.SetBytes(int64(len(req) + len(resp)))
+	var next atomic.Int64
+	var wg sync.WaitGroup
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := io.WriteString(c, req); err != nil {
-			b.Fatal(err)
-		}
-		r, err := http.ReadResponse(br, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, r.Body)
-		r.Body.Close()
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			for next.Add(1) <= int64(b.N) {
+				if _, err := io.WriteString(c, req); err != nil {
+					b.Error(err)
+					return
+				}
+				r, err := http.ReadResponse(br, nil)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, r.Body)
+				r.Body.Close()
+			}
+		}()
 	}
+	wg.Wait()
 }
