@@ -14,6 +14,7 @@ var requestSteps = []requestStep{
 	{"policy", (*stage).judgeRequests},           // the rules, message by message
 	{"argument-schema", (*stage).checkArguments}, // validate_arguments
 	{"transform", (*stage).transform},            // redaction, _meta
+	{"audit", (*stage).authorize},                // durable authorization records (audit: true)
 	{"session", (*stage).rememberRequests},       // what other connections' responses need
 }
 

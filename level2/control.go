@@ -73,7 +73,7 @@ func refusalOf(tool string, v verdict) (why, told string) {
 // transformRequests applies what policy asked of allowed requests: client capabilities withheld
 // (2026-07-28) and redactions. The body is re-framed when anything changed; the Mcp-Name and
 // Mcp-Param-* headers follow the body.
-func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, decs []policy.Decision) {
+func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, decs []policy.Decision) [][]byte {
 	var p *prober
 	changed := false
 	out := make([][]byte, len(msgs))
@@ -101,7 +101,7 @@ func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*mcp.
 		}
 	}
 	if !changed {
-		return
+		return out
 	}
 	if batch {
 		x.SetRequestBody(joinBatch(out))
@@ -112,6 +112,7 @@ func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*mcp.
 		// The new body is written decoded.
 		x.DelRequestHeader("Content-Encoding")
 	}
+	return out
 }
 
 // serverIdentity names the server of an exchange for the schema memory: the destination, the

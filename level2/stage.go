@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"mcpintercept/audit"
 	"net/url"
 	"strconv"
 	"strings"
@@ -67,6 +68,11 @@ type Flow struct {
 	// target (path and query); headers include Host. Nil: blocked server requests are dropped
 	// unanswered and the record says so.
 	Post func(ctx context.Context, target string, headers []exchange.Header, body []byte) error
+	// Audit makes the route's durable audit records (nil: the route is not audited): an
+	// authorization for each allowed tools/call, prompts/get, resources/read and server→client
+	// request before it is forwarded, a record of every denial before it is answered, and each
+	// call's outcome.
+	Audit Auditor
 }
 
 // Record is one JSON-RPC message as Level 2 saw it and judged it.
@@ -93,6 +99,9 @@ type Record struct {
 	cursor bool            // a list request for a later page (params.cursor)
 	rawID  json.RawMessage // the id as sent, to answer with
 	key    string          // the id as responses correlate with it (idKey)
+
+	auditSeq uint64        // the durable authorization awaiting its outcome (0: none)
+	audit    *audit.Record // that authorization
 }
 
 // stateKey is where the exchange keeps Level 2's per-exchange state.
@@ -153,6 +162,7 @@ type stage struct {
 	exchange.Base
 	f     *Flow
 	posts chan struct{} // slots for answers to the server in flight
+	audit stageAudit
 }
 
 func (s *stage) maxBody() int64 {
@@ -193,12 +203,15 @@ func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 	return exchange.Continue
 }
 
-func (s *stage) RequestBody(_ context.Context, x *exchange.Exchange) exchange.Result {
+func (s *stage) RequestBody(ctx context.Context, x *exchange.Exchange) exchange.Result {
 	st := stateOf(x)
 	b := &st.body
-	*b = requestBody{raw: x.RequestBody()}
+	*b = requestBody{raw: x.RequestBody(), ctx: ctx}
 	for _, step := range requestSteps {
 		if res, done := step.run(s, x, st, b); done {
+			if st.answered {
+				s.auditDenials(x, st)
+			}
 			return res
 		}
 	}
@@ -211,6 +224,8 @@ type requestBody struct {
 	msgs  []*mcp.Message
 	batch bool
 	decs  []policy.Decision // one per message, from the policy step
+	out   [][]byte          // the messages as forwarded, from the transform step
+	ctx   context.Context   // the exchange's
 }
 
 // readRequest decodes the body's Content-Encoding and decides whether it carries JSON-RPC at
@@ -372,7 +387,7 @@ func (s *stage) checkArguments(x *exchange.Exchange, st *xstate, b *requestBody)
 
 // transform applies what the allowed messages' decisions ask for (redaction, _meta).
 func (s *stage) transform(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
-	s.transformRequests(x, st, b.msgs, b.batch, b.decs)
+	b.out = s.transformRequests(x, st, b.msgs, b.batch, b.decs)
 	return exchange.Continue, false
 }
 
@@ -671,7 +686,13 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				out[i] = errorBody(m.ID, CodeDenied, "result withheld by "+Intermediary+" policy", d.Rule, d.Reason, 0)
 				changed = true
 				req.Decision, req.Rule, req.Reason = d.Action, d.Rule, "result withheld: "+d.Reason
+				s.auditOutcome(req, "denied", 0, req.Reason)
 				continue
+			}
+			if m.Kind == mcp.KindError && m.Error != nil {
+				s.auditOutcome(req, "error", m.Error.Code, "")
+			} else {
+				s.auditOutcome(req, "result", 0, "")
 			}
 			if m.Kind != mcp.KindResponse {
 				if o, ok := s.redact(out[i], d, "error", req); ok {
@@ -705,6 +726,11 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				}
 			}
 			d := s.evaluate(x, st, m, r, ServerToClient, nil, extra)
+			if d.Action == policy.ActionAllow && m.Kind == mcp.KindRequest {
+				if err := s.authorizeServerRequest(ctx, x, st, m, r); err != nil {
+					d = policy.Decision{Action: policy.ActionDeny, Rule: "audit", Reason: "audit unavailable: " + oneLine(err.Error())}
+				}
+			}
 			r.Decision, r.Rule, r.Reason = d.Action, d.Rule, d.Reason
 			if kind != "" {
 				r.Reason = kind + " request from the server: " + r.Reason
@@ -714,6 +740,9 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				// server message.
 				out[i], changed = nil, true
 				if m.Kind == mcp.KindRequest {
+					if d.Rule != "audit" {
+						s.auditServerDenial(x, st, m, r)
+					}
 					r.Reason += "; dropped, the server was answered with JSON-RPC error " + fmt.Sprint(CodeDenied)
 					s.answerServer(ctx, x, st, m, r, d)
 					continue
@@ -837,6 +866,7 @@ func (s *stage) Done(x *exchange.Exchange) {
 	if st == nil {
 		return
 	}
+	s.auditUnended(x, st)
 	for i, r := range st.reqs {
 		r.Status = x.Status
 		r.Duration = x.Duration

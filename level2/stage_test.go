@@ -84,6 +84,12 @@ func (h *harness) recs() []*Record {
 // newHarness runs the Level 2 stage list (classifier + Level 2) in front of u with rules.
 func newHarness(t *testing.T, u *upstream, rules []policy.RuleSpec, opt Options, sessions *Sessions) *harness {
 	t.Helper()
+	return newHarnessWith(t, u, rules, opt, sessions, nil)
+}
+
+// newHarnessWith is newHarness with each connection's Flow adjusted by adjust (nil: none).
+func newHarnessWith(t *testing.T, u *upstream, rules []policy.RuleSpec, opt Options, sessions *Sessions, adjust func(*Flow)) *harness {
+	t.Helper()
 	var set *policy.Set
 	if rules != nil {
 		var err error
@@ -117,6 +123,9 @@ func newHarness(t *testing.T, u *upstream, rules []policy.RuleSpec, opt Options,
 				}}
 				if set != nil {
 					f.Rules = func() Evaluator { return set }
+				}
+				if adjust != nil {
+					adjust(f)
 				}
 				stages := []exchange.Stage{level1.NewClassifier(level1.Guards{}), f.Stage()}
 				exchange.Serve(context.Background(), c, up, stages, exchange.Options{}, nil)
