@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"mcpintercept/audit"
+	"mcpintercept/mcp"
 )
 
 // fakeStore is an Appender that keeps what it was given. gate, when set, holds every Append until
@@ -327,8 +328,8 @@ func TestTraceparentValidation(t *testing.T) {
 		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01":     false,
 		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\x00": false,
 	} {
-		if got := validTraceparent(s); got != want {
-			t.Errorf("validTraceparent(%q) = %v, want %v", s, got, want)
+		if got := mcp.ValidTraceparent(s); got != want {
+			t.Errorf("ValidTraceparent(%q) = %v, want %v", s, got, want)
 		}
 	}
 }

@@ -10,13 +10,14 @@ import (
 
 	"mcpintercept/audit"
 	"mcpintercept/exchange"
+	"mcpintercept/level2"
 	"mcpintercept/mcp"
 )
 
 // CodeAuditUnavailable is the JSON-RPC error an audited request gets when its authorization
 // record could not be made durable and the route fails closed. Like Level 2's policy codes it lies
 // outside the range JSON-RPC reserves, so no client takes it for the server's.
-const CodeAuditUnavailable = -31004
+const CodeAuditUnavailable = level2.CodeAuditUnavailable
 
 // auditIntermediary is how error.data names the appliance, as in Level 2's errors.
 const auditIntermediary = "mcpintercept"
@@ -122,7 +123,7 @@ func (s *auditStage) authorization(x *exchange.Exchange) *audit.Record {
 			r.Server = h
 		}
 	}
-	if tp, ok := x.Req.Get("traceparent"); ok && validTraceparent(tp) {
+	if tp, ok := x.Req.Get("traceparent"); ok && mcp.ValidTraceparent(tp) {
 		r.Traceparent = tp
 	}
 	return r
@@ -175,22 +176,3 @@ func auditErrorBody(reason string) []byte {
 	return b
 }
 
-// validTraceparent accepts a W3C traceparent (version-traceid-parentid-flags, lower-case hex), so
-// that a record never carries whatever else a client put in that header.
-func validTraceparent(s string) bool {
-	parts := strings.Split(s, "-")
-	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
-		return false
-	}
-	if parts[0] == "ff" || (parts[0] == "00" && len(parts) != 4) || len(s) > 256 {
-		return false
-	}
-	for _, p := range parts[:4] {
-		for i := 0; i < len(p); i++ {
-			if c := p[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return strings.Trim(parts[1], "0") != "" && strings.Trim(parts[2], "0") != ""
-}

@@ -101,6 +101,7 @@ func (e *Engine) level2Flow(f *flow, route *Route, tlsMode Disposition, rec *rec
 		Post:              e.level2Post(f, route, tlsMode),
 		Sessions:          e.sessions,
 		Record:            rec.message,
+		Audit:             fa.writer(),
 	}
 	if f.rules.name != "" {
 		l2.Rules = func() level2.Evaluator {

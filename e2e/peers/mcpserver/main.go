@@ -36,6 +36,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -77,6 +78,21 @@ type options struct {
 	extraTools    int
 	pageSize      int
 	inputRequired bool
+	callLog       string
+}
+
+// callLog, when set (-call-log), gets one line per echo call the server executed: its text.
+var (
+	callLogMu sync.Mutex
+	callLog   *os.File
+)
+
+func logCall(text string) {
+	callLogMu.Lock()
+	defer callLogMu.Unlock()
+	if callLog != nil {
+		fmt.Fprintln(callLog, text)
+	}
 }
 
 func main() {
@@ -93,7 +109,16 @@ func main() {
 	flag.IntVar(&o.extraTools, "extra-tools", 0, "register this many more tools: odd ones denied_extra_NN, even ones extra_NN (to list more than one page)")
 	flag.IntVar(&o.pageSize, "page-size", 0, "page size of list results (0: the SDK's default, 1000)")
 	flag.BoolVar(&o.inputRequired, "input-required", false, "add ask_model and ask_user, tools that ask the client through 2026-07-28 input_required results (sampling, elicitation)")
+	flag.StringVar(&o.callLog, "call-log", "", "append the text of every echo call executed to this file, a line each")
 	flag.Parse()
+	if o.callLog != "" {
+		f, err := os.OpenFile(o.callLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mcpserver:", err)
+			os.Exit(2)
+		}
+		callLog = f
+	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(o, logger); err != nil {
@@ -251,6 +276,7 @@ func newMCPServer(name string, opts *mcp.ServerOptions) *mcp.Server {
 
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Echoes the text argument."},
 		func(_ context.Context, _ *mcp.CallToolRequest, in echoArgs) (*mcp.CallToolResult, any, error) {
+			logCall(in.Text)
 			return textResult(in.Text), nil, nil
 		})
 
