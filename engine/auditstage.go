@@ -175,4 +175,3 @@ func auditErrorBody(reason string) []byte {
 	}{"2.0", nil, rpcError{CodeAuditUnavailable, "audit unavailable", data{auditIntermediary, "audit", reason}}})
 	return b
 }
-
