@@ -107,10 +107,10 @@ CLK_TCK=$(getconf CLK_TCK)
 # the lab server certificate on 8443 (direct TLS, relays, terminate + Level 1), 8444 (terminate +
 # Level 2), 9443 (passthrough).
 ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8080,10.200.2.2:8081,10.200.2.2:8082 >"$WORK/origin.out" 2>&1 &
-ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8443,10.200.2.2:8444,10.200.2.2:9443 \
+ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8443,10.200.2.2:8444,10.200.2.2:8445,10.200.2.2:9443 \
 	-tls-cert "$PKI/server.pem" -tls-key "$PKI/server-key.pem" >"$WORK/tlsorigin.out" 2>&1 &
 for i in $(seq 1 100); do
-	[ "$(grep -cs READY "$WORK/origin.out")" = 3 ] && [ "$(grep -cs READY "$WORK/tlsorigin.out")" = 3 ] && break
+	[ "$(grep -cs READY "$WORK/origin.out")" = 3 ] && [ "$(grep -cs READY "$WORK/tlsorigin.out")" = 4 ] && break
 	sleep 0.1
 done
 
@@ -179,7 +179,7 @@ mcpi_config() {
 listen: {port: 15001}
 intercept:
   destinations: [10.200.2.0/24]
-  ports: [8080, 8081, 8082, 8443, 8444, 9443]
+  ports: [8080, 8081, 8082, 8443, 8444, 8445, 9443]
 admin: {listen: \"off\"}
 log: {flows: \"$FLOWS\"}
 ca: {dir: $WORK/ca$id}
@@ -191,6 +191,15 @@ routes:
   - {name: passthrough, match: {ports: [9443]}, tls: passthrough}"
 	local l2='  - {name: l2-plain, match: {ports: [8082]}, tls: plaintext, level: 2, development: true, rule_set: bench}
   - {name: terminate-l2, match: {ports: [8444]}, tls: terminate, level: 2, rule_set: bench}'
+	# Terminate + Level 2 with the durable audit (issue 18), when BINARY knows it.
+	local l2audit="  - {name: terminate-l2-audit, match: {ports: [8445]}, tls: terminate, level: 2, rule_set: bench, audit: true}"
+	printf -v "AUDIT$id" 0
+	printf '%s\n' "$base" "$l2" "$l2audit" "$RULES" "audit: {dir: $WORK/audit$id}" >"$WORK/routes$id.yaml"
+	if "$bin" check --config "$WORK/routes$id.yaml" >/dev/null 2>&1; then
+		printf -v "L2$id" 1
+		printf -v "AUDIT$id" 1
+		return
+	fi
 	printf '%s\n' "$base" "$l2" "$RULES" >"$WORK/routes$id.yaml"
 	if "$bin" check --config "$WORK/routes$id.yaml" >"$WORK/l2check$id.out" 2>&1; then
 		printf -v "L2$id" 1
@@ -265,10 +274,10 @@ start_haproxy() {
 
 # mcpi_rows ROUND BINARY ID SUFFIX: the appliance's rows, with BINARY and $WORK/routesID.yaml.
 mcpi_rows() {
-	local round=$1 bin=$2 id=$3 sfx=$4 l2var="L2$3"
-	local l2=${!l2var}
+	local round=$1 bin=$2 id=$3 sfx=$4 l2var="L2$3" auditvar="AUDIT$3"
+	local l2=${!l2var} au=${!auditvar:-0}
 	want "mcpintercept opaque$sfx" || want "Level 1 plaintext$sfx" || want "passthrough$sfx" || want "terminate + Level 1$sfx" ||
-		{ [ "$l2" = 1 ] && { want "Level 2 plaintext$sfx" || want "terminate + Level 2$sfx"; }; } || return 0
+		{ [ "$l2" = 1 ] && { want "Level 2 plaintext$sfx" || want "terminate + Level 2$sfx" || want "terminate + Level 2 \+ audit$sfx"; }; } || return 0
 	start_proxy "$WORK/app$id.log" msg=ready ip netns exec mcpi-appliance "$bin" run --config "$WORK/routes$id.yaml" --mechanism nftables-tproxy
 	[ -s "$WORK/appliance-ca$id.pem" ] || ip netns exec mcpi-appliance "$bin" ca export --dir "$WORK/ca$id" >"$WORK/appliance-ca$id.pem"
 	CA=$PKI/server-ca.pem
@@ -279,10 +288,12 @@ mcpi_rows() {
 	CA=$WORK/appliance-ca$id.pem
 	row "$round" tls "terminate + Level 1$sfx" "$TLSURL:8443/mcp"
 	[ "$l2" = 1 ] && row "$round" tls "terminate + Level 2$sfx" "$TLSURL:8444/mcp"
+	[ "$au" = 1 ] && row "$round" tls "terminate + Level 2 + audit$sfx" "$TLSURL:8445/mcp"
 	row "$round" rate-plain "Level 1 plaintext$sfx" "$PLAIN:8081/mcp"
 	[ "$l2" = 1 ] && row "$round" rate-plain "Level 2 plaintext$sfx" "$PLAIN:8082/mcp"
 	row "$round" rate-tls "terminate + Level 1$sfx" "$TLSURL:8443/mcp"
 	[ "$l2" = 1 ] && row "$round" rate-tls "terminate + Level 2$sfx" "$TLSURL:8444/mcp"
+	[ "$au" = 1 ] && row "$round" rate-tls "terminate + Level 2 + audit$sfx" "$TLSURL:8445/mcp"
 	stop_proxy
 }
 
@@ -360,7 +371,7 @@ print(f"\n== fast origin, closed loop: median of {sys.argv[3]} rounds")
 print(f"{'path':<32}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'x direct':>10}{'x relay':>9}{'cpu %':>8}{'cpu us/req':>11}")
 relay = {"plain": ("plain", "Go relay splice"), "tls": ("tls", "Go relay splice (TLS)")}
 vs_relay = {"mcpintercept opaque", "passthrough", "Level 1 plaintext", "terminate + Level 1",
-            "Level 2 plaintext", "terminate + Level 2"}
+            "Level 2 plaintext", "terminate + Level 2", "terminate + Level 2 + audit"}
 for fam, base_label in (("plain", "direct"), ("tls", "direct TLS")):
     base = agg((fam, base_label)) if (fam, base_label) in by else None
     rk = relay[fam]
