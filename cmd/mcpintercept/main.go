@@ -8,6 +8,7 @@
 //	mcpintercept declare [--config FILE] [--mechanism NAME]
 //	mcpintercept ca init|export [--config FILE | --dir DIR]
 //	mcpintercept exec [--config FILE] [--level 1] [--user NAME|UID] -- CMD [ARGS...]
+//	mcpintercept audit verify|show DIR [flags]
 //
 // run, exec and cleanup need Linux; check, declare and ca work everywhere. Signals to run: SIGINT
 // and SIGTERM drain and stop, SIGHUP reloads routes and rules, SIGUSR1 reopens the flow log file
