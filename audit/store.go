@@ -20,6 +20,13 @@ import (
 // without limit.
 const maxBatch = 4096
 
+// outcomeDelay is how long an outcome record may wait to share the next authorization's sync.
+// Nothing is forwarded on an outcome's account, so it need not cost a sync of its own: under load
+// it rides with the next commit, and alone it is committed after this delay (its Append returns
+// then). A crash inside the window loses only outcomes, which verify reads as calls whose end is
+// unknown, never as tampering.
+const outcomeDelay = 20 * time.Millisecond
+
 // Store is an open audit log. Its methods are safe for concurrent use.
 type Store struct {
 	cfg    Config
@@ -351,14 +358,38 @@ func (s *Store) run() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	batch := make([]*request, 0, maxBatch)
+	// later holds outcome records waiting for a commit to ride with (outcomeDelay).
+	var later []*request
+	delay := time.NewTimer(time.Hour)
+	delay.Stop()
 	for {
 		select {
 		case req := <-s.reqs:
 			batch = s.gather(append(batch[:0], req))
+			if onlyOutcomes(batch) && len(later)+len(batch) < maxBatch {
+				if len(later) == 0 {
+					delay.Reset(outcomeDelay)
+				}
+				later = append(later, batch...)
+				continue
+			}
+			if len(later) > 0 {
+				delay.Stop()
+				batch = append(later, batch...)
+				later = nil
+			}
 			s.commit(batch)
+		case <-delay.C:
+			if len(later) > 0 {
+				s.commit(later)
+				later = nil
+			}
 		case <-tick.C:
 			s.maintain()
 		case <-s.stop:
+			if len(later) > 0 {
+				s.commit(later)
+			}
 			for {
 				select {
 				case req := <-s.reqs:
@@ -370,6 +401,16 @@ func (s *Store) run() {
 			}
 		}
 	}
+}
+
+// onlyOutcomes reports whether no request of batch waits for its sync to forward a call.
+func onlyOutcomes(batch []*request) bool {
+	for _, r := range batch {
+		if r.rec.Kind != KindOutcome {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Store) gather(batch []*request) []*request {

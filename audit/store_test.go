@@ -285,3 +285,40 @@ func TestCheckpointIsSignedAndServed(t *testing.T) {
 }
 
 func timeNowForTest() time.Time { return time.Now() }
+
+// An outcome record alone still becomes durable (after outcomeDelay, not at the next
+// authorization), and one waiting rides with the next authorization's commit, ahead of it.
+func TestOutcomeCommittedLazily(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Config{Dir: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	auth := &Record{Kind: KindAuthorization, Tool: "a", Decision: Allow}
+	if _, err := s.Append(ctx, auth); err != nil {
+		t.Fatal(err)
+	}
+	out := &Record{Kind: KindOutcome, Tool: "a", Outcome: "result", Authorization: auth.Seq}
+	if _, err := s.Append(ctx, out); err != nil {
+		t.Fatalf("a lone outcome: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Append(ctx, &Record{Kind: KindOutcome, Tool: "b", Outcome: "result", Authorization: auth.Seq})
+		done <- err
+	}()
+	if _, err := s.Append(ctx, &Record{Kind: KindAuthorization, Tool: "c", Decision: Allow}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(dir, VerifyOptions{})
+	if err != nil || rep.Problem != nil || rep.Records != 4 {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+}
