@@ -149,6 +149,7 @@ type Config struct {
 	UpstreamDeny []netip.Prefix `yaml:"upstream_deny"`
 	CA           CAConfig       `yaml:"ca"`
 	Audit        AuditConfig    `yaml:"audit"`
+	Tokens       TokensConfig   `yaml:"tokens"`
 	Upstream     UpstreamTLS    `yaml:"upstream_tls"`
 	TLS          TLSConfig      `yaml:"tls"`
 	HTTP         HTTPConfig     `yaml:"http"`

@@ -491,6 +491,10 @@ func (c *Config) resolvePaths(dir string) {
 	c.CA.Dir = resolve(c.CA.Dir)
 	c.DNS.StateDir = resolve(c.DNS.StateDir)
 	c.Audit.Dir = resolve(c.Audit.Dir)
+	for i := range c.Tokens.Issuers {
+		c.Tokens.Issuers[i].JWKSFile = resolve(c.Tokens.Issuers[i].JWKSFile)
+	}
+	c.Tokens.Introspection.ClientSecretFile = resolve(c.Tokens.Introspection.ClientSecretFile)
 	for i, p := range c.Upstream.ExtraCAs {
 		c.Upstream.ExtraCAs[i] = resolve(p)
 	}

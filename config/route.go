@@ -65,6 +65,12 @@ type Route struct {
 	// AuditArguments puts a tools/call's arguments, after redaction, in its audit record; without
 	// it the record holds only their hash. Needs audit and level 2.
 	AuditArguments bool `yaml:"audit_arguments,omitempty"`
+	// TokenAudience is On or Off: whether a bearer token's audience must name the server's
+	// canonical URI (or one of Audiences) before the request is forwarded. Parse fills On on
+	// routes that read HTTP; it cannot be set on the others.
+	TokenAudience string `yaml:"token_audience,omitempty"`
+	// Audiences are accepted token audiences besides the canonical URI.
+	Audiences []string `yaml:"audiences,omitempty"`
 	// Line and Column locate the route's mapping in the file (0 when built
 	// in code), for messages about the route as a whole.
 	Line, Column int `yaml:"-"`
@@ -183,6 +189,10 @@ var routeTable = table[Route]{
 	key("rule_set", "the rule set applied on the route", func(r *Route) *string { return &r.RuleSet }, str),
 	key("audit", "records every request durably before it goes upstream", func(r *Route) *bool { return &r.Audit }, boolean),
 	key("audit_arguments", "records arguments (redacted) besides their hash", func(r *Route) *bool { return &r.AuditArguments }, boolean),
+	key("token_audience", "checks a bearer token's audience before forwarding: on or off", func(r *Route) *string { return &r.TokenAudience }, scalar(parseOnOff)).
+		defBy(func(r *Route) (string, bool) { return On, r.seesHTTP() }),
+	key("audiences", "token audiences accepted besides the canonical URI", func(r *Route) *[]string { return &r.Audiences }, list(parseString)).
+		checkedBy(unique(checkAudience, quote)),
 }
 
 // defaultRouteTable is the route keys default_route takes.

@@ -96,6 +96,19 @@ var configTable = table[Config]{
 	key("audit.checkpoint_every", "how often the log's head is signed", func(c *Config) *Duration { return &c.Audit.CheckpointEvery }, duration).
 		def(Duration{DefaultAuditCheckpointEvery}).checked(durationBetween(100*time.Millisecond, time.Hour)),
 
+	issuersBlock,
+	key("tokens.clock_skew", "leeway on a token's exp and nbf", func(c *Config) *Duration { return &c.Tokens.ClockSkew }, duration).
+		def(Duration{DefaultClockSkew}).checked(durationBetween(0, time.Hour)),
+	key("tokens.opaque_tokens", "what a bearer token that is not a JWT gets: allow, deny or introspect", func(c *Config) *string { return &c.Tokens.OpaqueTokens }, str).
+		def(TokensAllow).checked(func(s string) string { return checkOneOf(s, TokensAllow, TokensDeny, TokensIntrospect) }),
+	key("tokens.introspection.url", "RFC 7662 endpoint of opaque_tokens: introspect", func(c *Config) *string { return &c.Tokens.Introspection.URL }, str).
+		checked(checkOptionalURL),
+	key("tokens.introspection.client_id", "client id the appliance introspects as", func(c *Config) *string { return &c.Tokens.Introspection.ClientID }, str),
+	key("tokens.introspection.client_secret_file", "file holding the introspection client secret", func(c *Config) *string { return &c.Tokens.Introspection.ClientSecretFile }, str).
+		checked(checkOptionalPath),
+	key("tokens.max_header", "bound of an Authorization header (bytes)", func(c *Config) *int64 { return &c.Tokens.MaxHeader }, size(checkTokenMaxHeader)).
+		def(DefaultTokenMaxHeader).checked(checkTokenMaxHeader),
+
 	key("upstream_tls.extra_cas", "PEM files trusted besides the system roots", func(c *Config) *[]string { return &c.Upstream.ExtraCAs }, list(parseString)).
 		checkedBy(each(checkPath)),
 	key("upstream_tls.handshake_timeout", "bound of the upstream TLS handshake", func(c *Config) *Duration { return &c.Upstream.HandshakeTimeout }, duration).

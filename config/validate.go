@@ -79,6 +79,7 @@ func (c *Config) validate() Errors {
 	v.routes(c)
 	v.defaultRoute(c)
 	v.ruleSets(c)
+	v.tokens(c)
 
 	l := c.Limits
 	if l.MaxFlows >= 1 && l.MaxFlowsPerClient > l.MaxFlows {
@@ -269,6 +270,7 @@ func (v *validator) route(c *Config, key string, r Route) {
 	level := r.LevelOrDefault()
 	upKey := key + ".allow_upgrade"
 	v.auditRoute(c, key, r, tlsOK && levelOK)
+	v.tokensRoute(key, r, tlsOK && levelOK)
 
 	// The cross checks need both sides valid: a message about a
 	// combination is noise while one half is itself wrong.
