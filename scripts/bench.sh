@@ -277,7 +277,7 @@ mcpi_rows() {
 	local round=$1 bin=$2 id=$3 sfx=$4 l2var="L2$3" auditvar="AUDIT$3"
 	local l2=${!l2var} au=${!auditvar:-0}
 	want "mcpintercept opaque$sfx" || want "Level 1 plaintext$sfx" || want "passthrough$sfx" || want "terminate + Level 1$sfx" ||
-		{ [ "$l2" = 1 ] && { want "Level 2 plaintext$sfx" || want "terminate + Level 2$sfx" || want "terminate + Level 2 \+ audit$sfx"; }; } || return 0
+		{ [ "$l2" = 1 ] && { want "Level 2 plaintext$sfx" || want "terminate + Level 2$sfx" || want "terminate + Level 2 + audit$sfx"; }; } || return 0
 	start_proxy "$WORK/app$id.log" msg=ready ip netns exec mcpi-appliance "$bin" run --config "$WORK/routes$id.yaml" --mechanism nftables-tproxy
 	[ -s "$WORK/appliance-ca$id.pem" ] || ip netns exec mcpi-appliance "$bin" ca export --dir "$WORK/ca$id" >"$WORK/appliance-ca$id.pem"
 	CA=$PKI/server-ca.pem
