@@ -8,8 +8,11 @@ package auth
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
 	"time"
 )
 
@@ -34,7 +37,7 @@ func ParseOpaqueMode(s string) (OpaqueMode, error) {
 	case OpaqueAllow, OpaqueDeny, OpaqueIntrospect:
 		return m, nil
 	}
-	return "", errors.New("opaque tokens: want allow, deny or introspect")
+	return "", fmt.Errorf("opaque tokens %q: want allow, deny or introspect", s)
 }
 
 // Options configures one Checker (one route).
@@ -62,10 +65,12 @@ type Introspection struct{ URL, ClientID, ClientSecret string }
 
 // Result is the judgement of one request's Authorization header.
 type Result struct {
-	Present  bool
-	Scheme   string // "bearer", "basic", ... lowercased ("" when absent)
-	Verified bool   // signature checked against a configured issuer
-	Claims   Claims // from a JWT (zero for opaque tokens unless introspected)
+	Present bool
+	Scheme  string // "bearer", "basic", ... lowercased ("" when absent)
+	// Verified: the signature was checked against a configured issuer, or
+	// the introspection endpoint vouched for the token.
+	Verified bool
+	Claims   Claims // from a JWT or introspection; zero on refusal
 	Reason   string // on refusal; never contains the token
 	Kind     string // on refusal: audience|signature|expired|issuer|opaque|malformed|oversized
 }
@@ -77,22 +82,103 @@ type Claims struct {
 	Exp, Nbf, Iat                  int64
 }
 
+// Refusal kinds: a bounded set, fit for a metric label.
+const (
+	KindAudience  = "audience"
+	KindSignature = "signature"
+	KindExpired   = "expired"
+	KindIssuer    = "issuer"
+	KindOpaque    = "opaque"
+	KindMalformed = "malformed"
+	KindOversized = "oversized"
+)
+
+const (
+	defaultSkew      = 60 * time.Second
+	defaultMaxHeader = 8 << 10
+	fetchTimeout     = 5 * time.Second
+	maxFetchBytes    = 1 << 20
+	refreshInterval  = time.Minute
+)
+
 // Checker judges tokens for one route; safe for concurrent use.
 type Checker struct {
-	o Options
+	audiences []string // canonical forms
+	issuers   map[string]*issuer
+	skew      time.Duration
+	opaque    OpaqueMode
+	intro     *introspector
+	maxHeader int
+	now       func() time.Time
 }
 
-// New builds a Checker, loading JWKS files now so a bad file fails at start.
+// New builds a Checker, reading JWKS files now so a bad file fails at start.
+// JWKS URLs are fetched on the first token of their issuer.
 func New(o Options) (*Checker, error) {
-	return &Checker{o: o}, nil
+	return newChecker(o, nil)
 }
 
-// CanonicalURI is the MCP server's canonical URI as the MCP authorization
-// spec (RFC 8707 resource) defines it: lowercase scheme and host, port only
-// when not the default, path without a trailing slash, no query or
-// fragment. host is the SNI or Host the client used.
-func CanonicalURI(scheme, host string, port int, path string) string {
-	return ""
+// newChecker is New with the roots HTTPS fetches verify against (nil: the
+// system roots).
+func newChecker(o Options, roots *x509.CertPool) (*Checker, error) {
+	c := &Checker{skew: o.ClockSkew, maxHeader: o.MaxHeader, now: time.Now}
+	if err := c.setLimits(o); err != nil {
+		return nil, err
+	}
+	c.audiences = canonicalAll(o.Audiences)
+	client := newHTTPClient(o.Dial, roots)
+	issuers, err := newIssuers(o.Issuers, client, c.clock)
+	if err != nil {
+		return nil, err
+	}
+	c.issuers = issuers
+	if c.opaque == OpaqueIntrospect {
+		if c.intro, err = newIntrospector(o.Introspect, client, c.clock); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Checker) setLimits(o Options) error {
+	if c.skew < 0 {
+		return fmt.Errorf("clock skew %v: must not be negative", c.skew)
+	}
+	if c.skew == 0 {
+		c.skew = defaultSkew
+	}
+	if c.maxHeader < 0 {
+		return fmt.Errorf("max header %d: must not be negative", c.maxHeader)
+	}
+	if c.maxHeader == 0 {
+		c.maxHeader = defaultMaxHeader
+	}
+	mode, err := ParseOpaqueMode(string(o.Opaque))
+	if err != nil {
+		return err
+	}
+	c.opaque = mode
+	return nil
+}
+
+// clock lets tests move time without sleeping.
+func (c *Checker) clock() time.Time { return c.now() }
+
+func newHTTPClient(dial func(context.Context, string, string) (net.Conn, error), roots *x509.CertPool) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // the bypass dialer is the only way out
+	if dial != nil {
+		t.DialContext = dial
+	}
+	if roots != nil {
+		t.TLSClientConfig.RootCAs = roots
+	}
+	return &http.Client{
+		Transport: t,
+		Timeout:   fetchTimeout,
+		// A redirect could leave the configured host; refuse to follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // Check judges the Authorization header values of one request (all of
@@ -102,5 +188,61 @@ func (c *Checker) Check(ctx context.Context, authorization []string, canonical s
 	if len(authorization) == 0 {
 		return Result{}, nil
 	}
-	return Result{Present: true, Reason: "not implemented", Kind: "malformed"}, ErrRefused
+	if len(authorization) > 1 {
+		return refuse(Result{Present: true}, KindMalformed, "%d authorization headers", len(authorization))
+	}
+	h := authorization[0]
+	if len(h) > c.maxHeader {
+		return refuse(Result{Present: true}, KindOversized, "authorization header over %d bytes", c.maxHeader)
+	}
+	scheme, cred, err := splitHeader(h)
+	r := Result{Present: true, Scheme: scheme}
+	if err != nil {
+		return refuse(r, KindMalformed, "%v", err)
+	}
+	if scheme != "bearer" {
+		return r, nil // no audience to check
+	}
+	return c.checkBearer(ctx, r, cred, canonicalize(canonical))
+}
+
+func (c *Checker) checkBearer(ctx context.Context, r Result, token, canonical string) (Result, error) {
+	if !looksLikeJWS(token) {
+		return c.checkOpaque(ctx, r, token, canonical)
+	}
+	cl, verified, ref := c.parseJWT(token)
+	if ref != nil {
+		return refuse(r, ref.kind, "%s", ref.reason)
+	}
+	return c.accept(r, cl, verified, canonical)
+}
+
+// accept checks the audience of claims already trusted as far as they can
+// be, and fills the Result.
+func (c *Checker) accept(r Result, cl tokenClaims, verified bool, canonical string) (Result, error) {
+	var extra []string
+	if iss, ok := c.issuers[cl.Iss]; ok && verified {
+		extra = iss.audiences
+	}
+	if ref := checkAudience(cl.audiences(), canonical, c.audiences, extra); ref != nil {
+		return refuse(r, ref.kind, "%s", ref.reason)
+	}
+	r.Verified = verified
+	r.Claims = cl.public()
+	return r, nil
+}
+
+// refusal is a judgement before it becomes a Result.
+type refusal struct{ kind, reason string }
+
+func refused(kind, format string, a ...any) *refusal {
+	return &refusal{kind: kind, reason: fmt.Sprintf(format, a...)}
+}
+
+func refuse(r Result, kind, format string, a ...any) (Result, error) {
+	r.Kind = kind
+	r.Reason = fmt.Sprintf(format, a...)
+	r.Claims = Claims{}
+	r.Verified = false
+	return r, fmt.Errorf("%w: %s", ErrRefused, r.Reason)
 }
