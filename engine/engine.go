@@ -79,9 +79,10 @@ type Engine struct {
 	// clientInfo, 2024-11-05 requests whose answers come on another connection).
 	sessions *level2.Sessions
 
-	opt   Options
-	rec   *telemetry.Recorder // opt's recorder (recorderOf)
-	audit *auditMetrics
+	opt    Options
+	rec    *telemetry.Recorder // opt's recorder (recorderOf)
+	audit  *auditMetrics
+	tokens *tokenMetrics
 
 	// listenAddrs are the bound listener addresses; a flow whose original destination is one of
 	// them would be forwarded to the appliance itself, so it is refused (loop avoidance).
@@ -123,6 +124,7 @@ func New(opt Options) *Engine {
 		opt:         opt,
 		rec:         recorderOf(opt),
 		audit:       newAuditMetrics(registryOf(opt.Metrics)),
+		tokens:      newTokenMetrics(registryOf(opt.Metrics)),
 		sessions:    level2.NewSessions(0),
 		listenAddrs: map[netip.AddrPort]bool{},
 		clients:     map[netip.Addr]int{},

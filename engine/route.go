@@ -75,6 +75,9 @@ type Route struct {
 	// Audit, when set, makes every judged request of the route durable in the audit store
 	// before it goes upstream, and its outcome after.
 	Audit *RouteAudit
+	// Tokens checks every request's bearer token before it is forwarded (nil: tokens pass
+	// unread, token_audience: off).
+	Tokens TokenChecker
 }
 
 // needsSNI reports whether matching this route depends on the ClientHello.

@@ -15,6 +15,9 @@ var stageList = []stageFactory{
 	// Classification from headers, with its guards (protocol switches, Host, unreadable or, on
 	// strict routes, untrusted MCP headers): at every awareness level that reads HTTP.
 	{name: "classify", levels: fromLevel(1), build: func(c *chainOf) exchange.Stage { return level1.NewClassifier(c.guards) }},
+	// The bearer token's audience (and, with issuers, its signature and times), before any
+	// policy or body stage: a refused token is never forwarded, and rules read its claims.
+	{name: "token", levels: fromLevel(1), build: func(c *chainOf) exchange.Stage { return c.e.tokenStage(c) }},
 	// Level 1 header policy. At Level 2 the body is the truth: rules judge the JSON-RPC
 	// messages instead, and each message gets its own record.
 	{name: "header-policy", levels: onlyLevel(1), build: func(c *chainOf) exchange.Stage { return level1.NewHeaderPolicy(c.e.level1Flow(c.f, c.tls)) }},

@@ -137,7 +137,7 @@ func (p *HeaderPolicy) RequestHead(_ context.Context, x *exchange.Exchange) exch
 	}
 	p.http = policy.Request{Method: info.Method, Path: info.Path, Headers: policy.HeaderMap(info.Headers)}
 	p.msg = policy.Message{Version: info.ProtocolVersion, Method: info.MCPMethod, Name: info.MCPName, Session: info.SessionHash}
-	p.in = policy.Input{Vars: policy.Vars{Client: p.f.Client, Conn: p.f.Conn, HTTP: &p.http, MCP: &p.msg}, FailOpen: p.f.FailOpen}
+	p.in = policy.Input{Vars: policy.Vars{Client: p.f.Client, Conn: p.f.Conn, HTTP: &p.http, MCP: &p.msg, Auth: policy.AuthFrom(x.Get(policy.AuthKey{}))}, FailOpen: p.f.FailOpen}
 	d := rs.Evaluate(&p.in)
 	if len(d.Errors) > 0 && p.f.RuleErrors != nil {
 		p.f.RuleErrors(&d)

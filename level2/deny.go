@@ -21,6 +21,8 @@ const (
 	// CodeUnreadable: the body could not be inspected (an encoding the appliance cannot decode,
 	// JSON a strict parser refuses: duplicate or case-variant keys, bad UTF-8, too deep).
 	CodeUnreadable = -31003
+	// CodeTokenRefused: the bearer token failed the appliance's check (audience, signature, expiry).
+	CodeTokenRefused = -31005
 	// CodeHeaderMismatch is MCP's HeaderMismatch (SEP-2243): Mcp-Method, Mcp-Name or
 	// MCP-Protocol-Version disagree with the body.
 	CodeHeaderMismatch = -32020

@@ -933,7 +933,7 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Re
 	if info := mcp.InfoOf(x); info != nil {
 		v.http.Headers = policy.HeaderMap(info.Headers)
 	}
-	v.in = policy.Input{Vars: policy.Vars{Client: s.f.Client, Conn: s.f.Conn, HTTP: &v.http, MCP: &v.msg},
+	v.in = policy.Input{Vars: policy.Vars{Client: s.f.Client, Conn: s.f.Conn, HTTP: &v.http, MCP: &v.msg, Auth: policy.AuthFrom(x.Get(policy.AuthKey{}))},
 		FailOpen: s.f.FailOpen, ServerMessage: dir == ServerToClient}
 	d := rs.Evaluate(&v.in)
 	if d.Action == "" {

@@ -185,7 +185,7 @@ func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober 
 	if info := mcp.InfoOf(x); info != nil {
 		p.http.Headers = policy.HeaderMap(info.Headers)
 	}
-	p.in = policy.Input{Vars: policy.Vars{Client: s.f.Client, Conn: s.f.Conn, HTTP: &p.http, MCP: &p.msg},
+	p.in = policy.Input{Vars: policy.Vars{Client: s.f.Client, Conn: s.f.Conn, HTTP: &p.http, MCP: &p.msg, Auth: policy.AuthFrom(x.Get(policy.AuthKey{}))},
 		FailOpen: s.f.FailOpen, Probe: true, ServerMessage: dir == ServerToClient}
 	return p
 }

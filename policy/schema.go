@@ -14,6 +14,7 @@ const (
 	varConn   = "conn"
 	varHTTP   = "http"
 	varMCP    = "mcp"
+	varAuth   = "auth"
 )
 
 // field is one declared field of a variable (or of an object inside one, such as mcp.error).
@@ -91,6 +92,7 @@ type (
 	connView   Input
 	httpView   Input
 	mcpView    Input
+	authView   Input
 )
 
 // FindStringKey serves mcp[k] and the like (the interpreter's hook for map-like values).
@@ -98,6 +100,10 @@ func (v *clientView) FindStringKey(k string) (any, bool) { return clientObj.look
 func (v *connView) FindStringKey(k string) (any, bool)   { return connObj.lookup(v, k) }
 func (v *httpView) FindStringKey(k string) (any, bool)   { return httpObj.lookup(v, k) }
 func (v *mcpView) FindStringKey(k string) (any, bool)    { return mcpObj.lookup(v, k) }
+func (v *authView) FindStringKey(k string) (any, bool)   { return authObj.lookup(v, k) }
+
+// FindStringKey serves auth.claims["sub"].
+func (c *Claims) FindStringKey(k string) (any, bool) { return claimsObj.lookup(c, k) }
 
 // FindStringKey serves mcp.error["code"].
 func (e *RPCError) FindStringKey(k string) (any, bool) { return rpcErrorObj.lookup(e, k) }
@@ -135,6 +141,29 @@ func messageOf(o any) *Message {
 		return v.Vars.MCP
 	}
 	return nil
+}
+
+func authOf(o any) *Auth {
+	if v, ok := o.(*authView); ok {
+		return v.Vars.Auth
+	}
+	return nil
+}
+
+func claimsOf(o any) *Claims {
+	c, _ := o.(*Claims)
+	return c
+}
+
+func boolField[T any](name string, level Level, doc string, of func(any) *T, get func(*T) bool) *field {
+	return &field{name: name, typ: types.BoolType, level: level, doc: doc,
+		get: func(o any) (any, bool) {
+			t := of(o)
+			if t == nil {
+				return nil, false
+			}
+			return types.Bool(get(t)), true
+		}}
 }
 
 // strField declares a string field read by get; present reports presence when the string may
@@ -244,14 +273,43 @@ var (
 		lazyField("client_info", types.NewMapType(types.StringType, types.DynType), "the client's implementation info",
 			func(in *Input) (any, bool) { c := in.clientInfo(); return c, c != nil }),
 	)
+	claimsObj = newObject("", "policy.Claims",
+		strField("iss", LevelHeaders, "the token's issuer", claimsOf, func(c *Claims) string { return c.Iss }, nil),
+		strField("sub", LevelHeaders, "the token's subject: the caller", claimsOf, func(c *Claims) string { return c.Sub }, nil),
+		strField("azp", LevelHeaders, "the party the token was issued to", claimsOf, func(c *Claims) string { return c.Azp }, nil),
+		strField("client_id", LevelHeaders, "the OAuth client the token was issued to", claimsOf, func(c *Claims) string { return c.ClientID }, nil),
+		strField("scope", LevelHeaders, "the token's scopes, space-separated", claimsOf, func(c *Claims) string { return c.Scope }, nil),
+		&field{name: "aud", typ: types.NewListType(types.StringType), level: LevelHeaders, doc: "the token's audiences",
+			get: func(o any) (any, bool) {
+				c := claimsOf(o)
+				if c == nil || len(c.Aud) == 0 {
+					return nil, false
+				}
+				return types.NewStringList(types.DefaultTypeAdapter, c.Aud), true
+			}},
+	)
+	// authObj is what the token check read of the request's credentials; never the token.
+	authObj = newObject(varAuth, "policy.Auth",
+		boolField("present", LevelHeaders, "the request carried an Authorization header", authOf, func(a *Auth) bool { return a.Present }),
+		strField("scheme", LevelHeaders, "its scheme, lower-cased (bearer, basic)", authOf, func(a *Auth) string { return a.Scheme }, nil),
+		boolField("verified", LevelHeaders, "the token's signature was checked against a configured issuer", authOf, func(a *Auth) bool { return a.Verified }),
+		&field{name: "claims", typ: claimsObj.typ, level: LevelHeaders, doc: "the token's claims: iss, sub, aud, azp, client_id, scope",
+			get: func(o any) (any, bool) {
+				a := authOf(o)
+				if a == nil {
+					return nil, false
+				}
+				return &a.Claims, true
+			}},
+	)
 	// objects are the declared types by CEL type name.
 	objects = map[string]*object{}
 	// roots are the objects bound to variables, in declaration order.
-	roots = []*object{clientObj, connObj, httpObj, mcpObj}
+	roots = []*object{clientObj, connObj, httpObj, mcpObj, authObj}
 )
 
 func init() {
-	for _, o := range []*object{clientObj, connObj, httpObj, mcpObj, rpcErrorObj} {
+	for _, o := range []*object{clientObj, connObj, httpObj, mcpObj, rpcErrorObj, authObj, claimsObj} {
 		objects[o.typ.TypeName()] = o
 	}
 }
@@ -320,6 +378,8 @@ func inputOf(o any) *Input {
 		return (*Input)(v)
 	case *mcpView:
 		return (*Input)(v)
+	case *authView:
+		return (*Input)(v)
 	}
 	return nil
 }
@@ -339,8 +399,11 @@ func materialize(o *object, obj any) map[string]any {
 	out := map[string]any{}
 	for _, f := range o.fields {
 		if v, ok := f.lookup(obj); ok {
-			if e, isErr := v.(*RPCError); isErr {
-				v = materialize(rpcErrorObj, e)
+			switch nested := v.(type) {
+			case *RPCError:
+				v = materialize(rpcErrorObj, nested)
+			case *Claims:
+				v = materialize(claimsObj, nested)
 			}
 			out[f.name] = v
 		}
@@ -408,8 +471,12 @@ func (p *provider) NativeToValue(v any) ref.Val {
 		return types.NewStringInterfaceMap(p, materialize(httpObj, v))
 	case *mcpView:
 		return types.NewStringInterfaceMap(p, materialize(mcpObj, v))
+	case *authView:
+		return types.NewStringInterfaceMap(p, materialize(authObj, v))
 	case *RPCError:
 		return types.NewStringInterfaceMap(p, materialize(rpcErrorObj, v))
+	case *Claims:
+		return types.NewStringInterfaceMap(p, materialize(claimsObj, v))
 	}
 	return p.Registry.NativeToValue(v)
 }

@@ -23,6 +23,33 @@ type Vars struct {
 	Conn   *Conn
 	HTTP   *Request
 	MCP    *Message
+	Auth   *Auth
+}
+
+// Auth is the `auth` variable: the credential a request carried, as the appliance's token check
+// read it (Level 1 and 2). It never holds the token itself, so no rule can leak it.
+type Auth struct {
+	Present  bool   // an Authorization header was sent
+	Scheme   string // lower-cased: bearer, basic, ...
+	Verified bool   // the token's signature was checked against a configured issuer
+	Claims   Claims
+}
+
+// Claims is auth.claims: those of a JWT (or of an introspected opaque token). A string field is
+// absent when empty, as a claim the token did not carry.
+type Claims struct {
+	Iss, Sub, Azp, ClientID, Scope string
+	Aud                            []string
+}
+
+// AuthKey is the exchange key under which the token check keeps a request's *Auth for the
+// stages that fill Vars after it.
+type AuthKey struct{}
+
+// AuthFrom is the *Auth kept under AuthKey (nil: the route checks no token, so auth is absent).
+func AuthFrom(v any) *Auth {
+	a, _ := v.(*Auth)
+	return a
 }
 
 // Client is the `client` variable: the peer that opened the flow.

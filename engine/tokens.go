@@ -1,0 +1,189 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mcpintercept/auth"
+	"mcpintercept/exchange"
+	"mcpintercept/level2"
+	"mcpintercept/mcp"
+	"mcpintercept/policy"
+)
+
+// TokenChecker judges the Authorization values of one request against the server's canonical
+// URI; *auth.Checker is the one the appliance builds per route.
+type TokenChecker interface {
+	Check(ctx context.Context, authorization []string, canonical string) (auth.Result, error)
+}
+
+// tokenRule is the record's rule of a request the token check refused.
+const tokenRule = "token-audience"
+
+// tokenMetrics counts refused tokens by route and by the checker's bounded kind.
+type tokenMetrics struct{ refused *prometheus.CounterVec }
+
+func newTokenMetrics(reg prometheus.Registerer) *tokenMetrics {
+	m := &tokenMetrics{refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcpintercept_token_refused_total", Help: "Requests refused before forwarding because of their bearer token, by route and kind (audience, signature, expired, issuer, opaque, malformed, oversized)."},
+		[]string{"route", "kind"})}
+	if reg != nil {
+		m.refused = registered(reg, m.refused)
+	}
+	return m
+}
+
+// tokenStage checks a request's bearer token before any byte of it goes upstream: the draft's
+// "intermediaries MUST validate token audiences before forwarding" (Security Considerations,
+// Confused Deputy). The canonical URI is the one the client addressed, as MCP's authorization
+// spec defines it (RFC 8707), so a token minted for another server is refused.
+type tokenStage struct {
+	exchange.Base
+	check   TokenChecker
+	route   string
+	scheme  string // https on terminate, http on plaintext
+	port    int    // the original destination's
+	sni     string // the name the TLS session was opened for; "" in plaintext
+	dstHost string // the original destination's address, when the request names no host
+	level   int
+	metrics *tokenMetrics
+}
+
+func (e *Engine) tokenStage(c *chainOf) exchange.Stage {
+	if c.route.Tokens == nil {
+		return nil
+	}
+	s := &tokenStage{check: c.route.Tokens, route: c.route.Name, scheme: "http", port: int(c.f.orig.Port()),
+		dstHost: c.f.orig.Addr().Unmap().String(), level: c.route.Level, metrics: e.tokens}
+	if c.tls == Terminate {
+		s.scheme, s.sni = "https", c.f.sniName
+	}
+	if s.sni == "" {
+		s.sni = c.f.origin.Host
+	}
+	return s
+}
+
+// RequestHead implements exchange.Stage.
+func (s *tokenStage) RequestHead(ctx context.Context, x *exchange.Exchange) exchange.Result {
+	values := headerValues(x.Req, "Authorization")
+	if len(values) == 0 {
+		// auth.present is false, not absent: the route reads tokens and this request has none.
+		x.Set(policy.AuthKey{}, noAuth)
+		return exchange.Continue
+	}
+	res, err := s.check.Check(ctx, values, auth.CanonicalURI(s.scheme, s.host(x.Req), s.port, requestPath(x.Req.Target)))
+	if res.Present {
+		x.Set(policy.AuthKey{}, authVars(res))
+	}
+	if err == nil {
+		return exchange.Continue
+	}
+	kind := res.Kind
+	if kind == "" {
+		kind = "error"
+	}
+	s.metrics.refused.WithLabelValues(s.route, kind).Inc()
+	if !errors.Is(err, auth.ErrRefused) {
+		// The check itself failed (an introspection endpoint down): not the token's fault, and
+		// not forwarded unchecked either.
+		return s.refuse(x, http.StatusServiceUnavailable, "token check failed: "+err.Error())
+	}
+	reason := res.Reason
+	if reason == "" {
+		reason = "token refused"
+	}
+	return s.refuse(x, http.StatusUnauthorized, reason)
+}
+
+// host is the name the client addressed: the TLS server name, else the Host header, else the
+// original destination's address.
+func (s *tokenStage) host(req *exchange.Head) string {
+	if s.sni != "" {
+		return s.sni
+	}
+	if h, ok := req.Get("Host"); ok && h != "" {
+		if name, _, found := strings.Cut(h, ":"); found && !strings.HasPrefix(h, "[") {
+			return name
+		}
+		return strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(h, "]", 2)[0], "["), "]")
+	}
+	return s.dstHost
+}
+
+// refuse answers before anything is forwarded: 401 with the RFC 6750 challenge (a client reads
+// error_description), and at Level 2 a JSON-RPC error naming the appliance, as its denials are.
+// Level 1 writes no JSON-RPC body.
+func (s *tokenStage) refuse(x *exchange.Exchange, status int, reason string) exchange.Result {
+	headers := []exchange.Header{{Name: "WWW-Authenticate", Value: `Bearer error="invalid_token", error_description="` + quoteParam(reason) + `"`}}
+	var body []byte
+	if s.level >= 2 {
+		headers = append(headers, exchange.Header{Name: "Content-Type", Value: "application/json"})
+		body = mcp.EncodeError(nil, level2.CodeTokenRefused, "token refused", tokenDenial{level2.Intermediary, tokenRule, reason})
+	}
+	x.Answer(status, headers, body, exchange.Verdict{Decision: exchange.Deny, Status: status, Rule: tokenRule, Reason: reason})
+	return exchange.Stop
+}
+
+// tokenDenial is error.data of the refusal, the shape of Level 2's denials.
+type tokenDenial struct {
+	Intermediary string `json:"intermediary"`
+	Rule         string `json:"rule"`
+	Reason       string `json:"reason"`
+}
+
+// quoteParam keeps a reason inside an auth-param's quoted-string: no quote, backslash or control
+// character can end it early or split the header.
+func quoteParam(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '"' || r == '\\':
+			return '\''
+		case r < 0x20 || r == 0x7f:
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// noAuth is the auth variable of a request without credentials; policy only reads it.
+var noAuth = &policy.Auth{}
+
+// authVars is policy's `auth` variable for a checked request: never the token.
+func authVars(r auth.Result) *policy.Auth {
+	c := r.Claims
+	return &policy.Auth{Present: r.Present, Scheme: r.Scheme, Verified: r.Verified,
+		Claims: policy.Claims{Iss: c.Iss, Sub: c.Sub, Azp: c.Azp, ClientID: c.ClientID, Scope: c.Scope, Aud: c.Aud}}
+}
+
+// headerValues is every value of the named header, in order.
+func headerValues(h *exchange.Head, name string) []string {
+	var out []string
+	for _, hd := range h.Headers {
+		if strings.EqualFold(hd.Name, name) {
+			out = append(out, hd.Value)
+		}
+	}
+	return out
+}
+
+// requestPath is the path of a request target: origin-form up to the query, or the path of an
+// absolute-form target.
+func requestPath(target string) string {
+	if i := strings.Index(target, "://"); i >= 0 {
+		rest := target[i+3:]
+		j := strings.IndexByte(rest, '/')
+		if j < 0 {
+			return "/"
+		}
+		target = rest[j:]
+	}
+	if i := strings.IndexAny(target, "?#"); i >= 0 {
+		target = target[:i]
+	}
+	return target
+}
