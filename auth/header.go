@@ -51,13 +51,14 @@ func isB64Token(s string) bool {
 	return true
 }
 
-func isB64TokenChar(b byte) bool {
-	switch {
-	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
-		return true
+func isB64TokenChar(b byte) bool { return b64tokenChars[b] }
+
+var b64tokenChars = func() (t [256]bool) {
+	for _, c := range "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~+/" {
+		t[c] = true
 	}
-	return strings.IndexByte("-._~+/", b) >= 0
-}
+	return t
+}()
 
 // looksLikeJWS reports whether a bearer token has the three-part shape of
 // a JWS compact serialization; a JWE (five parts) is opaque to us.
