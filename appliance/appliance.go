@@ -140,6 +140,9 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 			return nil, &ConfigError{Err: err}
 		}
 	}
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration: " + w)
+	}
 
 	steering := SteeringOptions(cfg)
 	a.mech = opt.Mechanism

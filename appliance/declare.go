@@ -1,6 +1,8 @@
 package appliance
 
 import (
+	"strings"
+
 	"mcpintercept/config"
 	"mcpintercept/intercept"
 	"mcpintercept/telemetry"
@@ -25,10 +27,64 @@ func Declaration(cfg *config.Config) telemetry.Declaration {
 		for _, d := range intercept.Declare() {
 			ms = append(ms, telemetry.Interception{Mechanism: string(d.Mechanism), OriginalDestination: d.Recovery})
 		}
-		return telemetry.Declare(ms, telemetry.BuildCapabilities)
+		d := telemetry.Declare(ms, telemetry.BuildCapabilities)
+		d.Authentication = authenticationOf(nil)
+		return d
 	}
 	ms := []telemetry.Interception{{Mechanism: string(cfg.Mechanism), OriginalDestination: intercept.Recovery(SteeringOptions(cfg)), InEffect: true}}
-	return telemetry.Declare(ms, capabilitiesOf(cfg))
+	d := telemetry.Declare(ms, capabilitiesOf(cfg))
+	d.Authentication = authenticationOf(cfg)
+	return d
+}
+
+// TokenPattern is the draft's token propagation pattern this appliance implements: the backend
+// authenticates the client itself, and the appliance only checks the token was meant for it.
+const TokenPattern = "token passthrough with audience validation"
+
+// authenticationStatement is what the appliance does with credentials, whatever the routes.
+const authenticationStatement = "never initiates an authentication flow with a client and never logs, records or counts a credential; pattern: " + TokenPattern +
+	" — on routes that read HTTP (terminate, plaintext; level >= 1) a bearer token's aud or resource must name the server's canonical URI (RFC 8707, as the client addressed it) or a configured audience before it is forwarded (draft, Confused Deputy: MUST), with signature, expiry and not-before checked for configured issuers; a refused token is answered 401 invalid_token and never forwarded; passthrough and level 0 routes forward tokens they cannot read"
+
+// authenticationOf states the pattern per route: which check, and which routes forward tokens
+// unread.
+func authenticationOf(cfg *config.Config) string {
+	if cfg == nil {
+		return authenticationStatement
+	}
+	var on, off, unread []string
+	for _, r := range declaredRoutes(cfg) {
+		switch {
+		case r.TokenAudienceOn():
+			on = append(on, r.Name)
+		case r.TLS != config.TLSPassthrough && r.LevelOrDefault() >= 1:
+			off = append(off, r.Name)
+		default:
+			unread = append(unread, r.Name)
+		}
+	}
+	s := authenticationStatement
+	if len(on) > 0 {
+		s += "; " + TokenPattern + " on routes " + strings.Join(on, ", ")
+	}
+	if len(off) > 0 {
+		s += "; token passthrough without audience validation (token_audience: off) on routes " + strings.Join(off, ", ")
+	}
+	if len(unread) > 0 {
+		s += "; token passthrough, unread, on routes " + strings.Join(unread, ", ")
+	}
+	return s
+}
+
+// declaredRoutes are the routes with their defaults, default_route's settings included.
+func declaredRoutes(cfg *config.Config) []config.Route {
+	var out []config.Route
+	for _, r := range cfg.Routes {
+		out = append(out, r.WithDefaults())
+	}
+	if d := cfg.DefaultRoute; d != nil && !d.Close && d.Route != nil {
+		out = append(out, d.Route.WithDefaults())
+	}
+	return out
 }
 
 // capabilitiesOf is what a configuration puts in effect: the levels and dispositions of its

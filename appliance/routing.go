@@ -25,14 +25,20 @@ func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*engine.Routi
 		rt.RuleSets[n] = s
 	}
 	for i := range cfg.Routes {
-		rt.Routes = append(rt.Routes, routeFromConfig(cfg, cfg.Routes[i]))
+		r, err := routeWithTokens(cfg, cfg.Routes[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		rt.Routes = append(rt.Routes, r)
 	}
 	switch d := cfg.DefaultRoute; {
 	case d == nil:
 	case d.Close:
 		rt.DefaultClose = true
 	case d.Route != nil:
-		rt.Default = routeFromConfig(cfg, *d.Route)
+		if rt.Default, err = routeWithTokens(cfg, *d.Route); err != nil {
+			return nil, nil, err
+		}
 		rt.Default.Name = engine.DefaultRouteName
 		// It matches every flow that reaches it: no conditions.
 		rt.Default.Destinations, rt.Default.Ports, rt.Default.SNI, rt.Default.Clients = nil, nil, nil, nil
@@ -122,6 +128,17 @@ func ruleSpec(r config.Rule) policy.RuleSpec {
 		s.Redact = &policy.Redact{Paths: r.Redact.Paths, Patterns: r.Redact.Patterns, Marker: r.Redact.Marker}
 	}
 	return s
+}
+
+// routeWithTokens is routeFromConfig with the route's token check built.
+func routeWithTokens(cfg *config.Config, r config.Route) (*engine.Route, error) {
+	route := routeFromConfig(cfg, r)
+	tc, err := tokenChecker(cfg, r.WithDefaults())
+	if err != nil {
+		return nil, err
+	}
+	route.Tokens = tc
+	return route, nil
 }
 
 // routeFromConfig maps a route; a route built in code gets the defaults Parse would have filled.
