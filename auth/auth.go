@@ -71,8 +71,10 @@ type Result struct {
 	// the introspection endpoint vouched for the token.
 	Verified bool
 	Claims   Claims // from a JWT or introspection; zero on refusal
-	Reason   string // on refusal; never contains the token
-	Kind     string // on refusal: audience|signature|expired|issuer|opaque|malformed|oversized
+	// Reason says why the token was refused, or why it could not be
+	// checked (Kind empty, error not ErrRefused); never contains the token.
+	Reason string
+	Kind   string // on refusal: audience|signature|expired|issuer|opaque|malformed|oversized
 }
 
 // Claims are the token claims policy and records may use.
@@ -212,7 +214,7 @@ func (c *Checker) checkBearer(ctx context.Context, r Result, token, canonical st
 	}
 	cl, verified, ref := c.parseJWT(token)
 	if ref != nil {
-		return refuse(r, ref.kind, "%s", ref.reason)
+		return ref.result(r)
 	}
 	return c.accept(r, cl, verified, canonical)
 }
@@ -225,18 +227,36 @@ func (c *Checker) accept(r Result, cl tokenClaims, verified bool, canonical stri
 		extra = iss.audiences
 	}
 	if ref := checkAudience(cl.audiences(), canonical, c.audiences, extra); ref != nil {
-		return refuse(r, ref.kind, "%s", ref.reason)
+		return ref.result(r)
 	}
 	r.Verified = verified
 	r.Claims = cl.public()
 	return r, nil
 }
 
-// refusal is a judgement before it becomes a Result.
-type refusal struct{ kind, reason string }
+// refusal is a judgement before it becomes a Result. With err set it is
+// not a judgement of the token: the check could not be made (keys or the
+// introspection endpoint unreachable), and the caller is told so with an
+// error that is not ErrRefused, so that a good token is not called invalid.
+type refusal struct {
+	kind, reason string
+	err          error
+}
 
 func refused(kind, format string, a ...any) *refusal {
 	return &refusal{kind: kind, reason: fmt.Sprintf(format, a...)}
+}
+
+func unavailable(reason string, err error) *refusal {
+	return &refusal{reason: reason, err: err}
+}
+
+func (ref *refusal) result(r Result) (Result, error) {
+	if ref.err == nil {
+		return refuse(r, ref.kind, "%s", ref.reason)
+	}
+	r.Reason = ref.reason
+	return r, fmt.Errorf("%s: %w", ref.reason, ref.err)
 }
 
 func refuse(r Result, kind, format string, a ...any) (Result, error) {

@@ -60,7 +60,7 @@ func (c *Checker) checkOpaque(ctx context.Context, r Result, token, canonical st
 	case OpaqueIntrospect:
 		in, err := c.intro.lookup(ctx, token)
 		if err != nil {
-			return refuse(r, KindOpaque, "token introspection unavailable")
+			return unavailable("token introspection unavailable", err).result(r)
 		}
 		if !in.active {
 			return refuse(r, KindOpaque, "token is not active")

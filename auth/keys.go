@@ -25,6 +25,7 @@ type issuer struct {
 	mu      sync.Mutex
 	keys    *jose.JSONWebKeySet
 	fetched time.Time // last load attempt
+	loadErr error     // of the last load attempt
 }
 
 func newIssuers(cfg []Issuer, client *http.Client, clock func() time.Time) (map[string]*issuer, error) {
@@ -135,43 +136,47 @@ func publicKeys(set *jose.JSONWebKeySet) *jose.JSONWebKeySet {
 
 // candidates are the keys that may have signed a token with this kid and
 // alg; a kid the set does not hold triggers one refresh.
-func (iss *issuer) candidates(kid string, alg string) ([]jose.JSONWebKey, bool) {
-	keys, ok := iss.current()
-	if ks := match(keys, kid, alg); len(ks) > 0 || !ok {
-		return ks, ok
+func (iss *issuer) candidates(kid string, alg string) ([]jose.JSONWebKey, error) {
+	keys, err := iss.current()
+	if ks := match(keys, kid, alg); len(ks) > 0 || err != nil {
+		return ks, err
 	}
-	keys, ok = iss.refresh()
-	return match(keys, kid, alg), ok
+	keys, err = iss.refresh()
+	return match(keys, kid, alg), err
 }
 
-func (iss *issuer) current() (*jose.JSONWebKeySet, bool) {
+func (iss *issuer) current() (*jose.JSONWebKeySet, error) {
 	iss.mu.Lock()
 	keys := iss.keys
 	iss.mu.Unlock()
 	if keys == nil {
 		return iss.refresh()
 	}
-	return keys, true
+	return keys, nil
 }
 
 // refresh reloads the key set unless it was tried within the last minute;
 // a failed load keeps the keys held before. Holding the lock through the
 // load makes concurrent callers wait for one fetch instead of each making
 // their own.
-func (iss *issuer) refresh() (*jose.JSONWebKeySet, bool) {
+func (iss *issuer) refresh() (*jose.JSONWebKeySet, error) {
 	iss.mu.Lock()
 	defer iss.mu.Unlock()
 	now := iss.clock()
-	if !iss.fetched.IsZero() && now.Sub(iss.fetched) < refreshInterval {
-		return iss.keys, iss.keys != nil
+	if iss.fetched.IsZero() || now.Sub(iss.fetched) >= refreshInterval {
+		iss.fetched = now
+		ctx, cancel := context.WithTimeout(context.Background(), fetchTimeout)
+		defer cancel()
+		keys, err := iss.load(ctx)
+		if err == nil {
+			iss.keys = keys
+		}
+		iss.loadErr = err
 	}
-	iss.fetched = now
-	ctx, cancel := context.WithTimeout(context.Background(), fetchTimeout)
-	defer cancel()
-	if keys, err := iss.load(ctx); err == nil {
-		iss.keys = keys
+	if iss.keys == nil {
+		return nil, iss.loadErr
 	}
-	return iss.keys, iss.keys != nil
+	return iss.keys, nil
 }
 
 func match(set *jose.JSONWebKeySet, kid, alg string) []jose.JSONWebKey {
@@ -194,9 +199,9 @@ func (iss *issuer) verify(sig *jose.JSONWebSignature) *refusal {
 	if !verifiedAlg[alg] {
 		return refused(KindSignature, "token algorithm not accepted (want RS256, ES256 or EdDSA)")
 	}
-	keys, ok := iss.candidates(h.KeyID, h.Algorithm)
-	if !ok {
-		return refused(KindSignature, "issuer keys unavailable")
+	keys, err := iss.candidates(h.KeyID, h.Algorithm)
+	if err != nil {
+		return unavailable("issuer keys unavailable", err)
 	}
 	if len(keys) == 0 {
 		return refused(KindSignature, "no issuer key for the token's key id")
