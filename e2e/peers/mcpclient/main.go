@@ -81,6 +81,7 @@ type options struct {
 	answer          bool
 	list            bool
 	sse             bool
+	bearer          string
 }
 
 func main() {
@@ -98,6 +99,7 @@ func main() {
 	flag.BoolVar(&o.answer, "answer", false, "declare sampling and elicitation and answer them with fixed results (counted in the -tool output)")
 	flag.BoolVar(&o.list, "list", false, "with -tool: list the tools first in the same session and report their names")
 	flag.BoolVar(&o.sse, "sse", false, "use the 2024-11-05 HTTP+SSE transport (-url is the SSE endpoint)")
+	flag.StringVar(&o.bearer, "bearer", "", "send Authorization: Bearer TOKEN on every request")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -113,7 +115,7 @@ func run(o options) error {
 	if o.calls < 1 {
 		return errors.New("-calls must be at least 1")
 	}
-	httpClient, err := newHTTPClient(o.ca, o.headers)
+	httpClient, err := newHTTPClient(o.ca, o.headers, o.bearer)
 	if err != nil {
 		return err
 	}
@@ -198,7 +200,7 @@ func dialMapped(ap netip.AddrPort) (net.Conn, error) {
 // dialNetwork is -dial-network.
 var dialNetwork = "tcp"
 
-func newHTTPClient(caFile string, headers []string) (*http.Client, error) {
+func newHTTPClient(caFile string, headers []string, bearer string) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// The tests route by address; an environment proxy would bypass the
 	// path under test.
@@ -239,6 +241,9 @@ func newHTTPClient(caFile string, headers []string) (*http.Client, error) {
 			h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 		}
 		rt = &headerTransport{base: tr, headers: h}
+	}
+	if bearer != "" {
+		rt = &headerTransport{base: rt, headers: http.Header{"Authorization": {"Bearer " + bearer}}}
 	}
 	return &http.Client{Transport: rt}, nil
 }
