@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -252,11 +253,48 @@ func ourCgroups(t *testing.T) []string {
 		for i, fld := range fields {
 			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
 				m, _ := filepath.Glob(filepath.Join(fields[4], "mcpintercept-*"))
-				left = append(left, m...)
+				for _, cg := range m {
+					if !createdElsewhere(cg) {
+						left = append(left, cg)
+					}
+				}
 			}
 		}
 	}
 	return left
+}
+
+// createdElsewhere reports whether the cgroup (mcpintercept-<pid>-<n>...) belongs to a running
+// process that this test binary did not start: CI runs the unit tests (the eBPF ones make such
+// cgroups) beside the e2e package, and their cgroups are none of this test's business. A creator
+// that is gone counts as ours: its cgroup is an orphan some test left.
+func createdElsewhere(cg string) bool {
+	rest := strings.TrimPrefix(filepath.Base(cg), "mcpintercept-")
+	pidStr, _, _ := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidStr)
+	if err != nil || pid <= 0 {
+		return false
+	}
+	self := os.Getpid()
+	for hops := 0; pid > 1 && hops < 64; hops++ {
+		if pid == self {
+			return false
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return hops > 0 // a dead creator: ours to answer for
+		}
+		// The parent pid is the second field after the command, which is in parentheses.
+		i := strings.LastIndexByte(string(stat), ')')
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 {
+			return false
+		}
+		if pid, err = strconv.Atoi(f[1]); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // TestHostModeEBPF: `run` with `mechanism: ebpf` and `ebpf.cgroup` steers an existing cgroup on
