@@ -67,15 +67,15 @@ func (is *tokenIssuer) sign(key *ecdsa.PrivateKey, sub, aud string, exp time.Tim
 	return tok
 }
 
-// tokenConfig is the lab configuration with an audited terminate + Level 2 route on port 3015
+// tokenConfig is the lab configuration with an audited terminate + Level 2 route on port 3017
 // (steered for this test) and tokens checked against the test's issuer; rules, when given, are
 // the route's rule set.
 func tokenConfig(t *testing.T, caDir, auditDir, jwks, rules string) string {
 	cfg := tlsConfig(t, caDir)
-	cfg = strings.Replace(cfg, `"3000-3014"`, `"3000-3015"`, 1)
+	cfg = strings.Replace(cfg, `"3000-3014"`, `"3000-3014", 3017`, 1)
 	cfg = strings.Replace(cfg, "routes:\n", `routes:
   - name: tokens
-    match: {ports: [3015]}
+    match: {ports: [3017]}
     tls: terminate
     level: 2
     audit: true
@@ -91,7 +91,7 @@ func tokenConfig(t *testing.T, caDir, auditDir, jwks, rules string) string {
 func tokenServer(t *testing.T) string {
 	t.Helper()
 	log := filepath.Join(t.TempDir(), "calls.log")
-	p := startT(t, nsServer, bin("mcpserver"), "-stateless", "-response", "sse", "-listen", "10.200.2.2:3015",
+	p := startT(t, nsServer, bin("mcpserver"), "-stateless", "-response", "sse", "-listen", "10.200.2.2:3017",
 		"-tls-cert", labPKI("server.pem"), "-tls-key", labPKI("server-key.pem"), "-call-log", log)
 	if err := p.waitFor("READY", 60*time.Second); err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func callToolBearer(t *testing.T, url, ca, token, tool, args string) (toolResult
 
 // TestTokenAudience (issue 19 acceptance): the draft's "intermediaries MUST validate token
 // audiences before forwarding" (Security Considerations, Confused Deputy), with real Go SDK peers
-// through terminate + Level 2. The server's canonical URI is its own (https://10.200.2.2:3015/mcp):
+// through terminate + Level 2. The server's canonical URI is its own (https://10.200.2.2:3017/mcp):
 // a token for another audience, an expired one and a badly signed one are refused before the
 // server sees the call (its call log unchanged); the right token passes; no token string appears
 // in any output of the appliance, its flow log, its audit records or /metrics.
@@ -124,7 +124,7 @@ func TestTokenAudience(t *testing.T) {
 	cfg := tokenConfig(t, filepath.Join(t.TempDir(), "ca"), auditDir, is.jwks, "")
 	a := startAppliance(t, "nftables-tproxy", cfg)
 	ca := exportCA(t, cfg)
-	const url = "https://10.200.2.2:3015/mcp"
+	const url = "https://10.200.2.2:3017/mcp"
 	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
