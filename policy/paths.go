@@ -84,7 +84,7 @@ func dynIndex(e ast.Expr) (fieldPath, bool) {
 	op := args[0]
 	if op.Kind() == ast.IdentKind {
 		switch root := op.AsIdent(); root {
-		case varClient, varConn, varHTTP, varMCP:
+		case varClient, varConn, varHTTP, varMCP, varAuth:
 			return fieldPath{root: root, dyn: true, base: root}, true
 		}
 		return fieldPath{}, false
@@ -128,7 +128,7 @@ func chain(e ast.Expr) (fieldPath, bool) {
 		case ast.IdentKind:
 			root := cur.AsIdent()
 			switch root {
-			case varClient, varConn, varHTTP, varMCP:
+			case varClient, varConn, varHTTP, varMCP, varAuth:
 			default:
 				return fieldPath{}, false
 			}
@@ -193,6 +193,8 @@ func (in *Input) root(name string) any {
 			return in.MCP
 		}
 		return (*mcpView)(in)
+	case varAuth:
+		return (*authView)(in)
 	}
 	return nil
 }

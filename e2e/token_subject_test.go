@@ -1,0 +1,36 @@
+//go:build linux
+
+package e2e
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestTokenSubjectRule (issue 19 acceptance): a rule on auth.claims.sub denies a tool to one
+// subject; another subject's identical call goes through.
+func TestTokenSubjectRule(t *testing.T) {
+	needLab(t)
+	calls := tokenServer(t)
+	is := newTokenIssuer(t)
+	cfg := tokenConfig(t, filepath.Join(t.TempDir(), "ca"), filepath.Join(t.TempDir(), "audit"), is.jwks, `    - name: no-echo-for-mallory
+      when: 'mcp.method == "tools/call" && mcp.name == "echo" && auth.claims.sub == "mallory"'
+      action: deny
+      reason: mallory may not echo
+`)
+	a := startAppliance(t, "nftables-tproxy", cfg)
+	ca := exportCA(t, cfg)
+	const url = "https://10.200.2.2:3017/mcp"
+	later := time.Now().Add(time.Hour)
+	if r, err := callToolBearer(t, url, ca, is.sign(is.key, "mallory", url, later), "echo", `{"text":"mallory"}`); err == nil {
+		t.Errorf("mallory's echo went through: %+v", r)
+	}
+	if r, err := callToolBearer(t, url, ca, is.sign(is.key, "bob", url, later), "echo", `{"text":"bob"}`); err != nil || r.Text != "bob" {
+		t.Errorf("bob's echo: %+v, %v", r, err)
+	}
+	a.stopGracefully(t)
+	if got := executedCalls(t, calls); len(got) != 1 || got[0] != "bob" {
+		t.Errorf("call log %q, want [bob]", got)
+	}
+}
