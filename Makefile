@@ -55,7 +55,7 @@ fuzz:
 	@set -e; for t in config:FuzzParse tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
 		exchange/httptok:FuzzForEachToken exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
 		mcp:FuzzDecodeHeaderValue mcp:FuzzRedactURI level1:FuzzGuards policy:FuzzCompile \
-		mcp:FuzzDecode mcp:FuzzSkipString audit:FuzzDecodeRecord level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
+		mcp:FuzzDecode mcp:FuzzSkipString audit:FuzzDecodeRecord auth:FuzzParse level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
 		level2:FuzzPeerDifferential level2:FuzzCaseVariant level2:FuzzSchema intercept/upstream:FuzzDenyListEmbedded \
 		cmd/mcpintercept:FuzzParseReport telemetry:FuzzFlowRecordEncoding intercept/dns:FuzzDNSQuery; do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn ($$pkg, $(FUZZTIME))"; \
