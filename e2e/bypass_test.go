@@ -216,7 +216,13 @@ func TestBypassProtocolSwitch(t *testing.T) {
 	if s := rawRequest(t, "10.200.2.2:3010", fmt.Sprintf(ws, "10.200.2.2:3010")); s == 0 || s == http.StatusForbidden {
 		t.Errorf("websocket upgrade on a route with allow_upgrade [websocket]: %d, want the server's own answer", s)
 	}
-	if n := strings.Count(srv.stderr.String(), "method=GET"); n != seen+1 {
+	// The server logs the request after it answers: wait for its line (a bound on a hang only).
+	n := strings.Count(srv.stderr.String(), "method=GET")
+	for deadline := time.Now().Add(10 * time.Second); n < seen+1 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		n = strings.Count(srv.stderr.String(), "method=GET")
+	}
+	if n != seen+1 {
 		t.Errorf("the allowed upgrade request did not reach the server (%d GETs, want %d)", n, seen+1)
 	}
 
