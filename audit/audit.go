@@ -115,3 +115,12 @@ type Receipt struct {
 // ErrUnavailable means a record could not be made durable; the error
 // returned wraps it and the cause (disk full, I/O error, timeout, closed).
 var ErrUnavailable = errors.New("audit unavailable")
+
+// OutcomeOf is the outcome record of authorization a, whose seq is seq: the call's identity
+// (exchange, level, method, direction, id, tool, rule, decision, trace) copied, the flow's
+// fields left for the writer to fill.
+func OutcomeOf(a *Record, seq uint64, outcome, reason string) *Record {
+	return &Record{Kind: KindOutcome, Exchange: a.Exchange, Server: a.Server, Level: a.Level, Method: a.Method,
+		Direction: a.Direction, ID: a.ID, Tool: a.Tool, Rule: a.Rule, Decision: a.Decision,
+		Outcome: outcome, Reason: reason, Authorization: seq, Traceparent: a.Traceparent}
+}

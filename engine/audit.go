@@ -215,7 +215,7 @@ func (fa *flowAudit) finish(reason string) {
 	}
 	fa.mu.Unlock()
 	for seq, a := range open {
-		fa.Outcome(outcomeOf(a, seq, outcomeUncertain, reason))
+		fa.Outcome(audit.OutcomeOf(a, seq, outcomeUncertain, reason))
 	}
 	fa.wg.Wait()
 }
@@ -255,11 +255,4 @@ func (fa *flowAudit) fill(r *audit.Record) {
 	if r.Level == 0 {
 		r.Level = b.Level
 	}
-}
-
-// outcomeOf is the outcome record of authorization a (whose Seq is seq).
-func outcomeOf(a *audit.Record, seq uint64, outcome, reason string) *audit.Record {
-	return &audit.Record{Kind: auditOutcome, Exchange: a.Exchange, Server: a.Server, Level: a.Level,
-		Method: a.Method, Direction: a.Direction, ID: a.ID, Tool: a.Tool, Rule: a.Rule, Decision: a.Decision,
-		Outcome: outcome, Reason: reason, Authorization: seq, Traceparent: a.Traceparent}
 }

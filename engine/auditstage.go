@@ -73,7 +73,7 @@ func (s *auditStage) ResponseHead(_ context.Context, x *exchange.Exchange) excha
 	if x.Resp.Status >= 400 {
 		outcome = outcomeError
 	}
-	s.fa.Outcome(outcomeOf(st.auth, st.seq, outcome, "http "+strconv.Itoa(x.Resp.Status)))
+	s.fa.Outcome(audit.OutcomeOf(st.auth, st.seq, outcome, "http "+strconv.Itoa(x.Resp.Status)))
 	return exchange.Continue
 }
 
@@ -86,7 +86,7 @@ func (s *auditStage) Done(x *exchange.Exchange) {
 	case st.refused, st.seq == 0, st.ended:
 	default:
 		st.ended = true
-		s.fa.Outcome(outcomeOf(st.auth, st.seq, outcomeUncertain, s.uncertainReason(x)))
+		s.fa.Outcome(audit.OutcomeOf(st.auth, st.seq, outcomeUncertain, s.uncertainReason(x)))
 	}
 }
 

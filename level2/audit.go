@@ -155,8 +155,7 @@ func (s *stage) endServerRequest(m *mcp.Message) {
 	if ar == nil {
 		return
 	}
-	o := outcomeRecord(ar, ar.Seq)
-	o.Outcome = "result"
+	o := audit.OutcomeOf(ar, ar.Seq, "result", "")
 	if m.Kind == mcp.KindError && m.Error != nil {
 		o.Outcome, o.ErrorCode = "error", m.Error.Code
 	}
@@ -169,8 +168,8 @@ func (s *stage) auditOutcome(r *Record, outcome string, code int64, reason strin
 	if r.auditSeq == 0 || s.f.Audit == nil {
 		return
 	}
-	o := outcomeRecord(r.audit, r.auditSeq)
-	o.Outcome, o.ErrorCode, o.Reason = outcome, code, reason
+	o := audit.OutcomeOf(r.audit, r.auditSeq, outcome, reason)
+	o.ErrorCode = code
 	r.auditSeq, r.audit = 0, nil
 	s.f.Audit.Outcome(o)
 }
@@ -257,12 +256,6 @@ func forwardedArguments(m *mcp.Message, out [][]byte, i int, maxBody int64) json
 		return nil
 	}
 	return json.RawMessage(args)
-}
-
-func outcomeRecord(a *audit.Record, seq uint64) *audit.Record {
-	return &audit.Record{Kind: audit.KindOutcome, Exchange: a.Exchange, Level: a.Level, Method: a.Method,
-		Direction: a.Direction, ID: a.ID, Tool: a.Tool, Rule: a.Rule, Decision: a.Decision,
-		Authorization: seq, Traceparent: a.Traceparent}
 }
 
 func auditDecision(a policy.Action) audit.Decision {
