@@ -43,7 +43,7 @@ const TokenPattern = "token passthrough with audience validation"
 
 // authenticationStatement is what the appliance does with credentials, whatever the routes.
 const authenticationStatement = "never initiates an authentication flow with a client and never logs, records or counts a credential; pattern: " + TokenPattern +
-	" — on routes that read HTTP (terminate, plaintext; level >= 1) a bearer token's aud or resource must name the server's canonical URI (RFC 8707, as the client addressed it) or a configured audience before it is forwarded (draft, Confused Deputy: MUST), with signature, expiry and not-before checked for configured issuers; a refused token is answered 401 invalid_token and never forwarded; passthrough and level 0 routes forward tokens they cannot read"
+	" — on routes that read HTTP (terminate, plaintext; level >= 1) a bearer token's aud or resource must name the server's canonical URI (RFC 8707, as the client addressed it) or a configured audience before it is forwarded (draft, Confused Deputy: MUST), with signature, expiry and not-before checked for configured issuers; a refused token is answered 401 invalid_token and never forwarded; records name the caller by an accepted token's iss and sub (tokens.record_identity: plain, hash or off), never by the token; passthrough and level 0 routes forward tokens they cannot read"
 
 // authenticationOf states the pattern per route: which check, and which routes forward tokens
 // unread.
@@ -71,6 +71,9 @@ func authenticationOf(cfg *config.Config) string {
 	}
 	if len(unread) > 0 {
 		s += "; token passthrough, unread, on routes " + strings.Join(unread, ", ")
+	}
+	if len(on) > 0 {
+		s += "; records carry the caller's iss and sub: " + cfg.Tokens.RecordIdentity
 	}
 	return s
 }

@@ -138,6 +138,7 @@ func routeWithTokens(cfg *config.Config, r config.Route) (*engine.Route, error) 
 		return nil, err
 	}
 	route.Tokens = tc
+	route.CallerIdentity = cfg.Tokens.RecordIdentity
 	return route, nil
 }
 

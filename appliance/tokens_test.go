@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"mcpintercept/config"
+	"mcpintercept/engine"
 )
 
 // Every route that reads HTTP checks tokens unless it says token_audience: off; the others cannot
@@ -36,8 +37,12 @@ routes:
 			t.Errorf("route %s: token check %v, want %v", r.Name, r.Tokens != nil, want)
 		}
 	}
+	if got := rt.Routes[0].CallerIdentity; got != config.IdentityPlain {
+		t.Errorf("route checked: caller identity %q, want the default %q", got, config.IdentityPlain)
+	}
 	a := Declaration(cfg).Authentication
-	for _, want := range []string{TokenPattern + " on routes checked", "(token_audience: off) on routes unchecked", "unread, on routes opaque"} {
+	for _, want := range []string{TokenPattern + " on routes checked", "(token_audience: off) on routes unchecked", "unread, on routes opaque",
+		"records carry the caller's iss and sub: plain"} {
 		if !strings.Contains(a, want) {
 			t.Errorf("authentication statement lacks %q:\n%s", want, a)
 		}
@@ -52,5 +57,13 @@ func TestTokenCheckBadJWKS(t *testing.T) {
 	}
 	if err := Check(cfg); err == nil || !strings.Contains(err.Error(), "route r") {
 		t.Fatalf("Check = %v, want an error naming the route", err)
+	}
+}
+
+// tokens.record_identity's values are the engine's: a mode the engine does not know would record
+// plain names where the operator asked for hashes.
+func TestRecordIdentityValues(t *testing.T) {
+	if config.IdentityHash != engine.IdentityHash || config.Off != engine.IdentityOff {
+		t.Fatalf("config (%q, %q) and engine (%q, %q) disagree", config.IdentityHash, config.Off, engine.IdentityHash, engine.IdentityOff)
 	}
 }

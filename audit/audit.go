@@ -81,6 +81,7 @@ type Record struct {
 	Exchange      uint64          // per-flow exchange number
 	Client        string          // client ip:port
 	Identity      *Identity       // process identity when eBPF knows it (nil otherwise)
+	Iss, Sub      string          // the caller an accepted bearer token names (maybe hashed)
 	Destination   string          // original destination ip:port
 	Server        string          // server name (SNI/Host)
 	Level         int             // 1 or 2

@@ -91,6 +91,7 @@ func encodeRecord(b []byte, r *Record) []byte {
 		w.key("identity")
 		w.b = encodeIdentity(w.b, r.Identity)
 	}
+	w.str("iss", r.Iss)
 	w.str("kind", r.Kind)
 	w.int("level", int64(r.Level))
 	w.str("method", r.Method)
@@ -100,6 +101,7 @@ func encodeRecord(b []byte, r *Record) []byte {
 	w.str("rule", r.Rule)
 	w.uint("seq", r.Seq)
 	w.str("server", r.Server)
+	w.str("sub", r.Sub)
 	if !r.Time.IsZero() {
 		w.key("time")
 		w.b = append(w.b, '"')
@@ -179,6 +181,7 @@ type wireRecord struct {
 	Flow          uint64          `json:"flow"`
 	ID            string          `json:"id"`
 	Identity      *wireIdentity   `json:"identity"`
+	Iss           string          `json:"iss"`
 	Kind          string          `json:"kind"`
 	Level         int             `json:"level"`
 	Method        string          `json:"method"`
@@ -188,6 +191,7 @@ type wireRecord struct {
 	Rule          string          `json:"rule"`
 	Seq           uint64          `json:"seq"`
 	Server        string          `json:"server"`
+	Sub           string          `json:"sub"`
 	Time          string          `json:"time"`
 	Tool          string          `json:"tool"`
 	Traceparent   string          `json:"traceparent"`
@@ -265,7 +269,7 @@ func (w *wireRecord) record() (*Record, error) {
 		Direction: w.Direction, ID: w.ID, Tool: w.Tool, ArgsHash: w.ArgsHash,
 		Arguments: w.Arguments, Rule: w.Rule, Decision: w.Decision, Outcome: w.Outcome,
 		ErrorCode: w.ErrorCode, Reason: w.Reason, Authorization: w.Authorization,
-		Traceparent: w.Traceparent,
+		Traceparent: w.Traceparent, Iss: w.Iss, Sub: w.Sub,
 	}
 	if id := w.Identity; id != nil {
 		r.Identity = &Identity{PID: id.PID, UID: id.UID, Comm: id.Comm, Exe: id.Exe, Cgroup: id.Cgroup}

@@ -16,6 +16,7 @@ func fullRecord() *Record {
 	r.Arguments, _ = jcs.Transform(r.Arguments)
 	r.Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	r.Reason, r.Outcome, r.ErrorCode, r.Authorization = "timeout", "uncertain", -32000, 3
+	r.Iss, r.Sub = "https://idp.example", "sha256:00112233445566778899aabbccddeeff"
 	r.Tool = "quote\"back\\slash\ttab\x01ctl\u2028ls é"
 	return r
 }
@@ -42,7 +43,8 @@ func TestDecodeRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want.Time = want.Time.Truncate(time.Millisecond)
-	if string(encodeRecord(nil, got)) != string(line) || got.Tool != want.Tool || !got.Time.Equal(want.Time) {
+	if string(encodeRecord(nil, got)) != string(line) || got.Tool != want.Tool || !got.Time.Equal(want.Time) ||
+		got.Iss != want.Iss || got.Sub != want.Sub {
 		t.Fatalf("round trip changed the record:\n%+v\n%+v", got, want)
 	}
 }

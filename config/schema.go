@@ -108,6 +108,8 @@ var configTable = table[Config]{
 		checked(checkOptionalPath),
 	key("tokens.max_header", "bound of an Authorization header (bytes)", func(c *Config) *int64 { return &c.Tokens.MaxHeader }, size(checkTokenMaxHeader)).
 		def(DefaultTokenMaxHeader).checked(checkTokenMaxHeader),
+	key("tokens.record_identity", "how records carry the caller's iss and sub claims: plain, hash (SHA-256) or off", func(c *Config) *string { return &c.Tokens.RecordIdentity }, str).
+		def(IdentityPlain).checked(func(s string) string { return checkOneOf(s, IdentityPlain, IdentityHash, Off) }),
 
 	key("upstream_tls.extra_cas", "PEM files trusted besides the system roots", func(c *Config) *[]string { return &c.Upstream.ExtraCAs }, list(parseString)).
 		checkedBy(each(checkPath)),

@@ -22,6 +22,9 @@ type TokensConfig struct {
 	Introspection TokenIntrospection `yaml:"introspection"`
 	// MaxHeader bounds an Authorization header (bytes); a longer one is refused unparsed.
 	MaxHeader int64 `yaml:"max_header"`
+	// RecordIdentity is how records carry the caller's iss and sub claims: IdentityPlain,
+	// IdentityHash (SHA-256, so that records correlate a caller without naming it) or Off.
+	RecordIdentity string `yaml:"record_identity"`
 }
 
 // TokenIssuer is one issuer whose keys are known: a JWKS file, or a JWKS URL fetched through the
@@ -46,6 +49,12 @@ const (
 	TokensAllow      = "allow"
 	TokensDeny       = "deny"
 	TokensIntrospect = "introspect"
+)
+
+// Values of TokensConfig.RecordIdentity (and Off).
+const (
+	IdentityPlain = "plain"
+	IdentityHash  = "hash"
 )
 
 // On is Route.TokenAudience's default where the route reads HTTP; Off turns the check off.

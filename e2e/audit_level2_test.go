@@ -31,6 +31,8 @@ type auditL2Record struct {
 	Arguments     json.RawMessage `json:"arguments"`
 	ArgsHash      string          `json:"args_hash"`
 	Authorization uint64          `json:"authorization"`
+	Iss           string          `json:"iss"`
+	Sub           string          `json:"sub"`
 }
 
 // auditL2Config is the lab configuration with an audited terminate + Level 2 route on port 3000

@@ -165,7 +165,37 @@ func TestTokenAudience(t *testing.T) {
 	if !strings.Contains(flows, `"rule":"token-audience"`) || !strings.Contains(flows, "token audience") {
 		t.Errorf("the flow log has no token-audience denial with its reason:\n%s", flows)
 	}
-	records, _ := json.Marshal(auditShow(t, auditDir))
+	// The accepted call's records name its caller; a refused token's claims (maybe forged) are in
+	// none.
+	var allowed int
+	for _, l := range flowLines(t, flows) {
+		switch {
+		case l.Rule == "token-audience" && (l.Sub != "" || l.Iss != ""):
+			t.Errorf("a refused token's claims are in its record: %+v", l)
+		case l.MCPName == "echo" && l.Decision == "allow" && l.Direction == "client_to_server":
+			allowed++
+			if l.Sub != "alice" || l.Iss != "https://idp.lab.test" {
+				t.Errorf("the accepted call's record names iss %q sub %q, want https://idp.lab.test alice", l.Iss, l.Sub)
+			}
+		}
+	}
+	if allowed == 0 {
+		t.Errorf("no flow log record of the accepted echo call:\n%s", flows)
+	}
+	auditRecs := auditShow(t, auditDir)
+	var audited bool
+	for _, r := range auditRecs {
+		if r.Kind == "authorization" && r.Tool == "echo" && r.Decision == "allow" {
+			audited = true
+			if r.Sub != "alice" || r.Iss != "https://idp.lab.test" {
+				t.Errorf("the accepted call's audit record names iss %q sub %q", r.Iss, r.Sub)
+			}
+		}
+	}
+	if !audited {
+		t.Errorf("no audit authorization of the accepted echo call: %+v", auditRecs)
+	}
+	records, _ := json.Marshal(auditRecs)
 	all := flows + a.stderr.String() + metrics + string(records)
 	for _, tok := range append([]string{good}, refused[0].token, refused[1].token, refused[2].token) {
 		// A JWT's signature part alone is enough to replay nothing, but its whole is a secret:
@@ -175,6 +205,32 @@ func TestTokenAudience(t *testing.T) {
 			t.Errorf("a token appears in the appliance's output, flow log, audit records or /metrics")
 		}
 	}
+}
+
+// tokenFlowLine is the part of a flow log line the token tests read.
+type tokenFlowLine struct {
+	MCPName   string `json:"mcp_name"`
+	Direction string `json:"direction"`
+	Decision  string `json:"decision"`
+	Rule      string `json:"rule"`
+	Iss       string `json:"iss"`
+	Sub       string `json:"sub"`
+}
+
+func flowLines(t *testing.T, log string) []tokenFlowLine {
+	t.Helper()
+	var out []tokenFlowLine
+	for line := range strings.Lines(log) {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var l tokenFlowLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("flow log line %q: %v", line, err)
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 func grepLines(s, sub string) string {

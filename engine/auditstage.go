@@ -12,6 +12,7 @@ import (
 	"mcpintercept/exchange"
 	"mcpintercept/level2"
 	"mcpintercept/mcp"
+	"mcpintercept/policy"
 )
 
 // CodeAuditUnavailable is the JSON-RPC error an audited request gets when its authorization
@@ -113,6 +114,8 @@ func (s *auditStage) denial(x *exchange.Exchange) {
 func (s *auditStage) authorization(x *exchange.Exchange) *audit.Record {
 	r := &audit.Record{Kind: auditAuthorization, Exchange: s.n.Add(1), Direction: "client_to_server",
 		Decision: audit.Allow, Rule: x.Verdict.Rule}
+	c := policy.CallerFrom(x.Get(policy.CallerKey{}))
+	r.Iss, r.Sub = c.Iss, c.Sub
 	if info := mcp.InfoOf(x); info != nil {
 		r.Method, r.Tool = info.Method+" "+info.Path, info.MCPName
 	} else {

@@ -4,6 +4,7 @@ import (
 	"mcpintercept/exchange"
 	"mcpintercept/level2"
 	"mcpintercept/mcp"
+	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 )
 
@@ -64,6 +65,7 @@ func (r *recordStage) message(m *level2.Record) {
 		appendReason(&rec, m.Err)
 	}
 	rec.BytesUp, rec.BytesDown = m.BytesUp, m.BytesDown
+	rec.Iss, rec.Sub = m.Caller.Iss, m.Caller.Sub
 	r.w.Message(&rec, m.Duration)
 }
 
@@ -105,6 +107,8 @@ func (r *recordStage) Done(x *exchange.Exchange) {
 		appendReason(&rec, x.Err)
 	}
 	rec.BytesUp, rec.BytesDown = x.BytesUp, x.BytesDown
+	c := policy.CallerFrom(x.Get(policy.CallerKey{}))
+	rec.Iss, rec.Sub = c.Iss, c.Sub
 	// The series are bounded jointly by telemetry (the per-flow handle resolves the destination
 	// and client once); no per-label first-come cap here, or a flood of made-up destinations
 	// would fold configured ones into "other" before the reserve could keep them.

@@ -78,6 +78,9 @@ type Route struct {
 	// Tokens checks every request's bearer token before it is forwarded (nil: tokens pass
 	// unread, token_audience: off).
 	Tokens TokenChecker
+	// CallerIdentity is how records carry an accepted token's iss and sub: plain (""),
+	// IdentityHash or IdentityOff (tokens.record_identity).
+	CallerIdentity string
 }
 
 // needsSNI reports whether matching this route depends on the ClientHello.

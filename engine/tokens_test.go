@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"mcpintercept/auth"
+	"mcpintercept/telemetry"
 )
 
 // fakeChecker accepts the token "good" for one canonical URI and refuses anything else as an
@@ -111,5 +112,39 @@ func TestTokenRefusedBeforeUpstream(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTokenCallerInRecords: an accepted token's sub (and iss) name the caller in the request's
+// record, as tokens.record_identity says: plain, hashed (of iss and sub together) or left out.
+func TestTokenCallerInRecords(t *testing.T) {
+	for _, level := range []int{1, 2} {
+		for _, mode := range []string{"", IdentityHash, IdentityOff} {
+			t.Run(fmt.Sprintf("level %d %q", level, mode), func(t *testing.T) {
+				up, read := countingUpstream(t, nil)
+				route := tokenRoute(level, &fakeChecker{})
+				route.CallerIdentity = mode
+				h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{route}})
+				c := dialHTTP(t, h.addr)
+				c.doBody("POST /mcp HTTP/1.1\r\nHost: mcp.test:8080\r\n", ping, "Content-Length: "+fmt.Sprint(len(ping)),
+					"Content-Type: application/json", "Accept: application/json, text/event-stream", "Authorization: Bearer good")
+				c.c.Close()
+				<-read
+				var rec telemetry.FlowRecord
+				for {
+					rec = h.sink.next(t)
+					if rec.Path == "/mcp" && (level == 1 || rec.Direction == "client_to_server") {
+						break
+					}
+				}
+				want := map[string]string{"": "alice", IdentityHash: identityHash("\x00alice"), IdentityOff: ""}[mode]
+				if rec.Sub != want || rec.Iss != "" {
+					t.Errorf("record names iss %q sub %q, want sub %q", rec.Iss, rec.Sub, want)
+				}
+				if mode == IdentityHash && !strings.HasPrefix(rec.Sub, "sha256:") || strings.Contains(fmt.Sprintf("%+v", rec), "good") {
+					t.Errorf("record %+v", rec)
+				}
+			})
+		}
 	}
 }

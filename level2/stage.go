@@ -95,6 +95,8 @@ type Record struct {
 	// BytesUp and BytesDown are the HTTP exchange's bytes, on the record of its first
 	// client→server message (0 on the others, so that sums over the log stay right).
 	BytesUp, BytesDown int64
+	// Caller is who the request's accepted bearer token names (records' iss and sub).
+	Caller policy.Caller
 
 	cursor bool            // a list request for a later page (params.cursor)
 	rawID  json.RawMessage // the id as sent, to answer with
@@ -467,7 +469,8 @@ func (s *stage) refuseUnreadable(x *exchange.Exchange, st *xstate, status int, w
 		code = CodeTooLarge
 	}
 	r := &Record{Time: st.start, Direction: ClientToServer, Decision: policy.ActionDeny, Rule: "level2", Reason: why,
-		HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Version: st.version}
+		HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Version: st.version,
+		Caller: policy.CallerFrom(x.Get(policy.CallerKey{}))}
 	st.reqs = append(st.reqs, r)
 	st.messages++
 	st.answered = true
@@ -996,6 +999,7 @@ func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *mcp.Message, dir 
 	r := &Record{
 		Time: time.Now(), Direction: dir, Kind: m.Kind.String(), ID: m.IDText(), rawID: m.ID, Method: m.Method,
 		Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Decision: policy.ActionAllow,
+		Caller: policy.CallerFrom(x.Get(policy.CallerKey{})),
 	}
 	if len(m.ID) > 0 {
 		r.key = idKey(m)

@@ -52,6 +52,23 @@ func AuthFrom(v any) *Auth {
 	return a
 }
 
+// Caller is the caller's identity as records carry it: the iss and sub claims of the request's
+// token, each "sha256:<hex>" under tokens.record_identity: hash, and both "" when the token
+// carried none or records leave them out (off). It is never the token.
+type Caller struct {
+	Iss, Sub string
+}
+
+// CallerKey is the exchange key under which the token check keeps a request's Caller for the
+// stages that write records.
+type CallerKey struct{}
+
+// CallerFrom is the Caller kept under CallerKey (zero: no token, or none read).
+func CallerFrom(v any) Caller {
+	c, _ := v.(Caller)
+	return c
+}
+
 // Client is the `client` variable: the peer that opened the flow.
 type Client struct {
 	Address string // IP, without port

@@ -34,6 +34,10 @@ type FlowRecord struct {
 	BytesUp    int64  `json:"bytes_up"`
 	BytesDown  int64  `json:"bytes_down"`
 	DurationMS int64  `json:"duration_ms"`
+	// Iss and Sub are the caller named by the request's accepted bearer token (hashed under
+	// tokens.record_identity: hash); absent when there was none or the route reads no token.
+	Iss string `json:"iss,omitempty"`
+	Sub string `json:"sub,omitempty"`
 	// Process is the local process that opened the connection, when the steering mechanism knows
 	// it (eBPF); absent otherwise.
 	Process *Process `json:"process,omitempty"`
@@ -122,6 +126,12 @@ func (r *FlowRecord) AppendJSON(b []byte) []byte {
 	b = strconv.AppendInt(append(b, `,"bytes_up":`...), r.BytesUp, 10)
 	b = strconv.AppendInt(append(b, `,"bytes_down":`...), r.BytesDown, 10)
 	b = strconv.AppendInt(append(b, `,"duration_ms":`...), r.DurationMS, 10)
+	if r.Iss != "" {
+		b = appendStringField(b, `,"iss":`, r.Iss)
+	}
+	if r.Sub != "" {
+		b = appendStringField(b, `,"sub":`, r.Sub)
+	}
 	if p := r.Process; p != nil {
 		b = strconv.AppendUint(append(b, `,"process":{"pid":`...), uint64(p.PID), 10)
 		b = strconv.AppendUint(append(b, `,"uid":`...), uint64(p.UID), 10)

@@ -186,6 +186,11 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	for _, rs := range cfg.RuleSets {
 		nrules += len(rs)
 	}
+	// A warning is a valid choice the operator should know they made (token_audience: off);
+	// it does not fail the check.
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", cf.config, w)
+	}
 	fmt.Fprintf(stdout, "%s: ok (mechanism %s, %d destination prefix(es), %d port range(s), %d route(s), %d rule(s) compiled)\n",
 		cf.config, cfg.Mechanism, len(cfg.Intercept.Destinations), len(cfg.Intercept.Ports), len(cfg.Routes), nrules)
 	return exitOK

@@ -26,6 +26,7 @@ func TestCLI(t *testing.T) {
 		"rule_sets:\n  s:\n    - {name: deny-x, when: 'mcp.name == \"x\"', action: deny}\n")
 	badPolicy := write("policy.yaml", base+"routes:\n  - {name: p, match: {ports: [8080]}, tls: plaintext, level: 1, development: true, rule_set: s}\n"+
 		"rule_sets:\n  s:\n    - {name: broken, when: 'mcp.name ==', action: deny}\n")
+	tokensOff := write("tokensoff.yaml", base+"routes:\n  - {name: p, match: {ports: [8080]}, tls: plaintext, level: 1, development: true, token_audience: \"off\"}\n")
 	badYAML := write("bad.yaml", base+"limits:\n  idle_timout: 5m\n")
 	caDir := filepath.Join(dir, "ca")
 	tests := []struct {
@@ -39,6 +40,8 @@ func TestCLI(t *testing.T) {
 		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderr: `unknown command "frobnicate"`},
 		{name: "help", args: []string{"help"}, code: 0, stdout: "mechanisms: nftables-tproxy"},
 		{name: "check ok", args: []string{"check", "--config", good}, code: 0, stdout: "good.yaml: ok (mechanism nftables-tproxy, 1 destination prefix(es), 1 port range(s), 1 route(s), 1 rule(s) compiled)"},
+		{name: "check warns of token_audience off", args: []string{"check", "--config", tokensOff}, code: 0, stdout: "tokensoff.yaml: ok",
+			stderr: "tokensoff.yaml: warning: routes[0] (p): token_audience: off forwards bearer tokens without checking their audience"},
 		{name: "check without --config", args: []string{"check"}, code: 2, stderr: "--config FILE is required"},
 		{name: "check unexpected argument", args: []string{"check", "--config", good, "extra"}, code: 2, stderr: `unexpected argument "extra"`},
 		{name: "check bad file", args: []string{"check", "--config", badYAML}, code: 2, stderr: "bad.yaml:4:"},
