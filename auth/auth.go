@@ -8,6 +8,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -112,6 +113,7 @@ type Checker struct {
 	intro     *introspector
 	maxHeader int
 	now       func() time.Time
+	parsed    parsedCache
 }
 
 // New builds a Checker, reading JWKS files now so a bad file fails at start.
@@ -212,10 +214,21 @@ func (c *Checker) checkBearer(ctx context.Context, r Result, token, canonical st
 	if !looksLikeJWS(token) {
 		return c.checkOpaque(ctx, r, token, canonical)
 	}
+	key := sha256.Sum256([]byte(token))
+	now := c.clock()
+	if e, ok := c.parsed.get(key, now); ok {
+		if e.verified {
+			if ref := c.checkTimes(e.claims); ref != nil {
+				return ref.result(r)
+			}
+		}
+		return c.accept(r, e.claims, e.verified, canonical)
+	}
 	cl, verified, ref := c.parseJWT(token)
 	if ref != nil {
 		return ref.result(r)
 	}
+	c.parsed.put(key, parsedEntry{claims: cl, verified: verified}, now)
 	return c.accept(r, cl, verified, canonical)
 }
 

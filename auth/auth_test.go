@@ -314,3 +314,46 @@ func tamper(t *testing.T, header string) string {
 	forged := strings.Split(rawToken(`{}`, `{"iss":"https://idp.example","aud":"`+canon+`","sub":"mallory"}`), ".")
 	return "Bearer " + parts[0] + "." + forged[1] + "." + parts[2]
 }
+
+// TestParsedCache: a token seen before is not parsed again, but what depends on the request or
+// the time is judged on every use — the audience against the server addressed, exp for a
+// verified token — and a key withdrawn from the issuer's set stops vouching for a cached token
+// once the set is read again.
+func TestParsedCache(t *testing.T) {
+	rk, ek, _ := testKeys(t)
+	const iss = "https://idp.example"
+	path := jwksFile(t, rk, ek)
+	c, clk := newTestChecker(t, Options{Issuers: []Issuer{{Issuer: iss, JWKSFile: path}}, ClockSkew: time.Second})
+	exp := clk.now().Add(10 * time.Minute).Unix()
+	tok := bearer(sign(t, ek, map[string]any{"iss": iss, "aud": canon, "sub": "alice", "exp": exp}))
+	if r, err := judge(t, c, tok, canon); err != nil || !r.Verified || r.Claims.Sub != "alice" {
+		t.Fatalf("first use: %+v %v", r, err)
+	}
+	if len(c.parsed.m) != 1 {
+		t.Fatalf("cache holds %d entries after one token, want 1", len(c.parsed.m))
+	}
+	if r, err := judge(t, c, tok, canon); err != nil || !r.Verified || r.Claims.Sub != "alice" {
+		t.Fatalf("cached use: %+v %v", r, err)
+	}
+	if _, err := judge(t, c, tok, "https://other.example/mcp"); !errors.Is(err, ErrRefused) {
+		t.Fatal("a cached token was accepted for another server")
+	}
+	// The issuer withdraws the key: within the cache's lifetime the token still passes, as a new
+	// token would until the set is read again; after it, it is refused.
+	writeJWKS(t, path, rk)
+	clk.advance(cacheLifetime + time.Second)
+	if _, err := judge(t, c, tok, canon); !errors.Is(err, ErrRefused) {
+		t.Fatal("a cached token outlived the withdrawal of its key")
+	}
+	// exp is judged on a cached entry too.
+	writeJWKS(t, path, rk, ek)
+	clk.advance(cacheLifetime + time.Second)
+	short := bearer(sign(t, ek, map[string]any{"iss": iss, "aud": canon, "exp": clk.now().Add(30 * time.Second).Unix()}))
+	if _, err := judge(t, c, short, canon); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(32 * time.Second)
+	if r, err := judge(t, c, short, canon); !errors.Is(err, ErrRefused) || r.Kind != KindExpired {
+		t.Fatalf("an expired cached token: %+v %v", r, err)
+	}
+}

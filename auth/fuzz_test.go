@@ -92,6 +92,8 @@ func BenchmarkGarbageJWSParsed(b *testing.B) {
 	}
 }
 
+// BenchmarkVerifiedRS256: the same verified token on every request, as a client sends it; after
+// the first, the signature is not verified again (parsedCache), only the audience and the times.
 func BenchmarkVerifiedRS256(b *testing.B) {
 	rk, _, _ := testKeys(b)
 	const iss = "https://idp.example"

@@ -145,11 +145,13 @@ func (iss *issuer) candidates(kid string, alg string) ([]jose.JSONWebKey, error)
 	return match(keys, kid, alg), err
 }
 
+// current is the key set, read again once it is older than refreshInterval: a key the issuer
+// withdraws stops verifying within a minute (a failed read keeps the keys held before).
 func (iss *issuer) current() (*jose.JSONWebKeySet, error) {
 	iss.mu.Lock()
-	keys := iss.keys
+	keys, stale := iss.keys, iss.clock().Sub(iss.fetched) >= refreshInterval
 	iss.mu.Unlock()
-	if keys == nil {
+	if keys == nil || stale {
 		return iss.refresh()
 	}
 	return keys, nil

@@ -3,11 +3,17 @@ package engine
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
 	"mcpintercept/audit"
+	"mcpintercept/auth"
 )
 
 // BenchmarkRoundTrip1KiB: 1 KiB request, 1 KiB response on one connection, directly and through
@@ -90,8 +100,57 @@ func BenchmarkLevel1AuditRoundTrip(b *testing.B) {
 	}
 }
 
+// BenchmarkLevel1TokenRoundTrip is BenchmarkLevel1RoundTrip with a bearer JWT (ES256) on every
+// request: the route without a token check (off), with the audience check alone, and with the
+// signature verified against a JWKS file. The difference to "off" is the token stage's cost.
+func BenchmarkLevel1TokenRoundTrip(b *testing.B) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const iss, aud = "https://idp.bench", "https://bench.example/mcp"
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: jose.JSONWebKey{Key: key, KeyID: "k1"}},
+		(&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := jwt.Signed(signer).Claims(jwt.Claims{Issuer: iss, Subject: "alice", Audience: jwt.Audience{aud},
+		Expiry: jwt.NewNumericDate(time.Now().Add(time.Hour))}).Serialize()
+	if err != nil {
+		b.Fatal(err)
+	}
+	set, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: key.Public(), KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
+	jwks := filepath.Join(b.TempDir(), "jwks.json")
+	if err := os.WriteFile(jwks, set, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opt  *auth.Options
+	}{
+		{"off", nil},
+		{"audience", &auth.Options{Audiences: []string{aud}}},
+		{"verified", &auth.Options{Audiences: []string{aud}, Issuers: []auth.Issuer{{Issuer: iss, JWKSFile: jwks}}}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			route := &Route{Name: "l1", TLS: Plaintext, Level: 1, Development: true}
+			if tc.opt != nil {
+				c, err := auth.New(*tc.opt)
+				if err != nil {
+					b.Fatal(err)
+				}
+				route.Tokens = c
+			}
+			benchLevel1With(b, route, 1, "Authorization: Bearer "+tok+"\r\n")
+		})
+	}
+}
+
 // benchLevel1 runs b.N requests through route over conns keep-alive connections.
-func benchLevel1(b *testing.B, route *Route, conns int) {
+func benchLevel1(b *testing.B, route *Route, conns int) { benchLevel1With(b, route, conns, "") }
+
+// benchLevel1With is benchLevel1 with extra header lines (each ending in CRLF) on every request.
+func benchLevel1With(b *testing.B, route *Route, conns int, extra string) {
 	body := `{"jsonrpc":"2.0","id":1,"result":{"pad":"` + strings.Repeat("x", 1000) + `"}}`
 	resp := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	up := upstreamServer(b, func(c *net.TCPConn) {
@@ -111,7 +170,7 @@ func benchLevel1(b *testing.B, route *Route, conns int) {
 	h := newRoutedHarness(b, up, Limits{IdleTimeout: time.Minute}, &Routing{Routes: []*Route{route}})
 	reqBody := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"pad":"` + strings.Repeat("y", 900) + `"}}}`
 	req := "POST /mcp HTTP/1.1\r\nHost: mcp.test\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n" +
-		"Mcp-Method: tools/call\r\nMcp-Name: echo\r\nMCP-Protocol-Version: 2026-07-28\r\nContent-Length: " + strconv.Itoa(len(reqBody)) + "\r\n\r\n" + reqBody
+		"Mcp-Method: tools/call\r\nMcp-Name: echo\r\nMCP-Protocol-Version: 2026-07-28\r\n" + extra + "Content-Length: " + strconv.Itoa(len(reqBody)) + "\r\n\r\n" + reqBody
 	b.SetBytes(int64(len(req) + len(resp)))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -139,6 +198,10 @@ func benchLevel1(b *testing.B, route *Route, conns int) {
 				}
 				io.Copy(io.Discard, r.Body)
 				r.Body.Close()
+				if r.StatusCode != 200 {
+					b.Errorf("status %d (%s)", r.StatusCode, r.Header.Get("WWW-Authenticate"))
+					return
+				}
 			}
 		}()
 	}
