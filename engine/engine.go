@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mcpintercept/exchange"
+	"mcpintercept/integrity"
 	"mcpintercept/level2"
 	"mcpintercept/origin"
 	"mcpintercept/policy"
@@ -71,6 +72,9 @@ type Options struct {
 	// HTTP is the exchange loop's configuration (header bound and timeout); the engine adds the
 	// flow's limits and the route's guards per connection.
 	HTTP exchange.Options
+	// Tools is the appliance's tool-integrity guard (pins, quarantine, divergence); routes with
+	// tool_pins use it at Level 2. Nil: no route checks definitions.
+	Tools *integrity.Guard
 }
 
 // Engine accepts flows from listeners and forwards each in its own goroutine.

@@ -1,9 +1,12 @@
 package engine
 
 import (
-	"mcpintercept/origin"
 	"net/netip"
 	"strings"
+
+	"mcpintercept/integrity"
+	"mcpintercept/level2"
+	"mcpintercept/origin"
 )
 
 // Disposition is how a flow's TLS is treated (draft, "TLS Considerations").
@@ -81,6 +84,10 @@ type Route struct {
 	// CallerIdentity is how records carry an accepted token's iss and sub: plain (""),
 	// IdentityHash or IdentityOff (tokens.record_identity).
 	CallerIdentity string
+	// ToolPins is the route's tool_pins (integrity.ModeOff, ModeLearn, ModeEnforce; "" off) and
+	// QuarantineDivergence its on_divergence: quarantine. They take effect with Options.Tools.
+	ToolPins             integrity.Mode
+	QuarantineDivergence bool
 }
 
 // needsSNI reports whether matching this route depends on the ClientHello.
@@ -163,3 +170,6 @@ func selectRoute(routes []*Route, client, dst netip.AddrPort, sni func() string)
 	}
 	return DefaultRoute
 }
+
+// A route's guard is what Level 2 calls.
+var _ level2.ToolGuard = (*integrity.RouteGuard)(nil)

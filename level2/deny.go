@@ -23,6 +23,10 @@ const (
 	CodeUnreadable = -31003
 	// CodeTokenRefused: the bearer token failed the appliance's check (audience, signature, expiry).
 	CodeTokenRefused = -31005
+	// CodeQuarantined: the tool's (prompt's, template's) definition is quarantined: it changed
+	// since it was pinned, is not pinned on an enforce route, or servers showed clients
+	// different ones (tool_pins).
+	CodeQuarantined = -31006
 	// CodeHeaderMismatch is MCP's HeaderMismatch (SEP-2243): Mcp-Method, Mcp-Name or
 	// MCP-Protocol-Version disagree with the body.
 	CodeHeaderMismatch = -32020

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"mcpintercept/exchange"
+	"mcpintercept/integrity"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
@@ -73,6 +74,22 @@ type Flow struct {
 	// request before it is forwarded, a record of every denial before it is answered, and each
 	// call's outcome.
 	Audit Auditor
+	// Tools is the route's tool-integrity guard (nil: tool_pins off): every tools/list,
+	// prompts/list and resources/templates/list result is judged by it — a quarantined
+	// definition is hidden, its calls refused with CodeQuarantined — and its verdict fills
+	// mcp.tool_pinned, mcp.tool_changed and mcp.tool_findings for the list filter and the call
+	// check alike.
+	Tools ToolGuard
+	// UpstreamSPKI is "sha256:<hex>" of the upstream certificate's public key on terminate
+	// routes ("" otherwise), recorded beside the pins.
+	UpstreamSPKI string
+}
+
+// ToolGuard is what Level 2 needs of the tool-integrity guard; *integrity.RouteGuard is it.
+type ToolGuard interface {
+	Observe(srv integrity.Server, viewer string, defs []integrity.Def, whole bool) ([]integrity.Verdict, []integrity.Event)
+	Lookup(srv integrity.Server, viewer string, kind integrity.Kind, name string) (integrity.Verdict, bool)
+	Forget(srv integrity.Server)
 }
 
 // Record is one JSON-RPC message as Level 2 saw it and judged it.
