@@ -19,8 +19,8 @@
 // The variables are CEL object types whose fields are declared once (schema.go), each with its
 // CEL type and the lowest awareness level that can see it: client.* and conn.* at every level,
 // http.* and mcp.version, method, name and session (from headers) from Level 1, the rest of mcp.*
-// (arguments, result, error, client_info, direction, kind, id, tool, mode, retry) at Level 2
-// only. A field that does not exist (mcp.tool_name) or a type that cannot match (mcp.name > 3)
+// (arguments, result, error, client_info, direction, kind, id, tool, mode, retry, and tool
+// integrity's tool_findings, tool_pinned and tool_changed) at Level 2 only. A field that does not exist (mcp.tool_name) or a type that cannot match (mcp.name > 3)
 // is a compile error at its file:line:col; Set.CheckLevel reports a field the route's level
 // cannot see. A variable used as a whole (mcp[k], "name" in mcp, size(mcp)) reads every field.
 //

@@ -143,6 +143,17 @@ func messageOf(o any) *Message {
 	return nil
 }
 
+// toolsOf is mcp's tool-integrity verdict; nil when absent.
+func toolsOf(o any) *ToolIntegrity {
+	if m := messageOf(o); m != nil {
+		return m.Tools
+	}
+	return nil
+}
+
+// noFindings is tool_findings of a definition without any: present, empty.
+var noFindings = types.NewStringList(types.DefaultTypeAdapter, []string{})
+
 func authOf(o any) *Auth {
 	if v, ok := o.(*authView); ok {
 		return v.Vars.Auth
@@ -266,6 +277,20 @@ var (
 				}
 				return m.Error, true
 			}},
+		&field{name: "tool_findings", typ: types.NewListType(types.StringType), level: LevelBody,
+			doc: "hidden content in the definition of the tool, prompt or template a tools/call, prompts/get or list entry names: control, ansi, zero_width, bidi, tag, pattern:<name> (sorted; empty when none or the route has no tool_pins)",
+			get: func(o any) (any, bool) {
+				t := toolsOf(o)
+				if t == nil {
+					return nil, false
+				}
+				if len(t.Findings) == 0 {
+					return noFindings, true
+				}
+				return types.NewStringList(types.DefaultTypeAdapter, t.Findings), true
+			}},
+		boolField("tool_pinned", LevelBody, "that definition has a pin (tool_pins learn or enforce; false without tool_pins)", toolsOf, func(t *ToolIntegrity) bool { return t.Pinned }),
+		boolField("tool_changed", LevelBody, "that definition differs from its pin (a changed definition is quarantined)", toolsOf, func(t *ToolIntegrity) bool { return t.Changed }),
 		lazyField("arguments", types.NewMapType(types.StringType, types.DynType), "params.arguments of a request",
 			func(in *Input) (any, bool) { a := in.arguments(); return a, a != nil }),
 		lazyField("result", types.DynType, "the result of a response",

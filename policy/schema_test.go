@@ -62,6 +62,9 @@ func TestCheckLevel(t *testing.T) {
 		{"computed key reads every field", RuleSpec{When: `mcp[http.method] == "x"`},
 			LevelHeaders, []string{`f.yaml:3:13: rule r: mcp used as a whole reads every field, which needs awareness level 2; the route has level 1`}},
 		{"computed key into headers is Level 1", RuleSpec{When: `http.headers[mcp.name] == "x"`}, LevelHeaders, nil},
+		{"tool integrity at Level 1", RuleSpec{When: `mcp.method == "tools/call" && "tag" in mcp.tool_findings`},
+			LevelHeaders, []string{`f.yaml:3:52: rule r: mcp.tool_findings needs awareness level 2, the route has level 1`}},
+		{"tool integrity at Level 2", RuleSpec{When: `mcp.tool_changed || !mcp.tool_pinned || size(mcp.tool_findings) > 0`}, LevelBody, nil},
 		{"rate limit key", RuleSpec{Action: RuleRateLimit, KeyPos: Pos{File: "f.yaml", Line: 4, Column: 20},
 			RateLimit: &RateLimit{Key: `mcp.client_info.name`, Rate: 1, Burst: 1}},
 			LevelHeaders, []string{`f.yaml:4:20: rule r: mcp.client_info needs awareness level 2, the route has level 1`}},
@@ -191,7 +194,7 @@ func typedAndMaps() (typed, maps *Input) {
 		Conn:   &Conn{OrigDst: "10.200.2.2:8443", OrigIP: "10.200.2.2", OrigPort: 8443, Mechanism: "nftables-tproxy", TLS: "terminate", Hello: true},
 		HTTP:   &Request{Method: "POST", Path: "/mcp", Headers: HeaderMap{"x-tenant": "a", "x-n": "7"}},
 		MCP: &Message{Version: "2025-06-18", Method: "tools/call", Name: "read_file", ID: "3", Direction: "client_to_server",
-			Kind: "request", Body: &countingBody{}},
+			Kind: "request", Body: &countingBody{}, Tools: &ToolIntegrity{Findings: []string{"pattern:important", "zero_width"}, Pinned: true}},
 	}}
 	maps = &Input{
 		Client: map[string]any{"address": "10.200.1.2", "port": int64(40000), "pid": int64(42), "uid": int64(1000),
@@ -201,9 +204,10 @@ func typedAndMaps() (typed, maps *Input) {
 		HTTP: map[string]any{"method": "POST", "path": "/mcp", "headers": map[string]string{"x-tenant": "a", "x-n": "7"}},
 		MCP: map[string]any{"version": "2025-06-18", "method": "tools/call", "name": "read_file", "id": "3",
 			"direction": "client_to_server", "kind": "request",
-			"arguments":   map[string]any{"path": "/etc/passwd", "n": int64(3)},
-			"result":      map[string]any{"content": "AKIA1"},
-			"client_info": map[string]any{"name": "agent", "version": "1"}},
+			"arguments":     map[string]any{"path": "/etc/passwd", "n": int64(3)},
+			"result":        map[string]any{"content": "AKIA1"},
+			"client_info":   map[string]any{"name": "agent", "version": "1"},
+			"tool_findings": []string{"pattern:important", "zero_width"}, "tool_pinned": true, "tool_changed": false},
 	}
 	return typed, maps
 }
@@ -228,6 +232,9 @@ func TestTypedInputDecidesAsMaps(t *testing.T) {
 		`mcp.arguments.path.startsWith("/etc")`, `"path" in mcp.arguments`, `mcp.arguments.n > 2`,
 		`mcp.arguments.missing == 1`, `string(mcp.result).contains("AKIA")`,
 		`mcp.client_info.name == "agent"`,
+		`"zero_width" in mcp.tool_findings`, `"bidi" in mcp.tool_findings`, `size(mcp.tool_findings) == 2`,
+		`mcp.tool_findings.exists(f, f.startsWith("pattern:"))`, `has(mcp.tool_findings)`,
+		`mcp.tool_pinned && !mcp.tool_changed`, `mcp.tool_changed`, `has(mcp.tool_pinned)`,
 		`mcp["name"] == "read_file"`, `mcp[http.method] == "x"`, `"name" in mcp`, `size(mcp) > 3`,
 		`size(client) == 8`, `size(conn) == 6`, `client[conn.tls] == 1`,
 		`mcp.name`, `int(mcp.name) > 1`,
@@ -286,5 +293,36 @@ func TestAbsentTypedFields(t *testing.T) {
 	want = []string{"mcp.method", "client.pid", "conn.sni", "http.headers", "mcp.session"}
 	if d := s.Evaluate(&Input{}); !slices.Equal(d.Absent, want) || len(d.Errors) != 0 {
 		t.Errorf("empty input: %+v, want Absent %q", d, want)
+	}
+}
+
+// The tool-integrity fields: absent without a verdict (Level 1, or a message that names no
+// definition), present with an empty list and false when the route pins nothing, and read
+// from the verdict otherwise.
+func TestToolIntegrityFields(t *testing.T) {
+	s := mustCompile(t, []RuleSpec{
+		{Name: "hidden", When: `"zero_width" in mcp.tool_findings || "tag" in mcp.tool_findings`, Action: RuleDeny},
+		{Name: "changed", When: `mcp.tool_changed`, Action: RuleDeny},
+		{Name: "unpinned", When: `has(mcp.tool_pinned) && !mcp.tool_pinned && size(mcp.tool_findings) > 0`, Action: RuleDeny},
+	})
+	for _, tt := range []struct {
+		name   string
+		tools  *ToolIntegrity
+		rule   string
+		absent []string
+	}{
+		{"no verdict: absent", nil, "", []string{"mcp.tool_findings", "mcp.tool_changed"}}, // has() asks, it does not miss
+		{"no tool_pins: present, empty", &ToolIntegrity{}, "", nil},
+		{"zero-width finding", &ToolIntegrity{Findings: []string{"zero_width"}, Pinned: true}, "hidden", nil},
+		{"changed", &ToolIntegrity{Pinned: true, Changed: true}, "changed", nil},
+		{"unpinned with a pattern", &ToolIntegrity{Findings: []string{"pattern:important"}}, "unpinned", nil},
+		{"pinned with a pattern", &ToolIntegrity{Findings: []string{"pattern:important"}, Pinned: true}, "", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := s.Evaluate(&Input{Vars: Vars{MCP: &Message{Method: "tools/call", Name: "echo", Tools: tt.tools}}})
+			if d.Rule != tt.rule || len(d.Errors) != 0 || !slices.Equal(d.Absent, tt.absent) {
+				t.Errorf("got rule %q absent %q errors %v, want rule %q absent %q", d.Rule, d.Absent, d.Errors, tt.rule, tt.absent)
+			}
+		})
 	}
 }

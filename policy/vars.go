@@ -137,8 +137,22 @@ type Message struct {
 	Mode                           string    // an elicitation's mode
 	Retry                          bool      // a request repeated with its input responses; absent when false
 	Error                          *RPCError // a JSON-RPC error response; nil when absent
+	// Tools is what tool integrity knows of the definition a tools/call or prompts/get names, or
+	// of the listed tool, prompt or template a list probe judges (mcp.tool_findings,
+	// tool_pinned, tool_changed). Level 2 sets it, zero on a route without tool_pins, on every
+	// such message and probe; nil (other messages, Level 1) leaves the three fields absent.
+	Tools *ToolIntegrity
 	// Body produces the costly members on demand; nil leaves them absent.
 	Body Body
+}
+
+// ToolIntegrity is the tool-integrity guard's verdict on one definition, as rules read it.
+type ToolIntegrity struct {
+	// Findings is the hidden content found in the definition's strings, sorted: "control",
+	// "ansi", "zero_width", "bidi", "tag", "pattern:<name>" (empty: none, or not checked).
+	Findings []string
+	Pinned   bool // a pin exists for this server and name
+	Changed  bool // the definition differs from its pin
 }
 
 // RPCError is mcp.error.
