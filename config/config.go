@@ -150,9 +150,11 @@ type Config struct {
 	CA           CAConfig       `yaml:"ca"`
 	Audit        AuditConfig    `yaml:"audit"`
 	Tokens       TokensConfig   `yaml:"tokens"`
-	Upstream     UpstreamTLS    `yaml:"upstream_tls"`
-	TLS          TLSConfig      `yaml:"tls"`
-	HTTP         HTTPConfig     `yaml:"http"`
+	// ToolIntegrity is where and how definitions are pinned on routes with tool_pins.
+	ToolIntegrity ToolIntegrityConfig `yaml:"tool_integrity"`
+	Upstream      UpstreamTLS         `yaml:"upstream_tls"`
+	TLS           TLSConfig           `yaml:"tls"`
+	HTTP          HTTPConfig          `yaml:"http"`
 	// Routes are tried in order; the first whose match holds decides a flow.
 	Routes []Route `yaml:"routes"`
 	// DefaultRoute treats the flows no route matches; nil forwards them

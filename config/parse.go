@@ -491,6 +491,8 @@ func (c *Config) resolvePaths(dir string) {
 	c.CA.Dir = resolve(c.CA.Dir)
 	c.DNS.StateDir = resolve(c.DNS.StateDir)
 	c.Audit.Dir = resolve(c.Audit.Dir)
+	c.ToolIntegrity.Dir = resolve(c.ToolIntegrity.Dir)
+	c.ToolIntegrity.PinFile = resolve(c.ToolIntegrity.PinFile)
 	for i := range c.Tokens.Issuers {
 		c.Tokens.Issuers[i].JWKSFile = resolve(c.Tokens.Issuers[i].JWKSFile)
 	}

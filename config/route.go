@@ -71,6 +71,15 @@ type Route struct {
 	TokenAudience string `yaml:"token_audience,omitempty"`
 	// Audiences are accepted token audiences besides the canonical URI.
 	Audiences []string `yaml:"audiences,omitempty"`
+	// ToolPins is Off, ToolPinsLearn or ToolPinsEnforce: whether the definitions servers list
+	// (tools, prompts, resource templates) are pinned by their canonical hash, a changed one
+	// quarantined (hidden from lists, its calls refused), and, under enforce, an unpinned one
+	// quarantined until approved. Needs level 2 on a route that reads HTTP; Parse fills Off there.
+	ToolPins string `yaml:"tool_pins,omitempty"`
+	// OnDivergence is OnDivergenceLog or OnDivergenceQuarantine: what happens when one server
+	// shows two clients different definitions of one tool within tool_integrity.divergence_window
+	// (always recorded; quarantine hides it from everyone until approved). Needs tool_pins.
+	OnDivergence string `yaml:"on_divergence,omitempty"`
 	// Line and Column locate the route's mapping in the file (0 when built
 	// in code), for messages about the route as a whole.
 	Line, Column int `yaml:"-"`
@@ -193,6 +202,16 @@ var routeTable = table[Route]{
 		defBy(func(r *Route) (string, bool) { return On, r.seesHTTP() }),
 	key("audiences", "token audiences accepted besides the canonical URI", func(r *Route) *[]string { return &r.Audiences }, list(parseString)).
 		checkedBy(unique(checkAudience, quote)),
+	key("tool_pins", "pins the definitions servers list, quarantining a changed one: off, learn or enforce", func(r *Route) *string { return &r.ToolPins }, scalar(parseToolPins)).
+		defBy(func(r *Route) (string, bool) { return Off, r.seesHTTP() && r.LevelOrDefault() >= 2 }),
+	key("on_divergence", "what a server showing clients different definitions gets: log or quarantine", func(r *Route) *string { return &r.OnDivergence }, str).
+		defBy(func(r *Route) (string, bool) { return OnDivergenceLog, r.ToolPinsOn() }).
+		checked(func(s string) string {
+			if s == "" {
+				return ""
+			}
+			return checkOnDivergence(s)
+		}),
 }
 
 // defaultRouteTable is the route keys default_route takes.

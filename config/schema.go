@@ -111,6 +111,17 @@ var configTable = table[Config]{
 	key("tokens.record_identity", "how records carry the caller's iss and sub claims: plain, hash (SHA-256) or off", func(c *Config) *string { return &c.Tokens.RecordIdentity }, str).
 		def(IdentityPlain).checked(func(s string) string { return checkOneOf(s, IdentityPlain, IdentityHash, Off) }),
 
+	// After ca.dir: tool_integrity.dir defaults beside it.
+	key("tool_integrity.dir", "directory of learned pins, quarantines and the admin token (default: tools beside ca.dir)", func(c *Config) *string { return &c.ToolIntegrity.Dir }, str).
+		defBy(toolsDirBeside).checked(checkControl),
+	key("tool_integrity.pin_file", "operator-reviewed pin file (tools pin --from-live writes one); relative to this file", func(c *Config) *string { return &c.ToolIntegrity.PinFile }, str).
+		checked(checkOptionalPath),
+	intKey("tool_integrity.max_tools", "definitions remembered over all servers", func(c *Config) *int { return &c.ToolIntegrity.MaxTools }, checkMaxTools).
+		def(DefaultMaxTools),
+	key("tool_integrity.divergence_window", "how long one client's sight of a definition is compared with another's", func(c *Config) *Duration { return &c.ToolIntegrity.DivergenceWindow }, duration).
+		def(Duration{DefaultDivergenceWindow}).checked(durationBetween(minDivergenceWindow, maxDivergenceWindow)),
+	toolPatternsBlock,
+
 	key("upstream_tls.extra_cas", "PEM files trusted besides the system roots", func(c *Config) *[]string { return &c.Upstream.ExtraCAs }, list(parseString)).
 		checkedBy(each(checkPath)),
 	key("upstream_tls.handshake_timeout", "bound of the upstream TLS handshake", func(c *Config) *Duration { return &c.Upstream.HandshakeTimeout }, duration).

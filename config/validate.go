@@ -271,6 +271,7 @@ func (v *validator) route(c *Config, key string, r Route) {
 	upKey := key + ".allow_upgrade"
 	v.auditRoute(c, key, r, tlsOK && levelOK)
 	v.tokensRoute(key, r, tlsOK && levelOK)
+	v.toolsRoute(c, key, r, tlsOK && levelOK)
 
 	// The cross checks need both sides valid: a message about a
 	// combination is noise while one half is itself wrong.
