@@ -11,6 +11,7 @@ var requestSteps = []requestStep{
 	{"decode", (*stage).decodeRequest},           // strict decode, case-variant keys
 	{"correlate", (*stage).correlateRequest},     // records, ids, version, client info
 	{"header-match", (*stage).matchHeaders},      // SEP-2243: Mcp-* headers against the body
+	{"tool-integrity", (*stage).checkTools},      // tool_pins: a quarantined tool's or prompt's calls refused
 	{"policy", (*stage).judgeRequests},           // the rules, message by message
 	{"argument-schema", (*stage).checkArguments}, // validate_arguments
 	{"transform", (*stage).transform},            // redaction, _meta

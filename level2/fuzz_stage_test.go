@@ -9,10 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"mcpintercept/exchange"
+	"mcpintercept/integrity"
 	"mcpintercept/level1"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
@@ -30,6 +32,11 @@ func FuzzStage(f *testing.F) {
 	f.Add([]byte(`[`+call(1, "echo", `{}`)+`]`), []byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n"), uint8(3))
 	f.Add([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), []byte("data: {\"jsonrpc\":\"2.0\",\"method\":\"x\"}\r\rdata: {\r\n\r\n"), uint8(4))
 	f.Add([]byte(`not json`), []byte(`{"jsonrpc":"2.0","id":"a","error":{"code":-1,"message":"m"}}`), uint8(5))
+	// Tool integrity: a guard quarantines every definition named q_*.
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`), []byte(`{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"q_rug"},{"name":"echo"}]}}`), uint8(0))
+	f.Add([]byte(call(3, "q_rug", `{}`)), []byte(`{"jsonrpc":"2.0","id":3,"result":{}}`), uint8(0))
+	f.Add([]byte(`[`+call(1, "echo", `{}`)+`,{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"q_p"}}]`), []byte(`[]`), uint8(1))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"server/discover"}`), []byte("data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"prompts\":[{\"name\":\"q_x\"}],\"resourceTemplates\":[{\"uriTemplate\":\"q_{x}\"}]}}\n\n"), uint8(6))
 	set, err := policy.Compile([]policy.RuleSpec{{Name: "no-delete", When: `mcp.method == "tools/call" && mcp.name.startsWith("denied_")`, Action: "deny"}})
 	if err != nil {
 		f.Fatal(err)
@@ -65,7 +72,9 @@ func FuzzStage(f *testing.F) {
 			got <- b
 			fmt.Fprintf(upSide, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s", respType, len(resp), resp)
 		}()
-		fl := &Flow{Rules: func() Evaluator { return set }, Options: Options{MaxBody: 1 << 15}, Sessions: NewSessions(4)}
+		g := newFakeGuard()
+		g.unknown = integrity.Verdict{} // learn: what the guard does not know passes
+		fl := &Flow{Rules: func() Evaluator { return set }, Options: Options{MaxBody: 1 << 15}, Sessions: NewSessions(4), Tools: quarantineQ{g}}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		done := make(chan struct{})
@@ -94,11 +103,36 @@ func FuzzStage(f *testing.F) {
 		if server != nil && !bytes.Equal(server, body) {
 			t.Fatalf("the server got %q, the client sent %q", server, body)
 		}
-		if server != nil && bytes.Contains(server, []byte("denied_")) {
+		if server != nil {
 			if ms, _, err := mcp.Decode(server, mcp.DecodeOptions{AllowBatch: true}); err == nil {
 				for _, m := range ms {
 					if m.Method == "tools/call" && len(m.Name()) >= 7 && m.Name()[:7] == "denied_" {
 						t.Fatalf("a denied call reached the server: %q", server)
+					}
+					if (m.Method == "tools/call" || m.Method == "prompts/get") && strings.HasPrefix(m.Name(), "q_") {
+						t.Fatalf("a quarantined call reached the server: %q", server)
+					}
+				}
+			}
+		}
+		if err == nil && server != nil {
+			// The client never sees a quarantined definition in a list it gets (in a stream:
+			// the first event's data; a stream without one carries no message).
+			got := out
+			if mode&4 != 0 {
+				got = sseData(out)
+			}
+			if ms, _, derr := mcp.Decode(trimLenient(got), mcp.DecodeOptions{AllowBatch: true}); derr == nil {
+				for _, m := range ms {
+					if m.Kind != mcp.KindResponse {
+						continue
+					}
+					for _, k := range []listKind{toolsKind, promptsKind, templatesKind} {
+						for _, d := range listDefs(m.Raw, []listKind{k}) {
+							if strings.HasPrefix(d.Name, "q_") && listMethodOf(body, m) {
+								t.Fatalf("quarantined %s %q reached the client: %q", d.Kind, d.Name, out)
+							}
+						}
 					}
 				}
 			}
@@ -110,4 +144,49 @@ func FuzzStage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// quarantineQ is a guard that quarantines every definition whose name starts with q_.
+type quarantineQ struct{ *fakeGuard }
+
+func (g quarantineQ) Observe(srv integrity.Server, viewer string, defs []integrity.Def, whole bool) ([]integrity.Verdict, []integrity.Event) {
+	vs := make([]integrity.Verdict, len(defs))
+	for i, d := range defs {
+		vs[i].Quarantined = strings.HasPrefix(d.Name, "q_")
+	}
+	return vs, nil
+}
+
+func (g quarantineQ) Lookup(srv integrity.Server, viewer string, kind integrity.Kind, name string) (integrity.Verdict, bool) {
+	return integrity.Verdict{Quarantined: strings.HasPrefix(name, "q_"), Reason: "quarantined"}, true
+}
+
+// sseData is the data of the first SSE event in b (nil: none).
+func sseData(b []byte) []byte {
+	s := string(b)
+	i := strings.Index(s, "data:")
+	if i < 0 {
+		return nil
+	}
+	s = s[i+5:]
+	if j := strings.IndexByte(s, '\n'); j >= 0 {
+		s = s[:j]
+	}
+	return []byte(s)
+}
+
+// listMethodOf reports whether the response m answers a list request of the client's body
+// (only list results are filtered: a tools/call result holding a tools array is left alone).
+func listMethodOf(body []byte, m *mcp.Message) bool {
+	reqs, _, err := mcp.Decode(trimLenient(body), mcp.DecodeOptions{AllowBatch: true})
+	if err != nil {
+		return false
+	}
+	for _, q := range reqs {
+		if q.Kind == mcp.KindRequest && idKey(q) == idKey(m) {
+			_, ok := listMethods[q.Method]
+			return ok
+		}
+	}
+	return false
 }

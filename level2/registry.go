@@ -33,6 +33,7 @@ const maxPending = 256
 // Pending is a request whose response has not been seen yet.
 type Pending struct {
 	Method, Name string
+	Cursor       bool // a list request for a later page
 }
 
 type session struct {
@@ -41,6 +42,7 @@ type session struct {
 	clientInfo map[string]any
 	pending    map[string]Pending // by JSON-RPC id text
 	order      []string           // ids in arrival order, to bound pending
+	stream     string             // 2024-11-05: the path of the GET stream that announced the endpoint
 }
 
 // NewSessions returns a registry of at most max sessions (0: DefaultSessions).
@@ -89,6 +91,31 @@ func (s *Sessions) Open(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.get(key, true)
+}
+
+// setStreamPath records the path of the 2024-11-05 GET stream (target, its query left out)
+// that announced session key's endpoint.
+func (s *Sessions) setStreamPath(key, target string) {
+	if s == nil || key == "" {
+		return
+	}
+	p := pathOf(target)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(key, true).stream = p
+}
+
+// streamPath is what setStreamPath recorded for key ("" nothing).
+func (s *Sessions) streamPath(key string) string {
+	if s == nil || key == "" {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss := s.get(key, false); ss != nil {
+		return ss.stream
+	}
+	return ""
 }
 
 // KnownEndpoint reports whether target is the endpoint a 2024-11-05 GET stream announced.

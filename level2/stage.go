@@ -121,6 +121,8 @@ type Record struct {
 
 	auditSeq uint64        // the durable authorization awaiting its outcome (0: none)
 	audit    *audit.Record // that authorization
+
+	tv policy.ToolIntegrity // a tools/call's or prompts/get's tool-integrity verdict (checkTools)
 }
 
 // stateKey is where the exchange keeps Level 2's per-exchange state.
@@ -145,6 +147,7 @@ type xstate struct {
 	eventCR    bool               // the last SSE block ended with a CR (an LF may follow it)
 	body       requestBody        // the request steps' shared view of the body
 	vars       evalVars           // the policy input, reused message after message
+	tools      integrity.Server   // the server as tool integrity knows it (Flow.Tools set)
 }
 
 // schemaKey is where the tool schemas of this exchange's server and session are remembered: per
@@ -211,6 +214,9 @@ func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 	}
 	st.acceptSSE, st.acceptJSON = accepts(h)
 	st.server = s.serverIdentity(h)
+	if s.f.Tools != nil {
+		st.tools = s.toolServer(h, st)
+	}
 	// Responses must be readable: ask the server for identity encoding (Level 2 may modify
 	// messages; this changes no MCP semantics). A server that compresses anyway is decoded.
 	if _, ok := h.Get("Accept-Encoding"); ok {
@@ -423,7 +429,7 @@ func (s *stage) rememberRequests(x *exchange.Exchange, st *xstate, b *requestBod
 		// the same session (a client matches a response to any of its outstanding requests).
 		for _, r := range st.reqs {
 			if r.Kind == mcp.KindRequest.String() {
-				s.f.Sessions.AddPending(st.session, r.key, Pending{Method: r.Method, Name: r.Name})
+				s.f.Sessions.AddPending(st.session, r.key, Pending{Method: r.Method, Name: r.Name, Cursor: r.cursor})
 			}
 		}
 	}
@@ -617,6 +623,10 @@ func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 		if ep := endpointTarget(x.Req.Target, ev.Data); ep != "" {
 			st.session, st.legacy, st.endpoint = legacyKey(ep), true, ep
 			s.f.Sessions.Open(st.session)
+			if s.f.Tools != nil {
+				// Its POSTs name this stream's server to tool integrity (toolServer).
+				s.f.Sessions.setStreamPath(st.session, x.Req.Target)
+			}
 		}
 		return exchange.Continue
 	}
@@ -686,7 +696,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 					out[i], changed = nil, true
 					continue
 				}
-				r.Method, r.Name = p.Method, p.Name
+				r.Method, r.Name, r.cursor = p.Method, p.Name, p.Cursor
 				req = r
 			}
 			if st.initialize && m.Kind == mcp.KindResponse {
@@ -732,6 +742,10 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			st.messages++
 			if m.Kind == mcp.KindNotification && m.Method == "notifications/tools/list_changed" {
 				s.f.Sessions.toolSchemas().forget(st.schemaKey())
+			}
+			if m.Kind == mcp.KindNotification && s.f.Tools != nil && listChanged[m.Method] {
+				// The next list is judged afresh (pins and quarantines stay).
+				s.f.Tools.Forget(st.tools)
 			}
 			var extra func(*policy.Message)
 			kind := ""
@@ -786,11 +800,42 @@ func (s *stage) surface(x *exchange.Exchange, st *xstate, m *mcp.Message, req *R
 	}
 	kinds, isList := listMethods[req.Method]
 	if isList {
+		var vs []integrity.Verdict // one per listDefs entry, with a guard
+		quarantined := false
+		if s.f.Tools != nil {
+			vs = s.observeList(x, st, m, req, kinds)
+			for i := range vs {
+				quarantined = quarantined || vs[i].Quarantined
+			}
+		}
 		p := s.newProber(x, st, ClientToServer)
-		if p == nil {
+		if p == nil && !quarantined {
 			return nil, false
 		}
-		f := filterList(m.Raw, kinds, mcp.Version(st.version).CachingHints(), p.allowed)
+		var f filtered
+		if vs == nil {
+			f = filterList(m.Raw, kinds, mcp.Version(st.version).CachingHints(), p.allowed)
+		} else {
+			// The entries come in listDefs order: the i-th definition is the i-th entry of a
+			// kind that defines something.
+			i, q := 0, 0
+			f = filterList(m.Raw, kinds, mcp.Version(st.version).CachingHints(), func(k *listKind, name string) (bool, string) {
+				var v *integrity.Verdict
+				if k.def != "" && i < len(vs) {
+					v = &vs[i]
+					i++
+				}
+				if v != nil && v.Quarantined {
+					q++
+					return false, ruleIntegrity
+				}
+				if p == nil {
+					return true, ""
+				}
+				return p.judge(k, name, v)
+			})
+			f.quarantined = q
+		}
 		if len(f.hidden) == 0 {
 			return nil, false
 		}
@@ -946,6 +991,11 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Re
 	if extra != nil {
 		extra(&v.msg)
 	}
+	if dir == ClientToServer && m.Kind == mcp.KindRequest && integrityCall(m.Method) {
+		// Present on every call of a tool or prompt, empty on a route without tool_pins.
+		v.tools = r.tv
+		v.msg.Tools = &v.tools
+	}
 	if dir == ClientToServer && (m.Kind == mcp.KindRequest) && isRetry(m) {
 		v.msg.Retry = true
 	}
@@ -973,6 +1023,7 @@ type evalVars struct {
 	http   policy.Request
 	msg    policy.Message
 	rpcErr policy.RPCError
+	tools  policy.ToolIntegrity
 	body   messageBody
 }
 

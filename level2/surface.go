@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"mcpintercept/exchange"
+	"mcpintercept/integrity"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
@@ -18,16 +19,18 @@ import (
 // elicitation, roots) are judged like client requests, with mcp.direction "server_to_client".
 
 // listKind is one kind of entry a list result holds: the result member with the array, the entry
-// member that names it, and the request policy judges for it.
+// member that names it, the request policy judges for it, and the kind of definition tool
+// integrity pins it as ("" for resources, which define nothing).
 type listKind struct {
 	member, nameKey, probeMethod string
+	def                          integrity.Kind
 }
 
 var (
-	toolsKind     = listKind{"tools", "name", "tools/call"}
-	promptsKind   = listKind{"prompts", "name", "prompts/get"}
-	resourcesKind = listKind{"resources", "uri", "resources/read"}
-	templatesKind = listKind{"resourceTemplates", "uriTemplate", "resources/read"}
+	toolsKind     = listKind{"tools", "name", "tools/call", integrity.KindTool}
+	promptsKind   = listKind{"prompts", "name", "prompts/get", integrity.KindPrompt}
+	resourcesKind = listKind{"resources", "uri", "resources/read", ""}
+	templatesKind = listKind{"resourceTemplates", "uriTemplate", "resources/read", integrity.KindTemplate}
 )
 
 // listMethods are the requests whose results are filtered; only responses to them (correlated by
@@ -47,13 +50,16 @@ type filtered struct {
 	total  int
 	hidden []string // names hidden, in order
 	rules  []string // the rules that hid them, each once
+	// quarantined counts the hidden entries tool integrity holds quarantined.
+	quarantined int
 }
 
 // filterList rebuilds the response message raw without the entries allowed refuses. When it
 // hid something and the result carries caching hints, or addScope is set (mcp.Version.CachingHints), the
 // result's cacheScope becomes "private": the page now depends on who asked. ttlMs, nextCursor
-// and every other member are kept as sent.
-func filterList(raw []byte, kinds []listKind, addScope bool, allowed func(method, name string) (bool, string)) filtered {
+// and every other member are kept as sent. allowed is asked about every object entry whose name
+// member is a string, kind by kind and in order (listDefs lists the same entries).
+func filterList(raw []byte, kinds []listKind, addScope bool, allowed func(k *listKind, name string) (bool, string)) filtered {
 	f := filtered{out: raw}
 	rm := mcp.MemberSpan(raw, "result")
 	if !rm.Found || !mcp.IsObject(raw[rm.ValStart:rm.ValEnd]) {
@@ -62,7 +68,8 @@ func filterList(raw []byte, kinds []listKind, addScope bool, allowed func(method
 	base := rm.ValStart
 	result := raw[rm.ValStart:rm.ValEnd]
 	var edits []edit
-	for _, k := range kinds {
+	for ki := range kinds {
+		k := &kinds[ki]
 		am := mcp.MemberSpan(result, k.member)
 		if !am.Found {
 			continue
@@ -82,7 +89,7 @@ func filterList(raw []byte, kinds []listKind, addScope bool, allowed func(method
 				name, ok = mcp.StringMember(entry, k.nameKey)
 			}
 			if ok {
-				if yes, rule := allowed(k.probeMethod, name); !yes {
+				if yes, rule := allowed(k, name); !yes {
 					hid = true
 					f.hidden = append(f.hidden, name)
 					if rule != "" && !contains(f.rules, rule) {
@@ -145,6 +152,9 @@ func describeFiltered(method string, f filtered) string {
 	if len(f.rules) > 0 {
 		s += " by " + strings.Join(f.rules, ", ")
 	}
+	if f.quarantined > 0 {
+		s += fmt.Sprintf("; %d quarantined by tool integrity", f.quarantined)
+	}
 	return s
 }
 
@@ -160,6 +170,8 @@ type prober struct {
 	http policy.Request
 	ci   clientInfoOnly
 	in   policy.Input
+	// tools is mcp.tool_* of the entry being judged, when it is a definition.
+	tools policy.ToolIntegrity
 }
 
 // clientInfoOnly is the Body of a probe: the client's info, nothing of a message.
@@ -190,9 +202,22 @@ func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober 
 	return p
 }
 
-// allowed judges method on name (a tool, prompt or resource).
-func (p *prober) allowed(method, name string) (bool, string) {
-	p.msg.Method, p.msg.Name = method, name
+// allowed judges a call of k's probe method on name (a tool, prompt or resource), without a
+// tool-integrity verdict: a definition's mcp.tool_* are present, empty.
+func (p *prober) allowed(k *listKind, name string) (bool, string) { return p.judge(k, name, nil) }
+
+// judge judges a call of k's probe method on name with v the guard's verdict on the entry
+// (nil: none), which fills mcp.tool_* for a tool, prompt or template.
+func (p *prober) judge(k *listKind, name string, v *integrity.Verdict) (bool, string) {
+	p.msg.Method, p.msg.Name = k.probeMethod, name
+	p.msg.Tools = nil
+	if k.def != "" {
+		p.tools = policy.ToolIntegrity{}
+		if v != nil {
+			p.tools = policy.ToolIntegrity{Findings: v.Findings, Pinned: v.Pinned, Changed: v.Changed}
+		}
+		p.msg.Tools = &p.tools
+	}
 	d := p.rs.Evaluate(&p.in)
 	return d.Action == "" || d.Action == policy.ActionAllow, d.Rule
 }

@@ -38,8 +38,8 @@ func BenchmarkListFilter1000(b *testing.B) {
 	}
 	msg := &policy.Message{Direction: ClientToServer, Kind: "request"}
 	in := policy.Input{Vars: policy.Vars{Client: &policy.Client{Address: "10.200.1.2"}, MCP: msg}, Probe: true}
-	allowed := func(method, name string) (bool, string) {
-		msg.Method, msg.Name = method, name
+	allowed := func(k *listKind, name string) (bool, string) {
+		msg.Method, msg.Name = k.probeMethod, name
 		d := set.Evaluate(&in)
 		return d.Action == policy.ActionAllow, d.Rule
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"mcpintercept/integrity"
 	"mcpintercept/mcp"
 )
 
@@ -28,10 +29,33 @@ func FuzzListFilter(f *testing.F) {
 		}
 		methods := []string{"tools/list", "prompts/list", "resources/list", "resources/templates/list", "server/discover"}
 		kinds := listMethods[methods[int(sel)%len(methods)]]
-		hide := func(_, name string) (bool, string) {
+		var judged []integrity.Def // the definitions filterList asked about, in order
+		hide := func(k *listKind, name string) (bool, string) {
+			if k.def != "" {
+				judged = append(judged, integrity.Def{Kind: k.def, Name: name})
+			}
 			return !strings.HasPrefix(name, "denied_"), "r"
 		}
 		fl := filterList(msgs[0].Raw, kinds, sel&8 != 0, hide)
+		// Tool integrity's verdicts are matched to entries by this order: listDefs must list
+		// exactly the definitions filterList judges, in the same order.
+		defs := listDefs(msgs[0].Raw, kinds)
+		if len(defs) != len(judged) {
+			t.Fatalf("listDefs found %d definitions, filterList judged %d", len(defs), len(judged))
+		}
+		for i := range defs {
+			if defs[i].Kind != judged[i].Kind || defs[i].Name != judged[i].Name {
+				t.Fatalf("definition %d: listDefs %s %q, filterList %s %q", i, defs[i].Kind, defs[i].Name, judged[i].Kind, judged[i].Name)
+			}
+			key := "name"
+			if defs[i].Kind == integrity.KindTemplate {
+				key = "uriTemplate"
+			}
+			if n, ok := mcp.StringMember(defs[i].Raw, key); !ok || n != defs[i].Name {
+				t.Fatalf("definition %d: Raw does not name %q: %s", i, defs[i].Name, defs[i].Raw)
+			}
+		}
+		judged = nil
 		if len(fl.hidden) == 0 {
 			if !bytes.Equal(fl.out, msgs[0].Raw) {
 				t.Fatalf("nothing hidden, yet the message changed:\n%s\n%s", msgs[0].Raw, fl.out)
