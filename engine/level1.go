@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"mcpintercept/exchange"
+	"mcpintercept/integrity"
 	"mcpintercept/level1"
 	"mcpintercept/level2"
 	"mcpintercept/policy"
@@ -103,6 +107,16 @@ func (e *Engine) level2Flow(f *flow, route *Route, tlsMode Disposition, rec *rec
 		Record:            rec.message,
 		Audit:             fa.writer(),
 	}
+	if e.opt.Tools != nil {
+		// A nil *RouteGuard (tool_pins off) must stay a nil interface: Level 2 checks Tools
+		// against nil.
+		if rg := e.opt.Tools.Route(integrity.RouteOptions{Mode: route.ToolPins, QuarantineDivergence: route.QuarantineDivergence}); rg != nil {
+			l2.Tools = rg
+			if tlsMode == Terminate {
+				l2.UpstreamSPKI = upstreamSPKI(f.up)
+			}
+		}
+	}
 	if f.rules.name != "" {
 		l2.Rules = func() level2.Evaluator {
 			if rs := f.rules.current(e); rs != nil {
@@ -112,6 +126,22 @@ func (e *Engine) level2Flow(f *flow, route *Route, tlsMode Disposition, rec *rec
 		}
 	}
 	return l2
+}
+
+// upstreamSPKI is "sha256:<hex>" of the public key of the certificate the upstream presented
+// on a terminate route's re-originated TLS session ("" when there is none: a plaintext
+// upstream on a trusted network).
+func upstreamSPKI(up net.Conn) string {
+	tc, ok := up.(*tls.Conn)
+	if !ok {
+		return ""
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256(certs[0].RawSubjectPublicKeyInfo)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // level1Flow is what Level 1's header policy needs of the flow: its rule set, as current at each
