@@ -23,6 +23,7 @@ import (
 	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/exchange"
+	"mcpintercept/integrity"
 	"mcpintercept/intercept"
 	"mcpintercept/intercept/upstream"
 	"mcpintercept/origin"
@@ -102,8 +103,14 @@ type Appliance struct {
 	opened   intercept.Opener // the mechanism's own resources (dns: VIP table, DNS sockets)
 	// audit is the durable audit store, open while some route is audited; auditCfg the section
 	// it was opened with.
-	audit      atomic.Pointer[audit.Store]
-	auditCfg   config.AuditConfig
+	audit    atomic.Pointer[audit.Store]
+	auditCfg config.AuditConfig
+	// tools is the tool-integrity guard, open from New to Stop when some route pins
+	// definitions; toolsCfg the section it was opened with; adminToken the SHA-256 of the token
+	// POST /tools/approve requires.
+	tools      atomic.Pointer[integrity.Guard]
+	toolsCfg   config.ToolIntegrityConfig
+	adminToken []byte
 	stopHealth func()
 
 	mu        sync.Mutex // orders Reload, Start and Stop
@@ -181,6 +188,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		// Served from now on (metrics, health); /readyz says ready once the steering is in place
 		// and the audit store (when a route is audited) is writable.
 		a.serveAudit()
+		a.serveTools()
 		a.admin.Start()
 	}
 
@@ -189,6 +197,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 	}
 	// Before the engine exists, so no flow is served on an audited route without its store.
 	if err := a.openAudit(cfg, routing); err != nil {
+		return nil, err
+	}
+	// Before the engine too: a route that pins definitions never serves a list unchecked.
+	if err := a.openTools(cfg, routing); err != nil {
 		return nil, err
 	}
 
@@ -225,6 +237,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		Routing:   routing,
 		TLS:       tlsOpt,
 		HTTP:      httpOptionsOf(cfg),
+		Tools:     a.tools.Load(),
 	})
 	return a, nil
 }
@@ -422,6 +435,7 @@ func (a *Appliance) Reload(path string) error {
 		a.log.Error("reload refused: audit store; keeping the running configuration", "err", err)
 		return fmt.Errorf("reload refused: %w", err)
 	}
+	a.reloadTools(next, routing)
 	if !slices.Equal(next.UpstreamDeny, a.cfg.UpstreamDeny) {
 		a.log.Warn("reload: upstream_deny changed; the dialer keeps the list it started with, restart to apply it")
 	}
@@ -477,6 +491,7 @@ func (a *Appliance) Stop(ctx context.Context) error {
 	// Only now: the drain has written every flow's outcome records (uncertain for the flows its
 	// deadline cut), and the final checkpoint covers them.
 	a.closeAudit(ctx)
+	a.closeTools()
 	var err error
 	if a.installed {
 		if err = a.mech.Remove(context.WithoutCancel(ctx)); err != nil {
@@ -500,6 +515,7 @@ func (a *Appliance) info(msg string, args ...any) {
 // release closes what New opened (the steering aside).
 func (a *Appliance) release() {
 	a.closeAudit(context.Background())
+	a.closeTools()
 	if a.flows != nil {
 		a.flows.Close()
 		a.flows = nil

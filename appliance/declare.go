@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"fmt"
 	"strings"
 
 	"mcpintercept/config"
@@ -11,7 +12,11 @@ import (
 // Check compiles cfg's rule sets and routes as New does, without opening anything: nil, or a
 // *ConfigError (policy.CompileErrors inside, with file, line and column).
 func Check(cfg *config.Config) error {
-	if _, _, err := RoutingFromConfig(cfg, nil); err != nil {
+	rt, _, err := RoutingFromConfig(cfg, nil)
+	if err != nil {
+		return &ConfigError{Err: err}
+	}
+	if err := checkToolPins(cfg, rt); err != nil {
 		return &ConfigError{Err: err}
 	}
 	return nil
@@ -34,6 +39,7 @@ func Declaration(cfg *config.Config) telemetry.Declaration {
 	ms := []telemetry.Interception{{Mechanism: string(cfg.Mechanism), OriginalDestination: intercept.Recovery(SteeringOptions(cfg)), InEffect: true}}
 	d := telemetry.Declare(ms, capabilitiesOf(cfg))
 	d.Authentication = authenticationOf(cfg)
+	d.ToolIntegrity = toolIntegrityOf(cfg)
 	return d
 }
 
@@ -76,6 +82,48 @@ func authenticationOf(cfg *config.Config) string {
 		s += "; records carry the caller's iss and sub: " + cfg.Tokens.RecordIdentity
 	}
 	return s
+}
+
+// toolIntegrityOf states which routes pin definitions and how: "tool_pins learn on routes a;
+// enforce on routes b; quarantine on divergence on routes b", and where the state is.
+func toolIntegrityOf(cfg *config.Config) string {
+	var learn, enforce, quarantine []string
+	for _, r := range declaredRoutes(cfg) {
+		switch r.ToolPins {
+		case config.ToolPinsLearn:
+			learn = append(learn, r.Name)
+		case config.ToolPinsEnforce:
+			enforce = append(enforce, r.Name)
+		default:
+			continue
+		}
+		if r.OnDivergence == config.OnDivergenceQuarantine {
+			quarantine = append(quarantine, r.Name)
+		}
+	}
+	s := telemetry.ToolIntegrityStatement + "; in effect: "
+	if len(learn)+len(enforce) == 0 {
+		return s + "no route pins definitions (tool_pins: off on every route)"
+	}
+	var parts []string
+	if len(learn) > 0 {
+		parts = append(parts, "tool_pins learn on routes "+strings.Join(learn, ", "))
+	}
+	if len(enforce) > 0 {
+		parts = append(parts, "tool_pins enforce on routes "+strings.Join(enforce, ", "))
+	}
+	if len(quarantine) > 0 {
+		parts = append(parts, "quarantine on divergence on routes "+strings.Join(quarantine, ", "))
+	} else {
+		parts = append(parts, "divergence logged only (on_divergence: log)")
+	}
+	ti := cfg.ToolIntegrity
+	pins := "no pin file (pins learned on first use or approved)"
+	if ti.PinFile != "" {
+		pins = "pin file " + ti.PinFile
+	}
+	parts = append(parts, fmt.Sprintf("%s; state in %s; at most %d definitions; divergence window %s", pins, ti.Dir, ti.MaxTools, ti.DivergenceWindow.Duration))
+	return s + strings.Join(parts, "; ")
 }
 
 // declaredRoutes are the routes with their defaults, default_route's settings included.

@@ -5,6 +5,7 @@ import (
 
 	"mcpintercept/config"
 	"mcpintercept/engine"
+	"mcpintercept/integrity"
 	"mcpintercept/policy"
 )
 
@@ -164,6 +165,8 @@ func routeFromConfig(cfg *config.Config, r config.Route) *engine.Route {
 		MaxBody:                         r.MaxBody,
 		ForwardOversized:                r.OnOversizedResponse == config.OnOversizedForward,
 		ValidateArguments:               r.ValidateArguments,
+		ToolPins:                        toolMode(r.ToolPins),
+		QuarantineDivergence:            r.ToolPinsOn() && r.OnDivergence == config.OnDivergenceQuarantine,
 	}
 	if r.Audit {
 		route.Audit = &engine.RouteAudit{FailOpen: cfg.Audit.Fail == config.AuditFailOpen, Arguments: r.AuditArguments}
@@ -172,4 +175,15 @@ func routeFromConfig(cfg *config.Config, r config.Route) *engine.Route {
 		route.Ports = append(route.Ports, engine.PortRange{From: p.From, To: p.To})
 	}
 	return route
+}
+
+// toolMode is a route's tool_pins as the guard takes it ("" and off: ModeOff).
+func toolMode(s string) integrity.Mode {
+	switch s {
+	case config.ToolPinsLearn:
+		return integrity.ModeLearn
+	case config.ToolPinsEnforce:
+		return integrity.ModeEnforce
+	}
+	return integrity.ModeOff
 }

@@ -29,7 +29,11 @@ type Declaration struct {
 	TLSNote         string         `json:"tls_note"`
 	Interception    []Interception `json:"interception"`
 	Authentication  string         `json:"authentication"`
-	FailureMode     string         `json:"failure_mode"`
+	// ToolIntegrity says how the definitions servers list (tools, prompts, resource templates)
+	// are pinned, quarantined and scanned; with a configuration, per route (tool_pins,
+	// on_divergence).
+	ToolIntegrity string `json:"tool_integrity"`
+	FailureMode   string `json:"failure_mode"`
 }
 
 // Interception is one steering mechanism and how it delivers the original destination.
@@ -97,6 +101,7 @@ func Declare(mechs []Interception, c Capabilities) Declaration {
 		TLSDispositions:   disp,
 		TLSNote:           "passthrough: encrypted stream forwarded untouched, connection-level policy only (SNI, destination, client); terminate: upstream TLS verified first (system roots plus configured CAs, TLS >= 1.2), then the client's handshake completed with a leaf minted by the appliance CA for the SNI or destination IP — an invalid upstream certificate refuses the client handshake; plaintext: no TLS either side, warned once per route outside development routes; no TLS downgrade unless a route sets plaintext_upstream_trusted_network",
 		Interception:      mechs,
+		ToolIntegrity:     ToolIntegrityStatement,
 		Authentication:    "never initiates an authentication flow with a client and never logs, records or counts a credential (the appliance's declaration states how bearer tokens are checked per route)",
 		FailureMode:       "nftables-tproxy and iptables-redirect: while the daemon is down with steering installed (after SIGKILL), steered flows fail closed until `mcpintercept cleanup` removes the steering; an orderly stop removes it itself. ebpf: programs are attached with bpf_link and never pinned, so when the appliance dies the kernel detaches them and clients connect directly (fail-open); `cleanup` removes a cgroup a killed `exec` left",
 	}
@@ -104,7 +109,11 @@ func Declare(mechs []Interception, c Capabilities) Declaration {
 
 // Level2Statement is what awareness Level 2 means here, including the draft's single-handshake
 // rule.
-const Level2Statement = "Level 2: every JSON-RPC message parsed in both directions (request and response bodies, batches at 2025-03-26, SSE events one by one) with a strict decoder (duplicate and case-variant keys, invalid UTF-8, excessive depth refused); policy decides on the body (method, tool, arguments, client info, direction), headers are only a claim and must agree with the body (SEP-2243: HTTP 400, -32020); a denial is a JSON-RPC error with the request's id whose data names the intermediary (codes -31000 denied, -31001 rate limited, -31002 too large, -31003 unreadable, -31004 audit unavailable, -31005 token refused), never a fabricated result; surface control: list results (tools, prompts, resources, templates, server/discover) lose the entries policy would deny the client (pages that lost entries marked cacheScope private), server-to-client requests (sampling, elicitation, roots; 2026-07-28 input_required) are judged and a blocked one is answered to the server with a JSON-RPC error naming the intermediary, redact rules replace selected values with a marker (logged by rule and path, never the value), and routes may check tools/call arguments against the listed input schema (-32602); single handshake: Level 2 never starts its own handshake with the server, it reads the client's (initialize, or 2026-07-28 _meta) and remembers the negotiated version per session"
+const Level2Statement = "Level 2: every JSON-RPC message parsed in both directions (request and response bodies, batches at 2025-03-26, SSE events one by one) with a strict decoder (duplicate and case-variant keys, invalid UTF-8, excessive depth refused); policy decides on the body (method, tool, arguments, client info, direction), headers are only a claim and must agree with the body (SEP-2243: HTTP 400, -32020); a denial is a JSON-RPC error with the request's id whose data names the intermediary (codes -31000 denied, -31001 rate limited, -31002 too large, -31003 unreadable, -31004 audit unavailable, -31005 token refused, -31006 tool definition quarantined), never a fabricated result; surface control: list results (tools, prompts, resources, templates, server/discover) lose the entries policy would deny the client (pages that lost entries marked cacheScope private), server-to-client requests (sampling, elicitation, roots; 2026-07-28 input_required) are judged and a blocked one is answered to the server with a JSON-RPC error naming the intermediary, redact rules replace selected values with a marker (logged by rule and path, never the value), and routes may check tools/call arguments against the listed input schema (-32602); single handshake: Level 2 never starts its own handshake with the server, it reads the client's (initialize, or 2026-07-28 _meta) and remembers the negotiated version per session"
+
+// ToolIntegrityStatement is what tool integrity means here, whatever the routes; with a
+// configuration, the appliance adds which routes pin definitions and how.
+const ToolIntegrityStatement = "at Level 2, on routes with tool_pins (learn or enforce), every tool, prompt and resource template a server lists is hashed in canonical form (RFC 8785 of its defining fields: name, title, description, schemas, annotations, ...) and pinned per server identity (server name or SNI, port, path; with terminate, the upstream key is recorded beside it) from the operator's pin file (tool_integrity.pin_file) or on first use (learn), kept in tool_integrity.dir across restarts and bounded by tool_integrity.max_tools; a definition that differs from its pin — and under enforce one not pinned — is quarantined: removed from list results through the same filter as policy and its calls refused with JSON-RPC -31006 naming the intermediary, never forwarded, until an operator approves it (`mcpintercept tools approve`, admin listener, bearer token from tool_integrity.dir/admin.token); changes are logged with the old and new hash and the names of the fields that changed, never a definition's text; one server showing two clients different definitions within tool_integrity.divergence_window is recorded as a divergence (on_divergence: quarantine hides the tool from everyone); every string of a definition is scanned for hidden content (C0/C1 controls, ANSI escapes, zero-width, bidi and Unicode tag characters, configured patterns) and policy reads the verdict (mcp.tool_findings, mcp.tool_pinned, mcp.tool_changed) — the list filter and the call check read the same verdict"
 
 func tierLayers(levels []int) string {
 	if slices.Contains(levels, 2) {
