@@ -1,7 +1,8 @@
 // Package level2 implements awareness Level 2: body stages over the JSON-RPC messages of an MCP
 // exchange — the version model, SEP-2243 header checks, body policy, argument schemas,
-// redaction, surface filtering, server→client control, _meta metadata and denial errors that
-// name the intermediary.
+// redaction, surface filtering, tool integrity (pinned definitions: a quarantined tool hidden
+// from lists and its calls refused, integrity.go), server→client control, _meta metadata and
+// denial errors that name the intermediary.
 //
 // It reads messages with the strict codec of package mcp (mcp.Decode, mcp.Message, the
 // navigation helpers over validated JSON, mcp.EncodeError), so that Level 2 reads a body exactly

@@ -216,6 +216,31 @@ func (s *stage) observeList(x *exchange.Exchange, st *xstate, m *mcp.Message, re
 	return vs[:len(defs)]
 }
 
+// filterJudged is filterList with the guard's verdicts vs (one per listDefs entry): a
+// quarantined definition is hidden, every other entry is judged by p (nil: kept) with its
+// verdict in mcp.tool_*. The entries come in listDefs order: the i-th definition is the i-th
+// entry of a kind that defines something.
+func filterJudged(raw []byte, kinds []listKind, addScope bool, vs []integrity.Verdict, p *prober) filtered {
+	i, q := 0, 0
+	f := filterList(raw, kinds, addScope, func(k *listKind, name string) (bool, string) {
+		var v *integrity.Verdict
+		if k.def != "" && i < len(vs) {
+			v = &vs[i]
+			i++
+		}
+		if v != nil && v.Quarantined {
+			q++
+			return false, ruleIntegrity
+		}
+		if p == nil {
+			return true, ""
+		}
+		return p.judge(k, name, v)
+	})
+	f.quarantined = q
+	return f
+}
+
 // recordEvents writes one record per guard event: direction server_to_client, kind
 // tool_integrity, the list method and the definition's name; deny when the event quarantined
 // the definition; rule tool-integrity (tool-divergence for a divergence); the event's one-line
@@ -309,5 +334,6 @@ func (s *stage) checkTools(x *exchange.Exchange, st *xstate, b *requestBody) (ex
 	return exchange.Continue, false
 }
 
-// integrityCall reports a request that carries mcp.tool_* to policy.
-func integrityCall(method string) bool { _, ok := defMethods[method]; return ok }
+// integrityCall reports a request that carries mcp.tool_* to policy (defMethods, without a
+// map lookup on every message).
+func integrityCall(method string) bool { return method == "tools/call" || method == "prompts/get" }

@@ -816,25 +816,7 @@ func (s *stage) surface(x *exchange.Exchange, st *xstate, m *mcp.Message, req *R
 		if vs == nil {
 			f = filterList(m.Raw, kinds, mcp.Version(st.version).CachingHints(), p.allowed)
 		} else {
-			// The entries come in listDefs order: the i-th definition is the i-th entry of a
-			// kind that defines something.
-			i, q := 0, 0
-			f = filterList(m.Raw, kinds, mcp.Version(st.version).CachingHints(), func(k *listKind, name string) (bool, string) {
-				var v *integrity.Verdict
-				if k.def != "" && i < len(vs) {
-					v = &vs[i]
-					i++
-				}
-				if v != nil && v.Quarantined {
-					q++
-					return false, ruleIntegrity
-				}
-				if p == nil {
-					return true, ""
-				}
-				return p.judge(k, name, v)
-			})
-			f.quarantined = q
+			f = filterJudged(m.Raw, kinds, mcp.Version(st.version).CachingHints(), vs, p)
 		}
 		if len(f.hidden) == 0 {
 			return nil, false

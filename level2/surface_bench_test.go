@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"mcpintercept/integrity"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
@@ -14,25 +15,8 @@ import (
 // BenchmarkListFilter1000: a tools/list of 1,000 tools (every tenth denied by name) filtered for
 // one client, with the lab's rule shapes: one probe per tool.
 func BenchmarkListFilter1000(b *testing.B) {
-	var sb strings.Builder
-	sb.WriteString(`{"jsonrpc":"2.0","id":1,"result":{"tools":[`)
-	for i := range 1000 {
-		if i > 0 {
-			sb.WriteByte(',')
-		}
-		name := fmt.Sprintf("tool_%d", i)
-		if i%10 == 0 {
-			name = fmt.Sprintf("denied_%d", i)
-		}
-		fmt.Fprintf(&sb, `{"name":%q,"description":"does thing %d","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}}`, name, i)
-	}
-	sb.WriteString(`],"nextCursor":"next"}}`)
-	raw := []byte(sb.String())
-	set, err := policy.Compile([]policy.RuleSpec{
-		{Name: "deny-denied-tools", When: `mcp.method == "tools/call" && mcp.name.startsWith("denied_")`, Action: "deny"},
-		{Name: "deny-forbidden-echo", When: `mcp.method == "tools/call" && mcp.name == "echo" && "text" in mcp.arguments && mcp.arguments.text.contains("forbidden")`, Action: "deny"},
-		{Name: "tools-call-rate", When: `mcp.method == "tools/call"`, Action: "rate_limit", RateLimit: &policy.RateLimit{Key: "client.address", Rate: 50, Burst: 200}},
-	})
+	raw := tools1000()
+	set, err := policy.Compile(listBenchRules())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -53,6 +37,74 @@ func BenchmarkListFilter1000(b *testing.B) {
 		f := filterList(msgs[0].Raw, listMethods["tools/list"], true, allowed)
 		if len(f.hidden) != 100 {
 			b.Fatalf("hid %d", len(f.hidden))
+		}
+	}
+}
+
+// tools1000 is a tools/list response of 1,000 tools, every tenth named denied_*.
+func tools1000() []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"jsonrpc":"2.0","id":1,"result":{"tools":[`)
+	for i := range 1000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		name := fmt.Sprintf("tool_%d", i)
+		if i%10 == 0 {
+			name = fmt.Sprintf("denied_%d", i)
+		}
+		fmt.Fprintf(&sb, `{"name":%q,"description":"does thing %d","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}}`, name, i)
+	}
+	sb.WriteString(`],"nextCursor":"next"}}`)
+	return []byte(sb.String())
+}
+
+// listBenchRules are the lab's rule shapes.
+func listBenchRules() []policy.RuleSpec {
+	return []policy.RuleSpec{
+		{Name: "deny-denied-tools", When: `mcp.method == "tools/call" && mcp.name.startsWith("denied_")`, Action: "deny"},
+		{Name: "deny-forbidden-echo", When: `mcp.method == "tools/call" && mcp.name == "echo" && "text" in mcp.arguments && mcp.arguments.text.contains("forbidden")`, Action: "deny"},
+		{Name: "tools-call-rate", When: `mcp.method == "tools/call"`, Action: "rate_limit", RateLimit: &policy.RateLimit{Key: "client.address", Rate: 50, Burst: 200}},
+	}
+}
+
+// BenchmarkListIntegrity1000 is BenchmarkListFilter1000 on a route with tool_pins: learn (the
+// real guard, in memory): the same list of 1,000 tools seen again (the steady state), each
+// definition judged by the guard (Observe), then filtered with its verdict in mcp.tool_* (one
+// probe per tool, and a rule on the findings besides the lab's).
+func BenchmarkListIntegrity1000(b *testing.B) {
+	raw := tools1000()
+	set, err := policy.Compile(append(listBenchRules(),
+		policy.RuleSpec{Name: "no-hidden-text", When: `mcp.method == "tools/call" && ("zero_width" in mcp.tool_findings || "tag" in mcp.tool_findings)`, Action: "deny"}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := integrity.Open(integrity.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	rg := g.Route(integrity.RouteOptions{Mode: integrity.ModeLearn})
+	srv := integrity.Server{Key: "10.200.2.2:3011/mcp"}
+	p := &prober{rs: set}
+	p.msg = policy.Message{Direction: ClientToServer, Kind: "request"}
+	p.in = policy.Input{Vars: policy.Vars{Client: &policy.Client{Address: "10.200.1.2"}, MCP: &p.msg}, Probe: true}
+	kinds := listMethods["tools/list"]
+	once := func() filtered {
+		msgs, _, err := mcp.Decode(raw, mcp.DecodeOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defs := listDefs(msgs[0].Raw, kinds)
+		vs, _ := rg.Observe(srv, "10.200.1.2", defs, false)
+		return filterJudged(msgs[0].Raw, kinds, true, vs, p)
+	}
+	once() // first sight: every tool pinned
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if f := once(); len(f.hidden) != 100 || f.quarantined != 0 {
+			b.Fatalf("hid %d, %d quarantined", len(f.hidden), f.quarantined)
 		}
 	}
 }
