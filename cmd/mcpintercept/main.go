@@ -9,6 +9,7 @@
 //	mcpintercept ca init|export [--config FILE | --dir DIR]
 //	mcpintercept exec [--config FILE] [--level 1] [--user NAME|UID] -- CMD [ARGS...]
 //	mcpintercept audit verify|show DIR [flags]
+//	mcpintercept tools list|diff|approve|pin [flags]
 //
 // run, exec and cleanup need Linux; check, declare and ca work everywhere. Signals to run: SIGINT
 // and SIGTERM drain and stop, SIGHUP reloads routes and rules, SIGUSR1 reopens the flow log file
@@ -73,6 +74,11 @@ commands:
                                            run CMD with its TCP connects steered through the appliance
                                            (eBPF; zero-config: TLS terminated, HTTP at Level 1)
   audit verify|show DIR [flags]            check the audit log's chain and signed checkpoints (exit 0 intact, 1 tampered) or list its records
+  tools list [--json]                      the running appliance's pinned tool definitions (admin listener)
+  tools diff [--pins FILE]                 definitions not pinned and unchanged, or live vs a pin file (exit 0 same, 1 differ)
+  tools approve SERVER NAME [--kind K]     pin a changed or new definition, ending its quarantine (admin token)
+  tools pin --from-live [--out FILE]       write a pin file of every definition seen, for review
+                                           (tools flags: --config FILE | --admin URL --token-file FILE; see mcpintercept tools help)
 
 mechanisms: `+mechanismList()+`
 `)
@@ -106,6 +112,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdExec(args[1:], stdout, stderr)
 	case "audit":
 		return cmdAudit(args[1:], stdout, stderr)
+	case "tools":
+		return cmdTools(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return exitOK

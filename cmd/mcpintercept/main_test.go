@@ -29,6 +29,7 @@ func TestCLI(t *testing.T) {
 	tokensOff := write("tokensoff.yaml", base+"routes:\n  - {name: p, match: {ports: [8080]}, tls: plaintext, level: 1, development: true, token_audience: \"off\"}\n")
 	badYAML := write("bad.yaml", base+"limits:\n  idle_timout: 5m\n")
 	caDir := filepath.Join(dir, "ca")
+	closed := closedURL(t)
 	tests := []struct {
 		name   string
 		args   []string
@@ -52,6 +53,7 @@ func TestCLI(t *testing.T) {
 		{name: "run missing file", args: []string{"run", "--config", filepath.Join(dir, "none.yaml")}, code: 2, stderr: "none.yaml"},
 		{name: "declare build", args: []string{"declare"}, code: 0, stdout: `"mode_set": [`},
 		{name: "declare config", args: []string{"declare", "--config", good}, code: 0, stdout: `"in_effect": true`},
+		{name: "declare states tool integrity", args: []string{"declare", "--config", good}, code: 0, stdout: `"tool_integrity": "at Level 2, on routes with tool_pins`},
 		{name: "declare bad file", args: []string{"declare", "--config", badYAML}, code: 2, stderr: "limits.idle_timout"},
 		{name: "ca export before init", args: []string{"ca", "export", "--dir", caDir}, code: 1, stderr: "no CA in"},
 		{name: "ca init", args: []string{"ca", "init", "--dir", caDir}, code: 0, stdout: "created CA"},
@@ -61,6 +63,11 @@ func TestCLI(t *testing.T) {
 		{name: "exec without a command", args: []string{"exec"}, code: 2, stderr: "usage: mcpintercept exec"},
 		{name: "exec --level 3", args: []string{"exec", "--level", "3", "--", "true"}, code: 2, stderr: "--level 3: want 1 (HTTP headers) or 2 (JSON-RPC bodies)"},
 		{name: "cleanup with an argument", args: []string{"cleanup", "now"}, code: 2},
+		{name: "help lists tools", args: []string{"help"}, code: 0, stdout: "tools approve SERVER NAME [--kind K]"},
+		{name: "tools without subcommand", args: []string{"tools"}, code: 2, stderr: "usage: mcpintercept tools list"},
+		{name: "tools unknown subcommand", args: []string{"tools", "show"}, code: 2, stderr: `unknown command "show"`},
+		{name: "tools list unreachable", args: []string{"tools", "list", "--admin", closed}, code: 1, stderr: "cannot reach the appliance's admin listener at " + closed},
+		{name: "tools list bad config", args: []string{"tools", "list", "--config", badYAML}, code: 2, stderr: "limits.idle_timout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
