@@ -1,0 +1,5 @@
+//go:build !race
+
+package integrity
+
+const raceEnabled = false
