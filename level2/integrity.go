@@ -200,7 +200,7 @@ func wholeList(req *Record, result []byte) bool {
 }
 
 // observeList hands a list result's definitions to the guard and records its events. It
-// returns one verdict per listDefs entry (nil: no definitions to judge).
+// returns one verdict per listDefs entry, never nil (surface tells a guarded list by it).
 func (s *stage) observeList(x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record, kinds []listKind) []integrity.Verdict {
 	defs := listDefs(m.Raw, kinds)
 	vs, evs := s.f.Tools.Observe(st.tools, s.viewer(st), defs, wholeList(req, m.Result))
