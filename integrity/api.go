@@ -10,6 +10,67 @@
 // It imports no other package of the appliance but mcp; Level 2 calls a RouteGuard on every
 // list result and every tools/call, the appliance serves Snapshot, Approve and PinFile on its
 // admin listener.
+//
+// # Hash
+//
+// A definition's hash is "sha256:" and the hex SHA-256 of the RFC 8785 form of an object of its
+// defining fields (see Canonical; for a tool name, title, description, inputSchema,
+// outputSchema, annotations, icons and execution — icons and execution are in because they
+// change what a user is shown and how a call runs; _meta and unknown members are out). Member
+// names are compared exactly: "Description" is an unknown member (Level 2's strict codec, and
+// Canonical, refuse two keys of one object that differ only in case). Each field is hashed on
+// its own too, for the field-level diff of a change (a field added or removed counts as
+// changed). An entry Canonical refuses (not one strict JSON object within 4 MiB and 64 levels)
+// is quarantined in every mode and cannot be approved.
+//
+// # Verdicts
+//
+// Per server key and (kind, name): a pin (source "file", "learned" or "approved") and what was
+// seen last. A definition equal to its pin passes; one that differs is quarantined ("<kind>
+// definition changed since it was pinned") for as long as it differs — a server that goes back
+// to the pinned definition passes again; an unpinned one is pinned on first sight in learn and
+// quarantined in enforce ("<kind> not pinned (tool_pins: enforce): approve it"). Approve pins
+// what was seen last (by anyone). Events — pinned, changed, added, findings — are recorded once
+// per hash of a definition (not on every list, and once more after a restart); removed once
+// while it stays missing from whole lists; key_changed when a terminate route's upstream key
+// differs from the one recorded (a plaintext route, SPKI "", says nothing of the key).
+//
+// # Divergence
+//
+// The guard remembers, per definition and viewer, the hash the viewer was shown last and when.
+// When a viewer is shown a hash while another viewer's latest sight within DivergenceWindow is
+// another hash, a divergence is recorded (once per pair of hashes) naming both viewers and
+// hashes; with on_divergence: quarantine the definition is then quarantined for everyone
+// ("definitions of <kind> <name> diverged between clients"), across restarts, until Approve,
+// which also forgets the sights of other hashes. Forget (list_changed) forgets a server's
+// sights, so an announced change is not taken for a divergence; an unannounced change that
+// reaches one client before another within the window is one.
+//
+// # Bounds and memory
+//
+// MaxTools bounds the definitions remembered over all servers (a pin file's pins count, and
+// are all loaded even past it). Past it, and for a name or server key longer than 1 KiB, a
+// definition is judged but not remembered: in learn it passes unpinned, in enforce it is
+// quarantined (not pinned), EventDropped is recorded once a minute per server and
+// mcpintercept_tool_definitions_dropped_total counts each. Sights (views) are bounded by
+// 4×MaxTools, the least recent forgotten first, and expire with the window. No definition text
+// is kept: hashes, names and findings. Measured on amd64 (TestBoundMemory): about 800 bytes of
+// heap per remembered definition with one viewer (state, analysis, per-field hashes, view,
+// map entries), and about 140 bytes per further viewer of it; at the default bound, at most
+// about 80 MB for definitions plus about 56 MB for views. An unchanged list costs a SHA-256 of
+// each entry's bytes and a map look-up (BenchmarkObserve1000).
+//
+// # Persistence
+//
+// Options.Dir holds state.json (0600, the directory 0700): pins and their source, the hash
+// seen last with its field hashes and findings, quarantine state and reason, divergence, the
+// server's key. It is replaced atomically (temporary file, fsync, rename, directory fsync) by a
+// background writer at most every 200 ms (or 4× the last write's duration, whichever is
+// longer), at once by Approve and Close. A state.json that does not parse is an error of Open
+// naming the file and the entry, never a silent reset. A pin file's pin replaces a learned one
+// of the same definition; a definition the file does not name is judged by the route's mode.
+// Approving a definition the file pins overrides it in state.json for as long as the file
+// still pins the hash that was overridden; a file that pins another hash wins again.
 package integrity
 
 import (

@@ -266,11 +266,11 @@ func (ob *observation) add(e Event) {
 //
 // The Findings of a Verdict are shared: callers must not modify them.
 func (rg *RouteGuard) Observe(srv Server, viewer string, defs []Def, whole bool) ([]Verdict, []Event) {
-	g := rg.g
 	out := make([]Verdict, len(defs))
-	if len(defs) == 0 {
+	if rg == nil || len(defs) == 0 {
 		return out, nil // an empty list names no kind: nothing can be reported removed
 	}
+	g := rg.g
 	// Outside the lock: hash each entry's bytes; look up what is known of them; analyse what is
 	// not (canonical form, field hashes, scan).
 	sums := make([]digest, len(defs))
@@ -402,6 +402,16 @@ func (rg *RouteGuard) judge(sp **serverState, srv Server, viewer string, d Def, 
 		ob.dirty = true
 	}
 	if a.invalid {
+		if rp := a.raw.prefix(); ds.evChanged != rp {
+			ds.evChanged = rp
+			e := Event{Kind: EventAdded, Server: srv.Key, DefKind: key.kind, Name: key.name, Quarantined: true,
+				Detail: fmt.Sprintf("%s %s cannot be pinned: not one strict JSON object within 4 MiB and 64 levels", key.kind, key.name)}
+			if ds.src != srcNone {
+				e.Kind, e.OldHash = EventChanged, ds.pinHash.String()
+				e.Detail = fmt.Sprintf("%s %s changed since it was pinned: it is no longer one strict JSON object within 4 MiB and 64 levels", key.kind, key.name)
+			}
+			ob.add(e)
+		}
 		g.restate(ds)
 		return rg.verdict(ds, a)
 	}
@@ -665,6 +675,9 @@ func (g *Guard) after(ob *observation) {
 // within the divergence window, else the one seen last by anyone, else the pin alone (ok false
 // when the guard knows nothing of it: in enforce, Lookup then says Quarantined "not pinned").
 func (rg *RouteGuard) Lookup(srv Server, viewer string, kind Kind, name string) (v Verdict, ok bool) {
+	if rg == nil {
+		return Verdict{}, false
+	}
 	g := rg.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -699,6 +712,9 @@ func (rg *RouteGuard) Lookup(srv Server, viewer string, kind Kind, name string) 
 // What is dropped are the viewers' sights of them (so that a server that announced a change is
 // not taken for one showing two clients different definitions) and the divergences reported.
 func (rg *RouteGuard) Forget(srv Server) {
+	if rg == nil {
+		return
+	}
 	g := rg.g
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -323,9 +323,14 @@ func TestInvalidDefinition(t *testing.T) {
 	for _, mode := range []Mode{ModeLearn, ModeEnforce} {
 		rg := g.Route(RouteOptions{Mode: mode})
 		bad := Def{Kind: KindTool, Name: "bad", Raw: json.RawMessage(`{"name":"bad","name":"good"}`)}
-		vs, _ := rg.Observe(srvA, "c", []Def{bad}, false)
+		vs, evs := rg.Observe(srvA, "c", []Def{bad}, false)
 		if !vs[0].Quarantined || !strings.Contains(vs[0].Reason, "cannot be pinned") {
 			t.Errorf("%s: %+v", mode, vs[0])
+		}
+		if mode == ModeLearn {
+			wantKinds(t, evs, EventAdded)
+		} else {
+			wantKinds(t, evs) // once
 		}
 		if v, ok := rg.Lookup(srvA, "c", KindTool, "bad"); !ok || !v.Quarantined {
 			t.Errorf("%s lookup: %+v", mode, v)
@@ -334,6 +339,26 @@ func TestInvalidDefinition(t *testing.T) {
 			t.Error("approved an invalid definition")
 		}
 	}
+	// a pinned definition that turns invalid: a change
+	rg := g.Route(RouteOptions{Mode: ModeLearn})
+	rg.Observe(srvA, "c", []Def{tool("ok", "fine")}, false)
+	vs, evs := rg.Observe(srvA, "c", []Def{{Kind: KindTool, Name: "ok", Raw: json.RawMessage(`["not an object"]`)}}, false)
+	if !vs[0].Quarantined || !vs[0].Changed {
+		t.Errorf("turned invalid: %+v", vs[0])
+	}
+	wantKinds(t, evs, EventChanged)
+	if st := g.Snapshot(); st[0].Defs[1].Name != "ok" || st[0].Defs[1].State != "quarantined" {
+		t.Errorf("snapshot %+v", st[0].Defs)
+	}
+	// a nil route guard (tool_pins off) in an interface is harmless
+	var off *RouteGuard
+	if vs, evs := off.Observe(srvA, "c", []Def{tool("x", "y")}, true); len(vs) != 1 || vs[0].Quarantined || evs != nil {
+		t.Error("nil Observe")
+	}
+	if _, ok := off.Lookup(srvA, "c", KindTool, "x"); ok {
+		t.Error("nil Lookup")
+	}
+	off.Forget(srvA)
 }
 
 func TestPersistence(t *testing.T) {
@@ -792,4 +817,40 @@ func readMem(m *runtime.MemStats) {
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(m)
+}
+
+// TestFlusher: a change is written by the background flusher, without Close.
+func TestFlusher(t *testing.T) {
+	dir := t.TempDir()
+	g := open(t, Options{Dir: dir})
+	g.Route(RouteOptions{Mode: ModeLearn}).Observe(srvA, "c", []Def{tool("flushed", "x")}, false)
+	path := filepath.Join(dir, StateFile)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		data, _ := os.ReadFile(path)
+		if strings.Contains(string(data), `"flushed"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("state.json not written within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rs, err := parseState(mustRead(t, path))
+	if err != nil || len(rs) != 1 || rs[0].defs[0].src != srcLearned {
+		t.Fatalf("written state: %+v %v", rs, err)
+	}
+	// no stray temporary files
+	if m, _ := filepath.Glob(filepath.Join(dir, ".*.tmp")); len(m) != 0 {
+		t.Errorf("temporary files left: %v", m)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
