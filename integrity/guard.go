@@ -412,6 +412,10 @@ func (rg *RouteGuard) judge(sp **serverState, srv Server, viewer string, d Def, 
 			}
 			ob.add(e)
 		}
+		// this viewer's earlier sight no longer counts: a call is judged by this entry
+		if v := g.views.get(ds, viewer); v != nil {
+			g.views.drop(v)
+		}
 		g.restate(ds)
 		return rg.verdict(ds, a)
 	}

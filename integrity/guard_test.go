@@ -346,6 +346,9 @@ func TestInvalidDefinition(t *testing.T) {
 	if !vs[0].Quarantined || !vs[0].Changed {
 		t.Errorf("turned invalid: %+v", vs[0])
 	}
+	if v, _ := rg.Lookup(srvA, "c", KindTool, "ok"); !v.Quarantined {
+		t.Errorf("lookup of what turned invalid: %+v", v)
+	}
 	wantKinds(t, evs, EventChanged)
 	if st := g.Snapshot(); st[0].Defs[1].Name != "ok" || st[0].Defs[1].State != "quarantined" {
 		t.Errorf("snapshot %+v", st[0].Defs)
