@@ -26,6 +26,7 @@ type auditL2Record struct {
 	Method        string          `json:"method"`
 	Tool          string          `json:"tool"`
 	Decision      string          `json:"decision"`
+	Rule          string          `json:"rule"`
 	Outcome       string          `json:"outcome"`
 	Reason        string          `json:"reason"`
 	Arguments     json.RawMessage `json:"arguments"`

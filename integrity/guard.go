@@ -446,7 +446,11 @@ func (rg *RouteGuard) judge(sp **serverState, srv Server, viewer string, d Def, 
 			Detail: fmt.Sprintf("%s %s changed since it was pinned: %s", key.kind, key.name, fieldDetail(ds.pinFields, a.fields, fields))})
 	}
 	g.views.see(ds, viewer, a, now)
-	if o := ds.other(a.hash); o != nil {
+	// A divergence is two definitions served side by side: another viewer was shown another
+	// hash after this one was first shown (the server went back and forth). A server that
+	// changes a definition for everyone (a rug pull: the old hash shown, then only the new one)
+	// is a change, not a divergence, however soon after the old sight.
+	if o := ds.other(a.hash); o != nil && o.at > ds.firstShown(a.hash) {
 		quarantine := rg.r.QuarantineDivergence && !ds.diverged
 		pk := pairKey(o.a.hash, a.hash)
 		if !slices.Contains(ds.pairs, pk) {

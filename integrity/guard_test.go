@@ -214,9 +214,17 @@ func TestDivergence(t *testing.T) {
 			clk.Add(30 * time.Second)
 			vs, evs := rg.Observe(srvA, "client-b", []Def{v2}, true)
 			h2 := vs[0].Hash
-			wantKinds(t, evs, EventChanged, EventDivergence)
-			dv := evs[1]
-			if !slices.Equal(dv.Viewers, []string{"client-a", "client-b"}) || dv.OldHash != h1 || dv.NewHash != h2 ||
+			// So far the server changed echo for whoever lists next: a change (a rug pull), not
+			// a divergence, however soon after client-a's sight.
+			wantKinds(t, evs, EventChanged)
+			_, evs = rg.Observe(srvA, "client-c", []Def{v2}, true)
+			wantKinds(t, evs)
+			// client-a is shown v1 again after v2 was served: both definitions served side by side.
+			clk.Add(time.Second)
+			vs, evs = rg.Observe(srvA, "client-a", []Def{v1}, true)
+			wantKinds(t, evs, EventDivergence)
+			dv := evs[0]
+			if !slices.Contains(dv.Viewers, "client-a") || len(dv.Viewers) != 2 || dv.OldHash != h2 || dv.NewHash != h1 ||
 				dv.Quarantined != quarantine || !slices.Equal(dv.Fields, []string{"description"}) {
 				t.Errorf("divergence %+v", dv)
 			}
@@ -261,8 +269,13 @@ func TestDivergence(t *testing.T) {
 			if !vs[0].Quarantined || vs[0].Reason != "tool definition changed since it was pinned" {
 				t.Errorf("client-c %+v", vs[0])
 			}
-			// within it: a divergence
+			// within it, v2 to client-d and then v1 to client-c again: served side by side, a
+			// divergence (v2 alone after v1 would be another change).
+			clk.Add(time.Second)
 			_, evs = rg.Observe(srvA, "client-d", []Def{v2}, true)
+			wantKinds(t, evs)
+			clk.Add(time.Second)
+			_, evs = rg.Observe(srvA, "client-c", []Def{v1}, true)
 			wantKinds(t, evs, EventDivergence)
 			// Forget (list_changed): sights dropped, no divergence until shown again
 			rg.Forget(srvA)
@@ -440,10 +453,16 @@ func TestPersistence(t *testing.T) {
 
 func TestPersistDivergence(t *testing.T) {
 	dir := t.TempDir()
-	g, _ := Open(Options{Dir: dir})
+	clk := newClock()
+	g, _ := Open(Options{Dir: dir, Now: clk.Now})
 	rg := g.Route(RouteOptions{Mode: ModeLearn, QuarantineDivergence: true})
 	rg.Observe(srvA, "a", []Def{tool("echo", "1")}, false)
+	clk.Add(time.Second)
 	rg.Observe(srvA, "b", []Def{tool("echo", "2")}, false)
+	clk.Add(time.Second)
+	if vs, _ := rg.Observe(srvA, "a", []Def{tool("echo", "1")}, false); !vs[0].Quarantined {
+		t.Fatalf("no divergence quarantine: %+v", vs[0])
+	}
 	g.Close()
 	g = open(t, Options{Dir: dir})
 	rg = g.Route(RouteOptions{Mode: ModeLearn})

@@ -24,11 +24,13 @@ type viewKey struct {
 	viewer string
 }
 
-// hashCount is how many of a definition's views are of one hash, and the latest of them.
+// hashCount is how many of a definition's views are of one hash, the latest of them, and since
+// when the hash has been shown without a pause (first: when its count last rose from zero).
 type hashCount struct {
-	hash digest
-	n    int32
-	last *view // nil when the latest of them was forgotten or moved on
+	hash  digest
+	n     int32
+	last  *view // nil when the latest of them was forgotten or moved on
+	first int64
 }
 
 type viewSet struct {
@@ -61,6 +63,7 @@ func (vs *viewSet) see(d *defState, viewer string, a *analysis, now int64) *view
 	}
 	if v.a.hash != a.hash {
 		d.count(v.a.hash, v, -1)
+		v.at = now // count reads it as the new hash's first sight
 		d.count(a.hash, v, +1)
 	} else if hc := d.hashCount(a.hash); hc != nil {
 		hc.last = v
@@ -69,6 +72,14 @@ func (vs *viewSet) see(d *defState, viewer string, a *analysis, now int64) *view
 	vs.unlinkLRU(v)
 	vs.pushFront(v)
 	return v
+}
+
+// firstShown is since when h has been shown to some viewer without a pause (0: not shown).
+func (d *defState) firstShown(h digest) int64 {
+	if hc := d.hashCount(h); hc != nil {
+		return hc.first
+	}
+	return 0
 }
 
 // expire forgets the views older than cutoff.
@@ -150,7 +161,7 @@ func (d *defState) count(h digest, v *view, delta int32) {
 		if delta < 0 {
 			return
 		}
-		d.hashes = append(d.hashes, hashCount{hash: h})
+		d.hashes = append(d.hashes, hashCount{hash: h, first: v.at})
 	}
 	hc := &d.hashes[i]
 	hc.n += delta
