@@ -346,6 +346,7 @@ func (g *Guard) load(rs []srvRec) {
 type persister struct {
 	dir  string
 	path string
+	lock *os.File // dir/lock, held until close (nil where flock does not exist)
 
 	kickc chan struct{}
 	quit  chan struct{}
@@ -360,11 +361,20 @@ type persister struct {
 }
 
 // openDir creates dir (0700) and reads its state.json (nil records when there is none).
-func openDir(dir string) (*persister, []srvRec, error) {
+func openDir(dir string) (_ *persister, _ []srvRec, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("integrity: state directory: %w", err)
 	}
-	p := &persister{dir: dir, path: filepath.Join(dir, StateFile),
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil && lock != nil {
+			lock.Close()
+		}
+	}()
+	p := &persister{dir: dir, path: filepath.Join(dir, StateFile), lock: lock,
 		kickc: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	if old, _ := filepath.Glob(filepath.Join(dir, "."+StateFile+".*.tmp")); len(old) > 0 {
 		for _, f := range old {
@@ -460,6 +470,9 @@ func (p *persister) close(g *Guard) error {
 		close(p.quit)
 		<-p.done
 		p.cerr = p.flush(g)
+		if p.lock != nil {
+			p.lock.Close()
+		}
 	})
 	return p.cerr
 }

@@ -210,10 +210,10 @@ func (g *Guard) applyPins(ps []srvPins) {
 	g.gen++
 }
 
-// PinFile is the pins as a pin file (what `mcpintercept tools pin --from-live` writes): every
-// definition seen, pinned at the hash seen last, for an operator to review and commit. A
-// definition pinned but never seen is written at its pin; one seen last as an entry that cannot
-// be canonicalised is left out.
+// PinFile is the pins as a pin file (what `mcpintercept tools pin --from-live` writes), for an
+// operator to review and commit: every pinned definition at its pin (a quarantined change is
+// not accepted by exporting it), every unpinned one seen at the hash seen last; one seen only as
+// an entry that cannot be canonicalised is left out.
 func (g *Guard) PinFile() ([]byte, error) {
 	g.mu.Lock()
 	rs := g.records()
@@ -222,11 +222,15 @@ func (g *Guard) PinFile() ([]byte, error) {
 	for _, r := range rs {
 		sp := srvPins{key: r.key, spki: r.spki}
 		for _, d := range r.defs {
+			// A pinned definition is written at its pin, not at what was seen last: a
+			// definition quarantined because it changed (or diverged) must not become a pin by
+			// exporting the live state; `tools approve` is how a change is accepted. An
+			// unpinned one (pending on an enforce route) is written as seen, for review.
 			switch {
+			case d.src != srcNone:
+				sp.defs = append(sp.defs, pinEnt{key: d.key, hash: d.pinHash, fields: d.pinFields})
 			case d.seen != nil && !d.seen.invalid:
 				sp.defs = append(sp.defs, pinEnt{key: d.key, hash: d.seen.hash, fields: d.seen.fields})
-			case d.seen == nil && d.src != srcNone:
-				sp.defs = append(sp.defs, pinEnt{key: d.key, hash: d.pinHash, fields: d.pinFields})
 			}
 		}
 		if len(sp.defs) > 0 {
