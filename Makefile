@@ -57,7 +57,9 @@ fuzz:
 		mcp:FuzzDecodeHeaderValue mcp:FuzzRedactURI level1:FuzzGuards policy:FuzzCompile \
 		mcp:FuzzDecode mcp:FuzzSkipString audit:FuzzDecodeRecord auth:FuzzParse level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
 		level2:FuzzPeerDifferential level2:FuzzCaseVariant level2:FuzzSchema intercept/upstream:FuzzDenyListEmbedded \
-		cmd/mcpintercept:FuzzParseReport telemetry:FuzzFlowRecordEncoding intercept/dns:FuzzDNSQuery; do \
+		cmd/mcpintercept:FuzzParseReport telemetry:FuzzFlowRecordEncoding intercept/dns:FuzzDNSQuery \
+		integrity:FuzzCanonical integrity:FuzzScan integrity:FuzzPinFile integrity:FuzzStateFile appliance:FuzzApproveBody \
+		cmd/mcpintercept:FuzzSafe cmd/mcpintercept:FuzzAdminURL; do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$$pkg/; done
 
