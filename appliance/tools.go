@@ -247,6 +247,9 @@ type ToolApproval struct {
 	Server string         `json:"server"`
 	Kind   integrity.Kind `json:"kind"`
 	Name   string         `json:"name"`
+	// Hash, when set, is the definition the operator reviewed (full or a prefix of 12+ hex
+	// digits): the approval is refused (409) if the definition seen last is another one.
+	Hash string `json:"hash,omitempty"`
 }
 
 // ToolEvent is an integrity.Event as the admin listener answers it.
@@ -337,7 +340,11 @@ func (a *Appliance) approveTool(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("kind %q: want tool, prompt or template", req.Kind), http.StatusBadRequest)
 		return
 	}
-	ev, err := g.Approve(req.Server, req.Kind, req.Name)
+	ev, err := g.ApproveHash(req.Server, req.Kind, req.Name, req.Hash)
+	if errors.Is(err, integrity.ErrNotSeenLast) {
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
 	if err != nil {
 		// The guard's error says what it does not know; a definition it does know and could not
 		// approve (its state not written) is the appliance's failure, not the caller's.

@@ -169,7 +169,7 @@ func TestToolsAdmin(t *testing.T) {
 	if code, body := adminDo(t, a, "GET", "/tools", "", ""); code != 200 || !json.Valid([]byte(body)) {
 		t.Fatalf("GET /tools: %d %q", code, body)
 	}
-	const approve = `{"server":"` + testServer + `","kind":"tool","name":"echo"}`
+	approve := `{"server":"` + testServer + `","kind":"tool","name":"echo"}`
 	for _, tc := range []struct {
 		name, token, body string
 		code              int
@@ -206,6 +206,16 @@ func TestToolsAdmin(t *testing.T) {
 	if code, body := adminDo(t, a, "GET", "/tools/pins", "", ""); code != 200 || !strings.Contains(body, "echo") {
 		t.Errorf("GET /tools/pins: %d %q", code, body)
 	}
+	// An approval of another definition than the one seen last (the operator reviewed the
+	// pinned one, say) is refused; the one seen last, named by its shortened hash, is approved.
+	wrong := `{"server":"` + testServer + `","kind":"tool","name":"echo","hash":"` + snap[0].Defs[0].Pin + `"}`
+	if code, body := adminDo(t, a, "POST", "/tools/approve", token, wrong); code != 409 || !strings.Contains(body, "last seen as") {
+		t.Errorf("approve of another hash: %d %q, want 409", code, body)
+	}
+	if got, _ := rg.Lookup(srv, "client-a", integrity.KindTool, "echo"); !got.Quarantined {
+		t.Errorf("a refused approval ended the quarantine: %+v", got)
+	}
+	approve = `{"server":"` + testServer + `","kind":"tool","name":"echo","hash":"` + v[0].Hash[:7+12] + `"}`
 	code, body = adminDo(t, a, "POST", "/tools/approve", token, approve)
 	var ev ToolEvent
 	if err := json.Unmarshal([]byte(body), &ev); code != 200 || err != nil {
@@ -427,7 +437,7 @@ func TestToolIntegrityDeclaration(t *testing.T) {
 	}
 }
 
-// FuzzApproveBody: POST /tools/approve answers any body with 400 or 404, and 200 only for the
+// FuzzApproveBody: POST /tools/approve answers any body with 400, 404 or 409, and 200 only for the
 // one definition the guard knows (then with its event); never a panic, never a 5xx.
 func FuzzApproveBody(f *testing.F) {
 	for _, s := range []string{
@@ -465,7 +475,7 @@ func FuzzApproveBody(f *testing.F) {
 			if !named || json.Unmarshal(w.Body.Bytes(), &ev) != nil || ev.Name != "echo" || ev.Event != integrity.EventApproved {
 				t.Fatalf("200 for %q: %s", body, w.Body)
 			}
-		case 400, 404:
+		case 400, 404, 409:
 		default:
 			t.Fatalf("%d for %q: %s", w.Code, body, w.Body)
 		}

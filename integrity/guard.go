@@ -2,6 +2,7 @@ package integrity
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -743,6 +744,18 @@ func (rg *RouteGuard) Forget(srv Server) {
 // approval holds across restarts and reloads as long as the file still pins the hash it
 // overrode; once the file pins another hash for it, the file wins again.
 func (g *Guard) Approve(server string, kind Kind, name string) (Event, error) {
+	return g.ApproveHash(server, kind, name, "")
+}
+
+// ErrNotSeenLast is ApproveHash's error when the definition seen last is not the one the
+// operator reviewed (another client may have been shown another one since).
+var ErrNotSeenLast = errors.New("integrity: the definition seen last is not the one named")
+
+// ApproveHash is Approve of the definition seen last only if its hash is want ("sha256:<hex>",
+// or a prefix of 12 hex digits or more, as `tools list` shortens them; "" approves whatever was
+// seen last): during a divergence "seen last" is whichever client listed last, and an operator
+// must not approve a definition other than the one reviewed.
+func (g *Guard) ApproveHash(server string, kind Kind, name, want string) (Event, error) {
 	g.mu.Lock()
 	s := g.servers[server]
 	if s == nil {
@@ -761,6 +774,11 @@ func (g *Guard) Approve(server string, kind Kind, name string) (Event, error) {
 			return Event{}, fmt.Errorf("integrity: %s %q of server %q was never seen: nothing to approve", kind, name, server)
 		}
 		return Event{}, fmt.Errorf("integrity: %s %q of server %q cannot be pinned (not a strict JSON object within bounds)", kind, name, server)
+	}
+	if want != "" && !hashMatches(a.hashStr, want) {
+		g.mu.Unlock()
+		return Event{}, fmt.Errorf("%w: %s %q of server %q was last seen as %s, not %s (see `mcpintercept tools diff`)",
+			ErrNotSeenLast, kind, name, server, a.hashStr, want)
 	}
 	ev := Event{Kind: EventApproved, Server: server, DefKind: kind, Name: name, NewHash: a.hashStr}
 	if ds.src != srcNone {
@@ -798,4 +816,14 @@ func (g *Guard) Close() error {
 		return nil
 	}
 	return g.persist.close(g)
+}
+
+// hashMatches: want is full ("sha256:<hex>") or a prefix of at least 12 hex digits, with or
+// without "sha256:".
+func hashMatches(full, want string) bool {
+	hex := strings.TrimPrefix(want, "sha256:")
+	if len(hex) < 12 {
+		return false
+	}
+	return strings.HasPrefix(strings.TrimPrefix(full, "sha256:"), strings.ToLower(hex))
 }

@@ -26,7 +26,7 @@ import (
 
 const toolsUsageText = `usage: mcpintercept tools list    [--json] [CONNECTION]
        mcpintercept tools diff    [--pins FILE] [CONNECTION]
-       mcpintercept tools approve SERVER NAME [--kind tool|prompt|template] [CONNECTION]
+       mcpintercept tools approve SERVER NAME [--kind tool|prompt|template] [--hash SEEN] [CONNECTION]
        mcpintercept tools pin     --from-live [--out FILE] [CONNECTION]
 
   list     every definition the running appliance knows, per server: SERVER KIND NAME STATE PIN SEEN
@@ -353,7 +353,7 @@ func cmdToolsDiff(args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	if n > 0 {
-		fmt.Fprintf(stderr, "%d definition(s) not pinned and unchanged; approve with `mcpintercept tools approve SERVER NAME`\n", n)
+		fmt.Fprintf(stderr, "%d definition(s) not pinned and unchanged; approve with `mcpintercept tools approve SERVER NAME --hash SEEN`\n", n)
 		return exitRuntime
 	}
 	fmt.Fprintln(stdout, "no differences: every definition seen is pinned and unchanged")
@@ -483,12 +483,13 @@ func changedFields(a, b map[string]string) []string {
 func cmdToolsApprove(args []string, stdout, stderr io.Writer) int {
 	fs, c := newToolsFlags("tools approve", stderr)
 	kind := fs.String("kind", string(integrity.KindTool), "what NAME is: tool, prompt or template (a template's name is its uriTemplate)")
+	hash := fs.String("hash", "", "approve only if the definition seen last has this hash (as `tools list` or `tools diff` shows it: 12 hex digits or more)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitUsage
 	}
 	if len(pos) != 2 {
-		fmt.Fprintln(stderr, "usage: mcpintercept tools approve SERVER NAME [--kind tool|prompt|template] [--config FILE | --admin URL --token-file FILE]")
+		fmt.Fprintln(stderr, "usage: mcpintercept tools approve SERVER NAME [--kind tool|prompt|template] [--hash SEEN] [--config FILE | --admin URL --token-file FILE]")
 		return exitUsage
 	}
 	switch k := integrity.Kind(*kind); k {
@@ -500,7 +501,7 @@ func cmdToolsApprove(args []string, stdout, stderr io.Writer) int {
 	if !c.resolve() {
 		return exitUsage
 	}
-	body, _ := json.Marshal(appliance.ToolApproval{Server: pos[0], Kind: integrity.Kind(*kind), Name: pos[1]})
+	body, _ := json.Marshal(appliance.ToolApproval{Server: pos[0], Kind: integrity.Kind(*kind), Name: pos[1], Hash: *hash})
 	b, err := c.do(http.MethodPost, "/tools/approve", body, true)
 	if err != nil {
 		return exitRuntime
