@@ -27,6 +27,7 @@ import (
 	"mcpintercept/origin"
 	"mcpintercept/policy"
 	"mcpintercept/telemetry"
+	"mcpintercept/tracing"
 )
 
 type atomicInt = atomic.Int64
@@ -75,6 +76,8 @@ type Options struct {
 	// Tools is the appliance's tool-integrity guard (pins, quarantine, divergence); routes with
 	// tool_pins use it at Level 2. Nil: no route checks definitions.
 	Tools *integrity.Guard
+	// Tracer makes the spans of every flow (nil: tracing off).
+	Tracer *tracing.Tracer
 }
 
 // Engine accepts flows from listeners and forwards each in its own goroutine.

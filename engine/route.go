@@ -88,6 +88,10 @@ type Route struct {
 	// QuarantineDivergence its on_divergence: quarantine. They take effect with Options.Tools.
 	ToolPins             integrity.Mode
 	QuarantineDivergence bool
+	// TraceInject is trace_propagation: inject: the request sent upstream carries the
+	// appliance's span as its parent (traceparent header, and params._meta when the client put
+	// a trace context there). Default: spans recorded, the request forwarded unchanged.
+	TraceInject bool
 }
 
 // needsSNI reports whether matching this route depends on the ClientHello.

@@ -17,6 +17,7 @@ import (
 
 	"mcpintercept/exchange"
 	"mcpintercept/integrity"
+	"mcpintercept/tracing"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
@@ -83,6 +84,14 @@ type Flow struct {
 	// UpstreamSPKI is "sha256:<hex>" of the upstream certificate's public key on terminate
 	// routes ("" otherwise), recorded beside the pins.
 	UpstreamSPKI string
+	// Tracer makes one span per JSON-RPC request of this flow (nil: tracing off); Trace is the
+	// flow's part of every span's attributes (route, tls, mechanism, client, process, server
+	// address and port), filled by the engine once per connection.
+	Tracer *tracing.Tracer
+	Trace  tracing.Call
+	// TraceInject: requests go upstream with the appliance's span as their parent (header, and
+	// params._meta when the client put a trace context there).
+	TraceInject bool
 }
 
 // ToolGuard is what Level 2 needs of the tool-integrity guard; *integrity.RouteGuard is it.
