@@ -17,9 +17,9 @@ import (
 
 	"mcpintercept/exchange"
 	"mcpintercept/integrity"
-	"mcpintercept/tracing"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
+	"mcpintercept/tracing"
 )
 
 // Directions of a message, as policy (mcp.direction) and the flow log (direction) name them.
