@@ -97,7 +97,10 @@ type Record struct {
 	ErrorCode     int64
 	Reason        string // uncertain: "timeout" | "reset" | "oversized" | "malformed" | "shutdown" ...
 	Authorization uint64 // outcome records: Seq of their authorization record
-	Traceparent   string
+	Traceparent   string // the W3C trace context the client sent (params._meta's, else the header's)
+	// TraceID and SpanID are the appliance's own span of the call (lower-case hex; "" when
+	// tracing is off), so that the audit log and the trace backend name one call alike.
+	TraceID, SpanID string
 }
 
 // Identity is the process behind a connection, when eBPF knows it.
@@ -123,5 +126,6 @@ var ErrUnavailable = errors.New("audit unavailable")
 func OutcomeOf(a *Record, seq uint64, outcome, reason string) *Record {
 	return &Record{Kind: KindOutcome, Exchange: a.Exchange, Server: a.Server, Level: a.Level, Method: a.Method,
 		Direction: a.Direction, ID: a.ID, Tool: a.Tool, Rule: a.Rule, Decision: a.Decision,
-		Outcome: outcome, Reason: reason, Authorization: seq, Traceparent: a.Traceparent}
+		Outcome: outcome, Reason: reason, Authorization: seq, Traceparent: a.Traceparent,
+		TraceID: a.TraceID, SpanID: a.SpanID}
 }

@@ -101,6 +101,7 @@ func encodeRecord(b []byte, r *Record) []byte {
 	w.str("rule", r.Rule)
 	w.uint("seq", r.Seq)
 	w.str("server", r.Server)
+	w.str("span_id", r.SpanID)
 	w.str("sub", r.Sub)
 	if !r.Time.IsZero() {
 		w.key("time")
@@ -109,6 +110,7 @@ func encodeRecord(b []byte, r *Record) []byte {
 		w.b = append(w.b, '"')
 	}
 	w.str("tool", r.Tool)
+	w.str("trace_id", r.TraceID)
 	w.str("traceparent", r.Traceparent)
 	return append(w.b, '}')
 }
@@ -191,9 +193,11 @@ type wireRecord struct {
 	Rule          string          `json:"rule"`
 	Seq           uint64          `json:"seq"`
 	Server        string          `json:"server"`
+	SpanID        string          `json:"span_id"`
 	Sub           string          `json:"sub"`
 	Time          string          `json:"time"`
 	Tool          string          `json:"tool"`
+	TraceID       string          `json:"trace_id"`
 	Traceparent   string          `json:"traceparent"`
 }
 
@@ -269,7 +273,7 @@ func (w *wireRecord) record() (*Record, error) {
 		Direction: w.Direction, ID: w.ID, Tool: w.Tool, ArgsHash: w.ArgsHash,
 		Arguments: w.Arguments, Rule: w.Rule, Decision: w.Decision, Outcome: w.Outcome,
 		ErrorCode: w.ErrorCode, Reason: w.Reason, Authorization: w.Authorization,
-		Traceparent: w.Traceparent, Iss: w.Iss, Sub: w.Sub,
+		Traceparent: w.Traceparent, Iss: w.Iss, Sub: w.Sub, TraceID: w.TraceID, SpanID: w.SpanID,
 	}
 	if id := w.Identity; id != nil {
 		r.Identity = &Identity{PID: id.PID, UID: id.UID, Comm: id.Comm, Exe: id.Exe, Cgroup: id.Cgroup}

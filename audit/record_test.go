@@ -17,6 +17,7 @@ func fullRecord() *Record {
 	r.Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	r.Reason, r.Outcome, r.ErrorCode, r.Authorization = "timeout", "uncertain", -32000, 3
 	r.Iss, r.Sub = "https://idp.example", "sha256:00112233445566778899aabbccddeeff"
+	r.TraceID, r.SpanID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	r.Tool = "quote\"back\\slash\ttab\x01ctl\u2028ls é"
 	return r
 }
@@ -44,7 +45,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 	}
 	want.Time = want.Time.Truncate(time.Millisecond)
 	if string(encodeRecord(nil, got)) != string(line) || got.Tool != want.Tool || !got.Time.Equal(want.Time) ||
-		got.Iss != want.Iss || got.Sub != want.Sub {
+		got.Iss != want.Iss || got.Sub != want.Sub || got.TraceID != want.TraceID || got.SpanID != want.SpanID {
 		t.Fatalf("round trip changed the record:\n%+v\n%+v", got, want)
 	}
 }
@@ -118,4 +119,13 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("accepted a non-canonical line:\n%q\nre-encodes as\n%q", line, again)
 		}
 	})
+}
+
+// TestOutcomeOfKeepsTrace: an outcome names the same span as its authorization.
+func TestOutcomeOfKeepsTrace(t *testing.T) {
+	a := fullRecord()
+	o := OutcomeOf(a, a.Seq, "result", "")
+	if o.TraceID != a.TraceID || o.SpanID != a.SpanID || o.Traceparent != a.Traceparent || o.TraceID == "" {
+		t.Fatalf("outcome trace %q/%q, authorization %q/%q", o.TraceID, o.SpanID, a.TraceID, a.SpanID)
+	}
 }

@@ -38,6 +38,11 @@ type FlowRecord struct {
 	// tokens.record_identity: hash); absent when there was none or the route reads no token.
 	Iss string `json:"iss,omitempty"`
 	Sub string `json:"sub,omitempty"`
+	// TraceID and SpanID are the OpenTelemetry span the appliance made for this record's call
+	// (Level 2: the JSON-RPC request's; Level 1: the HTTP request's; opaque and passthrough: the
+	// connection's), in lower-case hex; absent when tracing is off or the record has no span.
+	TraceID string `json:"trace_id,omitempty"`
+	SpanID  string `json:"span_id,omitempty"`
 	// Process is the local process that opened the connection, when the steering mechanism knows
 	// it (eBPF); absent otherwise.
 	Process *Process `json:"process,omitempty"`
@@ -131,6 +136,12 @@ func (r *FlowRecord) AppendJSON(b []byte) []byte {
 	}
 	if r.Sub != "" {
 		b = appendStringField(b, `,"sub":`, r.Sub)
+	}
+	if r.TraceID != "" {
+		b = appendStringField(b, `,"trace_id":`, r.TraceID)
+	}
+	if r.SpanID != "" {
+		b = appendStringField(b, `,"span_id":`, r.SpanID)
 	}
 	if p := r.Process; p != nil {
 		b = strconv.AppendUint(append(b, `,"process":{"pid":`...), uint64(p.PID), 10)
