@@ -30,9 +30,12 @@ const (
 
 // srvRec and defRec are a copy of the state taken under the lock, written or reported outside
 // it (fields slices and analyses are immutable, so the copy is shallow).
-type srvRec struct {
+type srvRec = srvOf[defRec]
+
+// srvOf is one server of a state or pin file, parsed.
+type srvOf[R any] struct {
 	key, spki string
-	defs      []defRec
+	defs      []R
 }
 
 type defRec struct {
@@ -80,10 +83,13 @@ type stateJSON struct {
 	Servers []stateServerJSON `json:"servers"`
 }
 
-type stateServerJSON struct {
-	Server string         `json:"server"`
-	SPKI   string         `json:"spki,omitempty"`
-	Defs   []stateDefJSON `json:"definitions"`
+type stateServerJSON = serverJSON[stateDefJSON]
+
+// serverJSON is one server of state.json or of a pin file.
+type serverJSON[D any] struct {
+	Server string `json:"server"`
+	SPKI   string `json:"spki,omitempty"`
+	Defs   []D    `json:"definitions"`
 }
 
 type stateDefJSON struct {
@@ -214,9 +220,17 @@ func parseState(data []byte) ([]srvRec, error) {
 	if st.Version != stateVersion {
 		return nil, fmt.Errorf("version %d, this appliance reads version %d", st.Version, stateVersion)
 	}
-	out := make([]srvRec, 0, len(st.Servers))
+	return parseServers(st.Servers, parseStateDef, func(d defRec) defKey { return d.key },
+		func(d stateDefJSON) (Kind, string) { return d.Kind, d.Name })
+}
+
+// parseServers checks the servers of state.json or a pin file — each named once, within
+// bounds, with a valid spki — and parses their definitions with def, each named once; errors
+// name the entry (servers[i], definitions[k]).
+func parseServers[D, R any](list []serverJSON[D], def func(D) (R, error), keyOf func(R) defKey, kindName func(D) (Kind, string)) ([]srvOf[R], error) {
+	out := make([]srvOf[R], 0, len(list))
 	servers := map[string]int{}
-	for i, sj := range st.Servers {
+	for i, sj := range list {
 		where := fmt.Sprintf("servers[%d] (%q)", i, truncate(sj.Server, 80))
 		if sj.Server == "" || len(sj.Server) > maxName {
 			return nil, fmt.Errorf("%s: server: empty or longer than %d bytes", where, maxName)
@@ -230,18 +244,19 @@ func parseState(data []byte) ([]srvRec, error) {
 				return nil, fmt.Errorf("%s: spki: %v", where, err)
 			}
 		}
-		r := srvRec{key: sj.Server, spki: sj.SPKI, defs: make([]defRec, 0, len(sj.Defs))}
+		r := srvOf[R]{key: sj.Server, spki: sj.SPKI, defs: make([]R, 0, len(sj.Defs))}
 		seen := map[defKey]int{}
 		for k, dj := range sj.Defs {
-			dwhere := fmt.Sprintf("%s: definitions[%d] (%s %q)", where, k, truncate(string(dj.Kind), 20), truncate(dj.Name, 80))
-			d, err := parseStateDef(dj)
+			kind, name := kindName(dj)
+			dwhere := fmt.Sprintf("%s: definitions[%d] (%s %q)", where, k, truncate(string(kind), 20), truncate(name, 80))
+			d, err := def(dj)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %v", dwhere, err)
 			}
-			if j, dup := seen[d.key]; dup {
+			if j, dup := seen[keyOf(d)]; dup {
 				return nil, fmt.Errorf("%s: listed again (also definitions[%d])", dwhere, j)
 			}
-			seen[d.key] = k
+			seen[keyOf(d)] = k
 			r.defs = append(r.defs, d)
 		}
 		out = append(out, r)

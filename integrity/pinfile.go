@@ -38,11 +38,7 @@ type pinFileJSON struct {
 	Servers []pinServerJSON `json:"servers"`
 }
 
-type pinServerJSON struct {
-	Server string       `json:"server"`
-	SPKI   string       `json:"spki,omitempty"`
-	Defs   []pinDefJSON `json:"definitions"`
-}
+type pinServerJSON = serverJSON[pinDefJSON]
 
 type pinDefJSON struct {
 	Kind   Kind              `json:"kind"`
@@ -52,10 +48,7 @@ type pinDefJSON struct {
 }
 
 // srvPins and pinEnt are a parsed pin file.
-type srvPins struct {
-	key, spki string
-	defs      []pinEnt
-}
+type srvPins = srvOf[pinEnt]
 
 type pinEnt struct {
 	key    defKey
@@ -72,39 +65,8 @@ func parsePins(data []byte) ([]srvPins, error) {
 	if pf.Version != PinFileVersion {
 		return nil, fmt.Errorf("version %d, this appliance reads version %d", pf.Version, PinFileVersion)
 	}
-	out := make([]srvPins, 0, len(pf.Servers))
-	servers := map[string]int{}
-	for i, sj := range pf.Servers {
-		where := fmt.Sprintf("servers[%d] (%q)", i, truncate(sj.Server, 80))
-		if sj.Server == "" || len(sj.Server) > maxName {
-			return nil, fmt.Errorf("%s: server: empty or longer than %d bytes", where, maxName)
-		}
-		if j, dup := servers[sj.Server]; dup {
-			return nil, fmt.Errorf("%s: server listed again (also servers[%d])", where, j)
-		}
-		servers[sj.Server] = i
-		if sj.SPKI != "" {
-			if _, err := parseDigest(sj.SPKI); err != nil {
-				return nil, fmt.Errorf("%s: spki: %v", where, err)
-			}
-		}
-		sp := srvPins{key: sj.Server, spki: sj.SPKI, defs: make([]pinEnt, 0, len(sj.Defs))}
-		seen := map[defKey]int{}
-		for k, dj := range sj.Defs {
-			dwhere := fmt.Sprintf("%s: definitions[%d] (%s %q)", where, k, truncate(string(dj.Kind), 20), truncate(dj.Name, 80))
-			e, err := parsePinDef(dj)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %v", dwhere, err)
-			}
-			if j, dup := seen[e.key]; dup {
-				return nil, fmt.Errorf("%s: listed again (also definitions[%d])", dwhere, j)
-			}
-			seen[e.key] = k
-			sp.defs = append(sp.defs, e)
-		}
-		out = append(out, sp)
-	}
-	return out, nil
+	return parseServers(pf.Servers, parsePinDef, func(e pinEnt) defKey { return e.key },
+		func(d pinDefJSON) (Kind, string) { return d.Kind, d.Name })
 }
 
 func parsePinDef(dj pinDefJSON) (pinEnt, error) {
