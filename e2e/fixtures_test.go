@@ -91,6 +91,13 @@ func startAppliance(t *testing.T, mechanism string, cfgText string) *appliance {
 			t.Fatal(err)
 		}
 	}
+	return startApplianceFile(t, mechanism, cfgPath)
+}
+
+// startApplianceFile runs the daemon on a configuration file the test keeps (to edit it for a
+// SIGHUP, or to start it again), waits for readiness, and registers a stop plus a state check.
+func startApplianceFile(t *testing.T, mechanism, cfgPath string) *appliance {
+	t.Helper()
 	p, err := start(nsAppliance, bin("mcpintercept"), "run", "--config", cfgPath, "--mechanism", mechanism)
 	if err != nil {
 		t.Fatal(err)

@@ -127,27 +127,6 @@ func setEchoDescription(t *testing.T, desc string) {
 	}
 }
 
-// startApplianceFile runs the daemon on a configuration file the test keeps (to edit it for a
-// SIGHUP) and waits for readiness.
-func startApplianceFile(t *testing.T, cfgPath string) *appliance {
-	t.Helper()
-	p, err := start(nsAppliance, bin("mcpintercept"), "run", "--config", cfgPath, "--mechanism", "nftables-tproxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &appliance{proc: p, mechanism: "nftables-tproxy"}
-	t.Cleanup(func() {
-		if !a.stopped {
-			a.stopGracefully(t)
-		}
-	})
-	if err := p.waitFor("msg=ready", 30*time.Second); err != nil {
-		p.kill()
-		t.Fatal(err)
-	}
-	return a
-}
-
 func toolsCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -189,7 +168,7 @@ func TestToolIntegrity(t *testing.T) {
 		}
 	}
 	write("learn")
-	a := startApplianceFile(t, cfgPath)
+	a := startApplianceFile(t, "nftables-tproxy", cfgPath)
 	ca := filepath.Join(dir, "appliance-ca.pem")
 	pem := runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "ca", "export", "--config", cfgPath)
 	if err := os.WriteFile(ca, []byte(pem), 0o644); err != nil {
@@ -238,7 +217,7 @@ func TestToolIntegrity(t *testing.T) {
 	// The quarantine survives a restart: a call without a list first is refused too.
 	a.stopGracefully(t)
 	firstFlows, firstRun := a.stdout.String(), a.stdout.String()+a.stderr.String()
-	a = startApplianceFile(t, cfgPath)
+	a = startApplianceFile(t, "nftables-tproxy", cfgPath)
 	out, _, _ := run(t.Context(), nsClient, bin("mcpclient"), "-url", pinnedURL, "-ca", ca, "-tool", "echo", "-args", `{"text":"after-restart"}`)
 	if !strings.Contains(out, "-31006") {
 		t.Errorf("after a restart the quarantined echo's call gave %s, want -31006", out)

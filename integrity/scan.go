@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"slices"
 	"unicode/utf8"
+
+	"mcpintercept/mcp"
 )
 
 // Finding classes of Scan (besides "pattern:<name>").
@@ -210,23 +212,10 @@ func unescape(raw []byte, i int) (rune, int) {
 }
 
 func hex4(raw []byte, i int) (rune, bool) {
-	if i+4 > len(raw) {
+	if i > len(raw) {
 		return 0, false
 	}
-	var r rune
-	for _, b := range raw[i : i+4] {
-		switch {
-		case b >= '0' && b <= '9':
-			r = r<<4 | rune(b-'0')
-		case b >= 'a' && b <= 'f':
-			r = r<<4 | rune(b-'a'+10)
-		case b >= 'A' && b <= 'F':
-			r = r<<4 | rune(b-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
+	return mcp.Hex4(raw[i:])
 }
 
 // rune classifies one decoded rune; false when it is not visible text (left out of what the

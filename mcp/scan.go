@@ -567,23 +567,31 @@ func (s *scanner) escape(dst []byte, want bool) ([]byte, error) {
 }
 
 func (s *scanner) hex4() (rune, bool) {
-	if len(s.data)-s.pos < 4 {
+	r, ok := Hex4(s.data[s.pos:])
+	if ok {
+		s.pos += 4
+	}
+	return r, ok
+}
+
+// Hex4 is the code unit of a JSON \u escape: the 4 hex digits b starts with (either case).
+func Hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
 		return 0, false
 	}
 	var r rune
-	for _, b := range s.data[s.pos : s.pos+4] {
+	for _, c := range b[:4] {
 		switch {
-		case b >= '0' && b <= '9':
-			r = r<<4 | rune(b-'0')
-		case b >= 'a' && b <= 'f':
-			r = r<<4 | rune(b-'a'+10)
-		case b >= 'A' && b <= 'F':
-			r = r<<4 | rune(b-'A'+10)
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
 		default:
 			return 0, false
 		}
 	}
-	s.pos += 4
 	return r, true
 }
 
