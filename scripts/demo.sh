@@ -41,7 +41,7 @@ ip netns exec mcpi-server bin/mcpserver -listen '10.200.2.2:8443,10.200.2.2:8444
 ip netns exec mcpi-server bin/mcpserver -control -listen 10.200.2.2:3020 >"$WORK/pinned.out" 2>/dev/null &
 (cd e2e/node && PORT=3001 exec ip netns exec mcpi-server node node_modules/@modelcontextprotocol/server-everything/dist/index.js streamableHttp) >"$WORK/everything.out" 2>&1 &
 (cd e2e/node && PORT=3013 exec ip netns exec mcpi-server node node_modules/@modelcontextprotocol/server-everything/dist/index.js streamableHttp) >"$WORK/everything2.out" 2>&1 &
-for i in $(seq 1 100); do
+for i in $(seq 1 600); do
 	grep -q READY "$WORK/goserver.out" 2>/dev/null && grep -q READY "$WORK/stateless.out" 2>/dev/null &&
 		grep -q READY "$WORK/tls.out" 2>/dev/null && grep -q READY "$WORK/pinned.out" 2>/dev/null && grep -q "listening on port 3001" "$WORK/everything.out" 2>/dev/null &&
 		grep -q "listening on port 3013" "$WORK/everything2.out" 2>/dev/null && break
@@ -52,8 +52,9 @@ step "mcpintercept in mcpi-appliance ($MECH, examples/lab.yaml)"
 rm -rf "$ROOT/.lab/tools" # the demo's pins start empty: learned below, on first sight
 ip netns exec mcpi-appliance bin/mcpintercept run --config examples/lab.yaml --mechanism "$MECH" >"$WORK/flows.jsonl" 2>"$WORK/appliance.log" &
 APP_PID=$!
-for i in $(seq 1 100); do grep -q "msg=ready" "$WORK/appliance.log" && break; sleep 0.1; done
-grep -q "msg=ready" "$WORK/appliance.log" || { cat "$WORK/appliance.log" >&2; exit 1; }
+# The background shell may not have opened appliance.log yet: a missing file is "not ready yet".
+for i in $(seq 1 300); do grep -q "msg=ready" "$WORK/appliance.log" 2>/dev/null && break; sleep 0.1; done
+grep -q "msg=ready" "$WORK/appliance.log" 2>/dev/null || { cat "$WORK/appliance.log" >&2; exit 1; }
 sed 's/^/  appliance: /' "$WORK/appliance.log"
 
 step "Go SDK client -> http://10.200.2.2:8080/mcp (the server's own address; the client is not configured for any proxy)"
@@ -127,12 +128,12 @@ step "decisions (the flow log: one JSON line per JSON-RPC message at Level 2, pe
 python3 - "$WORK/flows.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-fmt = "{:<14}{:<22}{:<11}{:>3} {:<5}{:<7}{:<26}{:<15}{:>6}  {:<13}{}"
+fmt = "{:<14}{:<22}{:<11}{:>3} {:<5}{:<7}{:<26}{:<27}{:>6}  {:<13}{}"
 print(fmt.format("client", "orig_dst", "tls", "lvl", "dir", "http", "mcp_method", "mcp_name", "status", "decision", "rule / reason"))
 for r in rows:
     d = {"client_to_server": "c>s", "server_to_client": "s>c"}.get(r.get("direction", ""), "-")
     print(fmt.format(r["client"].rsplit(":", 1)[0][:13], r["orig_dst"], r["tls"] or "-", r["level"], d,
-                     r["http_method"] or "-", (r["mcp_method"] or "-")[:25], (r["mcp_name"] or "-")[:14],
+                     r["http_method"] or "-", (r["mcp_method"] or "-")[:25], (r["mcp_name"] or "-")[:26],
                      r["status"] or "-", r["decision"], (r["rule"] + " " + r["reason"]).strip()[:60]))
 print(f"({len(rows)} records)")
 if not rows:
