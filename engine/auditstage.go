@@ -129,6 +129,9 @@ func (s *auditStage) authorization(x *exchange.Exchange) *audit.Record {
 	if tp, ok := x.Req.Get("traceparent"); ok && mcp.ValidTraceparent(tp) {
 		r.Traceparent = tp
 	}
+	if sp := spanOf(x); sp != nil {
+		r.TraceID, r.SpanID = sp.TraceID(), sp.SpanID()
+	}
 	return r
 }
 

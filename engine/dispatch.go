@@ -71,7 +71,9 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) outcome {
 		return f.sni()
 	})
 
+	f.route = route.Name
 	if route == DefaultRoute {
+		f.route = ""
 		// No route matched: also a TLS flow without SNI, or with one no sni: route names.
 		switch {
 		case rt.DefaultClose:
@@ -80,6 +82,7 @@ func (e *Engine) dispatch(ctx context.Context, f *flow) outcome {
 			return refusal(f.seenTLS(), DefaultRoute.Name, ReasonNoRoute, "no_route")
 		case rt.Default != nil:
 			route = rt.Default
+			f.route = route.Name
 		default:
 			// The transparent core: no byte is read before forwarding, so protocols where
 			// the server speaks first work too.

@@ -32,6 +32,8 @@ type flow struct {
 
 	// rules is the route's rule set, fixed when the route is chosen.
 	rules flowRules
+	// route is the chosen route's name ("" for none: the transparent core), for spans.
+	route string
 
 	peekDone bool
 	isHello  bool   // the client opened with a complete, valid ClientHello

@@ -59,6 +59,9 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 	// answer nothing it could judge, so they close the flow rather than reach the client raw.
 	xo.CloseUnsolicited = route.Level >= 2
 	err := exchange.Serve(ctx, client, upstream, stages, xo, e.opt.Log.With("flow", f.id))
+	if e.opt.Tracer != nil {
+		endFlowSpans(stages)
+	}
 	if fa != nil {
 		// Every authorization gets its outcome before the flow ends, and so before a drain lets
 		// the audit store close.
@@ -106,6 +109,12 @@ func (e *Engine) level2Flow(f *flow, route *Route, tlsMode Disposition, rec *rec
 		Sessions:          e.sessions,
 		Record:            rec.message,
 		Audit:             fa.writer(),
+		// One span per JSON-RPC request (nil Tracer: none), with the flow's attributes.
+		Tracer:      e.opt.Tracer,
+		TraceInject: route.TraceInject,
+	}
+	if e.opt.Tracer != nil {
+		l2.Trace = f.traceBase(tlsMode)
 	}
 	if e.opt.Tools != nil {
 		// A nil *RouteGuard (tool_pins off) must stay a nil interface: Level 2 checks Tools

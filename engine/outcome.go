@@ -75,5 +75,9 @@ func (e *Engine) exit(f *flow, out outcome) {
 	rec := f.record()
 	rec.TLS, rec.Level = string(out.tls), out.level
 	rec.Decision, rec.Rule, rec.Reason = string(out.decision), out.rule, out.reason
+	if out.level == 0 && f.dispatched {
+		// Opaque, passthrough, refused at the connection: the flow is its one call.
+		rec.TraceID, rec.SpanID = e.connectionSpan(f, out)
+	}
 	e.rec.Flow(&rec, end)
 }

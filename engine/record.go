@@ -66,6 +66,7 @@ func (r *recordStage) message(m *level2.Record) {
 	}
 	rec.BytesUp, rec.BytesDown = m.BytesUp, m.BytesDown
 	rec.Iss, rec.Sub = m.Caller.Iss, m.Caller.Sub
+	rec.TraceID, rec.SpanID = m.TraceID, m.SpanID
 	r.w.Message(&rec, m.Duration)
 }
 
@@ -109,6 +110,9 @@ func (r *recordStage) Done(x *exchange.Exchange) {
 	rec.BytesUp, rec.BytesDown = x.BytesUp, x.BytesDown
 	c := policy.CallerFrom(x.Get(policy.CallerKey{}))
 	rec.Iss, rec.Sub = c.Iss, c.Sub
+	if sp := spanOf(x); sp != nil {
+		rec.TraceID, rec.SpanID = sp.TraceID(), sp.SpanID()
+	}
 	// The series are bounded jointly by telemetry (the per-flow handle resolves the destination
 	// and client once); no per-label first-come cap here, or a flood of made-up destinations
 	// would fold configured ones into "other" before the reserve could keep them.

@@ -24,6 +24,10 @@ var stageList = []stageFactory{
 	// Level 2: the JSON-RPC messages of both directions, decoded, matched against the headers,
 	// judged, checked, transformed and filtered (level2/chain.go lists its steps).
 	{name: "level2", levels: fromLevel(2), build: func(c *chainOf) exchange.Stage { return c.e.level2Flow(c.f, c.route, c.tls, c.rec, c.audit).Stage() }},
+	// Level 1 spans (Options.Tracer), after the policy so that a span starts only for a request
+	// let through (a refused one gets its span at Done), before the audit and record stages,
+	// whose records carry its ids. Level 2 makes its own, per JSON-RPC request.
+	{name: "trace", levels: fromLevel(1), build: func(c *chainOf) exchange.Stage { return c.e.traceStage(c) }},
 	// Level 1 audit, after the policy so that it records the decision: an allowed request's
 	// record is durable before its first byte goes upstream. Level 2 writes its own records,
 	// per JSON-RPC message, through the same flowAudit.

@@ -220,7 +220,7 @@ func uncertainReason(why string) string {
 // fills in the flow's fields (client, identity, destination, server).
 func (s *stage) auditRecord(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, xn uint64, dir string) *audit.Record {
 	ar := &audit.Record{Exchange: xn, Level: 2, Method: r.Method, Direction: dir, ID: r.ID,
-		Tool: r.Name, Rule: r.Rule, Iss: r.Caller.Iss, Sub: r.Caller.Sub}
+		Tool: r.Name, Rule: r.Rule, Iss: r.Caller.Iss, Sub: r.Caller.Sub, TraceID: r.TraceID, SpanID: r.SpanID}
 	if ar.Method == "" {
 		ar.Method = r.HTTPMethod + " " + r.Path
 	}

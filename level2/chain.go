@@ -10,11 +10,13 @@ var requestSteps = []requestStep{
 	{"read", (*stage).readRequest},               // Content-Encoding, type, charset: JSON-RPC at all?
 	{"decode", (*stage).decodeRequest},           // strict decode, case-variant keys
 	{"correlate", (*stage).correlateRequest},     // records, ids, version, client info
+	{"trace", (*stage).traceRequests},            // a span per request (Flow.Tracer)
 	{"header-match", (*stage).matchHeaders},      // SEP-2243: Mcp-* headers against the body
 	{"tool-integrity", (*stage).checkTools},      // tool_pins: a quarantined tool's or prompt's calls refused
 	{"policy", (*stage).judgeRequests},           // the rules, message by message
 	{"argument-schema", (*stage).checkArguments}, // validate_arguments
 	{"transform", (*stage).transform},            // redaction, _meta
+	{"trace-inject", (*stage).injectTrace},       // trace_propagation: inject (header, _meta)
 	{"audit", (*stage).authorize},                // durable authorization records (audit: true)
 	{"session", (*stage).rememberRequests},       // what other connections' responses need
 }

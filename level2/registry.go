@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Sessions remembers, across the connections of one appliance, what Level 2 learnt about each MCP
@@ -33,7 +34,8 @@ const maxPending = 256
 // Pending is a request whose response has not been seen yet.
 type Pending struct {
 	Method, Name string
-	Cursor       bool // a list request for a later page
+	Cursor       bool      // a list request for a later page
+	span         *openSpan // the request's span, ended by the stream that answers it
 }
 
 type session struct {
@@ -177,14 +179,22 @@ func (s *Sessions) AddPending(key, id string, p Pending) {
 	if ss.pending == nil {
 		ss.pending = map[string]Pending{}
 	}
+	var evicted *openSpan
 	if _, dup := ss.pending[id]; !dup {
 		if len(ss.order) >= maxPending {
+			evicted = ss.pending[ss.order[0]].span
 			delete(ss.pending, ss.order[0])
 			ss.order = ss.order[1:]
 		}
 		ss.order = append(ss.order, id)
+	} else {
+		evicted = ss.pending[id].span
 	}
 	ss.pending[id] = p
+	if evicted != nil && evicted != p.span {
+		// Forgotten unanswered: its span ends now rather than never (End does not block).
+		evicted.end(nil, 0, 0, false, time.Now())
+	}
 }
 
 // TakePending returns and forgets the request a response answers.

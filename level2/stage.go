@@ -123,6 +123,9 @@ type Record struct {
 	BytesUp, BytesDown int64
 	// Caller is who the request's accepted bearer token names (records' iss and sub).
 	Caller policy.Caller
+	// TraceID and SpanID are the span of the request this record is about (a response's record
+	// names its request's span); "" when tracing is off or the message has none (notifications).
+	TraceID, SpanID string
 
 	cursor bool            // a list request for a later page (params.cursor)
 	rawID  json.RawMessage // the id as sent, to answer with
@@ -132,6 +135,9 @@ type Record struct {
 	audit    *audit.Record // that authorization
 
 	tv policy.ToolIntegrity // a tools/call's or prompts/get's tool-integrity verdict (checkTools)
+
+	span   *openSpan // the request's span until it ends (Flow.Tracer set)
+	pended bool      // remembered in the session's pending requests, with span
 }
 
 // stateKey is where the exchange keeps Level 2's per-exchange state.
@@ -150,6 +156,7 @@ type xstate struct {
 	reqs       []*Record          // client→server messages of this exchange, in order
 	byID       map[string]*Record // requests by id
 	answered   bool               // answered locally
+	answerCode int                // the JSON-RPC code of that local answer
 	messages   int                // records emitted or owed for this exchange
 	server     string             // the server's identity: destination, SNI and Host
 	endpoint   string             // 2024-11-05 GET stream: where its endpoint event says to POST
@@ -194,6 +201,7 @@ type stage struct {
 	f     *Flow
 	posts chan struct{} // slots for answers to the server in flight
 	audit stageAudit
+	spans serverSpans // open spans of server→client requests (trace.go)
 }
 
 func (s *stage) maxBody() int64 {
@@ -383,7 +391,7 @@ func (s *stage) matchHeaders(x *exchange.Exchange, st *xstate, b *requestBody) (
 		id = b.msgs[0].ID
 	}
 	body := errorBody(id, CodeHeaderMismatch, "header mismatch: "+why, "header-mismatch", why, 0)
-	st.answered = true
+	st.answered, st.answerCode = true, CodeHeaderMismatch
 	x.Answer(400, []exchange.Header{{Name: "Content-Type", Value: "application/json"}}, body,
 		exchange.Verdict{Decision: exchange.Deny, Status: 400, Rule: "header-mismatch", Reason: why})
 	return exchange.Stop, true
@@ -438,7 +446,8 @@ func (s *stage) rememberRequests(x *exchange.Exchange, st *xstate, b *requestBod
 		// the same session (a client matches a response to any of its outstanding requests).
 		for _, r := range st.reqs {
 			if r.Kind == mcp.KindRequest.String() {
-				s.f.Sessions.AddPending(st.session, r.key, Pending{Method: r.Method, Name: r.Name, Cursor: r.cursor})
+				s.f.Sessions.AddPending(st.session, r.key, Pending{Method: r.Method, Name: r.Name, Cursor: r.cursor, span: r.span})
+				r.pended = true
 			}
 		}
 	}
@@ -488,7 +497,7 @@ func (s *stage) refuseWith(x *exchange.Exchange, st *xstate, msgs []*mcp.Message
 	if d.RetryAfter > 0 {
 		hdrs = append(hdrs, exchange.Header{Name: "Retry-After", Value: retryAfterHeader(d.RetryAfter)})
 	}
-	st.answered = true
+	st.answered, st.answerCode = true, code
 	x.Answer(status, hdrs, body, exchange.Verdict{Decision: exchange.Decision(d.Action), Status: status, Rule: d.Rule, Reason: d.Reason, RetryAfter: d.RetryAfter})
 	return exchange.Stop
 }
@@ -505,7 +514,7 @@ func (s *stage) refuseUnreadable(x *exchange.Exchange, st *xstate, status int, w
 		Caller: policy.CallerFrom(x.Get(policy.CallerKey{}))}
 	st.reqs = append(st.reqs, r)
 	st.messages++
-	st.answered = true
+	st.answered, st.answerCode = true, code
 	x.Answer(status, []exchange.Header{{Name: "Content-Type", Value: "application/json"}},
 		errorBody(nil, code, "request refused by "+Intermediary, "level2", why, 0),
 		exchange.Verdict{Decision: exchange.Deny, Status: status, Rule: "level2", Reason: why})
@@ -706,7 +715,13 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 					continue
 				}
 				r.Method, r.Name, r.cursor = p.Method, p.Name, p.Cursor
+				if p.span != nil {
+					r.span, r.TraceID, r.SpanID = p.span, p.span.sp.TraceID(), p.span.sp.SpanID()
+				}
 				req = r
+			}
+			if req.span != nil {
+				defer endResponseSpan(req, m) // once policy, surface control and redaction had their say
 			}
 			if st.initialize && m.Kind == mcp.KindResponse {
 				if v := resultString(m.Result, "protocolVersion"); v != "" {
@@ -768,6 +783,10 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 					}
 				}
 			}
+			var sp *openSpan
+			if m.Kind == mcp.KindRequest && s.f.Tracer != nil {
+				sp = s.startSpan(st, r, m, ServerToClient, traceParent(m, func() tracing.Parent { return exchangeParent(x, st) }), r.Time)
+			}
 			d := s.evaluate(x, st, m, r, ServerToClient, nil, extra)
 			if d.Action == policy.ActionAllow && m.Kind == mcp.KindRequest {
 				if err := s.authorizeServerRequest(ctx, x, st, m, r); err != nil {
@@ -777,6 +796,13 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			r.Decision, r.Rule, r.Reason = d.Action, d.Rule, d.Reason
 			if kind != "" {
 				r.Reason = kind + " request from the server: " + r.Reason
+			}
+			if sp != nil {
+				if d.Action != policy.ActionAllow {
+					sp.end(r, CodeDenied, 0, false, time.Now()) // dropped: the server got the appliance's error
+				} else if len(m.ID) > 0 {
+					s.spans.add(idKey(m), sp) // ended by the client's answer, or with the flow
+				}
 			}
 			if d.Action != policy.ActionAllow {
 				// In a stream, a JSON body or a batch alike: the client never gets a blocked
@@ -923,6 +949,7 @@ func (s *stage) Done(x *exchange.Exchange) {
 		return
 	}
 	s.auditUnended(x, st)
+	s.endRequestSpans(x, st)
 	for i, r := range st.reqs {
 		r.Status = x.Status
 		r.Duration = x.Duration
