@@ -3,8 +3,9 @@
 // connection) with the MCP semantic conventions (OpenTelemetry docs/gen-ai/mcp.md), exported
 // over OTLP (http/protobuf or grpc) by the OpenTelemetry Go SDK, and the
 // mcp.client.operation.duration histogram on the Prometheus endpoint and over OTLP. Export
-// never blocks the data path: spans go through the SDK's bounded batch queue and those it drops
-// are counted.
+// never blocks the data path: spans go through a bounded queue (queue.go: the SDK's batch
+// processor does not say what it drops, so ours stands in its place) and those it drops are
+// counted in mcpintercept_spans_dropped_total.
 //
 // A nil *Tracer is tracing off: every method is a no-op on it and on the nil *Span it returns,
 // so callers need no checks.
@@ -26,7 +27,7 @@ type Config struct {
 	Headers     map[string]string // sent with every export (e.g. an API key; never logged)
 	Insecure    bool              // plaintext to the receiver (default: TLS)
 	CAFile      string            // PEM roots for the receiver's certificate (default: system)
-	Ratio       float64           // parent-based ratio sampling of new roots, 0..1 (default 1)
+	Ratio       float64           // parent-based ratio sampling of new roots, 0..1 (config's default 1; 0 here is 0: set it)
 	MaxQueue    int               // spans held for export (default 2048); past it dropped, counted
 	MaxBatch    int               // spans per export (default 512)
 	Interval    time.Duration     // batch timeout (default 5s)
@@ -76,39 +77,76 @@ type Parent struct {
 // Open builds the tracer of cfg (nil, nil when cfg.Endpoint is ""); reg receives
 // mcp_client_operation_duration_seconds and mcpintercept_spans_dropped_total.
 func Open(ctx context.Context, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Tracer, error) {
-	return nil, nil
+	return open(ctx, cfg, reg, log)
 }
 
-// Tracer makes spans; safe for concurrent use.
-type Tracer struct{}
-
 // Start begins the span of one call with parent as its parent (a root when invalid), at start.
-// Its name is the conventions' "{mcp.method.name} {target}" (target: the tool, prompt or
-// resource), or "HTTP {method}" / "connection" when there is no MCP method.
-func (t *Tracer) Start(parent Parent, kind Kind, c Call, start time.Time) *Span { return nil }
+// Its name is the conventions' "{mcp.method.name} {target}" (target: the tool or prompt; the
+// conventions keep the resource URI out of the name by default, for its cardinality), plain
+// "{mcp.method.name}" without a target, or "HTTP {method}" / "connection" when there is no MCP
+// method.
+func (t *Tracer) Start(parent Parent, kind Kind, c Call, start time.Time) *Span {
+	if t == nil {
+		return nil
+	}
+	return t.start(parent, kind, c, start)
+}
 
 // Shutdown flushes what it can within ctx and stops exporting.
-func (t *Tracer) Shutdown(ctx context.Context) error { return nil }
-
-// Span is one call's span.
-type Span struct{}
+func (t *Tracer) Shutdown(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	return t.shutdown(ctx)
+}
 
 // Decision records the appliance's judgement: mcpintercept.decision and .rule, and for a
 // denial (deny, rate_limited, quarantine) an error status with the reason and an event.
-func (s *Span) Decision(decision, rule, reason string) {}
+func (s *Span) Decision(decision, rule, reason string) {
+	if s == nil {
+		return
+	}
+	s.decision(decision, rule, reason)
+}
 
 // Status records the answer: rpc.response.status_code (the JSON-RPC error code, or the HTTP
 // status at Level 1), error.type ("tool_error" for a result with isError, the code otherwise).
-func (s *Span) Status(jsonrpcCode int64, httpStatus int, toolError bool) {}
+func (s *Span) Status(jsonrpcCode int64, httpStatus int, toolError bool) {
+	if s == nil {
+		return
+	}
+	s.status(jsonrpcCode, httpStatus, toolError)
+}
 
 // End ends the span at end and records mcp.client.operation.duration for it.
-func (s *Span) End(end time.Time) {}
+func (s *Span) End(end time.Time) {
+	if s == nil {
+		return
+	}
+	s.end(end)
+}
 
 // TraceID and SpanID are the span's ids in lower-case hex ("" on a nil span).
-func (s *Span) TraceID() string { return "" }
-func (s *Span) SpanID() string  { return "" }
+func (s *Span) TraceID() string {
+	if s == nil {
+		return ""
+	}
+	return s.sc.TraceID().String()
+}
+
+func (s *Span) SpanID() string {
+	if s == nil {
+		return ""
+	}
+	return s.sc.SpanID().String()
+}
 
 // Inject is the W3C context that makes this span the parent of the next hop: traceparent, and
 // tracestate with an "mcpi" member naming the appliance's hop put first (the caller's members
 // kept, bounded as W3C says). ok false on a nil or unsampled span.
-func (s *Span) Inject() (traceparent, tracestate string, ok bool) { return "", "", false }
+func (s *Span) Inject() (traceparent, tracestate string, ok bool) {
+	if s == nil {
+		return "", "", false
+	}
+	return s.inject()
+}

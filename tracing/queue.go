@@ -1,0 +1,173 @@
+package tracing
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// queueProcessor is the span processor in front of the OTLP exporter. The SDK's
+// BatchSpanProcessor drops spans silently when its queue is full (it keeps the count to itself),
+// so this one does the same batching with a counted drop: OnEnd offers the span to a bounded
+// channel without waiting, and a full channel is one more dropped span. A single goroutine
+// drains the channel into batches of maxBatch, exported when a batch fills or interval passes;
+// while an export is in flight (a slow or dead receiver) nothing else is read, so the channel
+// fills and further spans are dropped: the data path never waits for the exporter.
+type queueProcessor struct {
+	exp      sdktrace.SpanExporter
+	q        chan sdktrace.ReadOnlySpan
+	maxBatch int
+	interval time.Duration
+	drop     func() // counts one dropped span
+	log      *slog.Logger
+
+	flushReq chan chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	stopped  atomic.Bool
+	once     sync.Once
+
+	// base is the context of every export; cancelled when Shutdown's ctx ends first, so that a
+	// hung export does not outlive it.
+	base   context.Context
+	cancel context.CancelFunc
+
+	lastErr atomic.Int64 // unix nanos of the last export error logged
+}
+
+func newQueueProcessor(exp sdktrace.SpanExporter, maxQueue, maxBatch int, interval time.Duration, drop func(), log *slog.Logger) *queueProcessor {
+	base, cancel := context.WithCancel(context.Background())
+	p := &queueProcessor{
+		exp: exp, q: make(chan sdktrace.ReadOnlySpan, maxQueue), maxBatch: maxBatch,
+		interval: interval, drop: drop, log: log,
+		flushReq: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		base: base, cancel: cancel,
+	}
+	go p.run()
+	return p
+}
+
+func (p *queueProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+// OnEnd queues a sampled span, or counts it dropped when the queue is full. It never blocks.
+func (p *queueProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
+	if !s.SpanContext().IsSampled() || p.stopped.Load() {
+		return
+	}
+	select {
+	case p.q <- s:
+	default:
+		p.drop()
+	}
+}
+
+func (p *queueProcessor) run() {
+	defer close(p.done)
+	batch := make([]sdktrace.ReadOnlySpan, 0, p.maxBatch)
+	timer := time.NewTimer(p.interval)
+	defer timer.Stop()
+	export := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if err := p.exp.ExportSpans(p.base, batch); err != nil {
+			p.logErr(err, len(batch))
+		}
+		clear(batch)
+		batch = batch[:0]
+	}
+	drain := func() {
+		for {
+			select {
+			case s := <-p.q:
+				batch = append(batch, s)
+				if len(batch) >= p.maxBatch {
+					export()
+				}
+			default:
+				export()
+				return
+			}
+		}
+	}
+	for {
+		select {
+		case s := <-p.q:
+			batch = append(batch, s)
+			if len(batch) >= p.maxBatch {
+				export()
+			}
+		case <-timer.C:
+			export()
+			timer.Reset(p.interval)
+		case ch := <-p.flushReq:
+			drain()
+			close(ch)
+		case <-p.stop:
+			drain()
+			return
+		}
+	}
+}
+
+// logErr logs a failed export at most once a minute; the error names the receiver, never the
+// headers.
+func (p *queueProcessor) logErr(err error, n int) {
+	if p.log == nil || errors.Is(err, context.Canceled) {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := p.lastErr.Load()
+	if now-last < int64(time.Minute) || !p.lastErr.CompareAndSwap(last, now) {
+		return
+	}
+	p.log.Warn("otlp span export failed", "spans", n, "err", err)
+}
+
+// ForceFlush exports what is queued, waiting at most until ctx ends.
+func (p *queueProcessor) ForceFlush(ctx context.Context) error {
+	if p.stopped.Load() {
+		return nil
+	}
+	ch := make(chan struct{})
+	select {
+	case p.flushReq <- ch:
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Shutdown exports what is queued and stops; an export still running when ctx ends is
+// cancelled.
+func (p *queueProcessor) Shutdown(ctx context.Context) error {
+	var err error
+	p.once.Do(func() {
+		p.stopped.Store(true)
+		close(p.stop)
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			p.cancel()
+			<-p.done
+			err = ctx.Err()
+		}
+		p.cancel()
+		if e := p.exp.Shutdown(ctx); err == nil {
+			err = e
+		}
+	})
+	return err
+}
