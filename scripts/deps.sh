@@ -3,7 +3,8 @@
 # what is missing: apt packages (iproute2, iputils-ping, nftables, iptables, openssl, curl, and
 # dnsmasq-base for the lab's DNS server in mcpi-server), the Node peers of the end-to-end tests
 # (npm ci in e2e/node, from the committed lockfile), the MCP conformance suite with Node 22 (npm ci
-# in e2e/conformance), and the Go modules.
+# in e2e/conformance), the Go modules, and the lab's trace backend (bin/jaeger, built from the Go
+# module pinned in e2e/jaeger/go.mod, for e2e/tracing_test.go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,3 +44,16 @@ elif [ ! -d e2e/conformance/node_modules ] || [ e2e/conformance/package-lock.jso
 fi
 
 go mod download
+
+# Jaeger v2 (in-memory storage, OTLP receivers, query API) for TestTracingJaeger, built from the
+# module pinned in e2e/jaeger (a module of its own, kept out of the main go.mod). A large build:
+# ~270 MB of module zips and about 7 minutes on 2 cores the first time; skipped while bin/jaeger
+# is newer than e2e/jaeger/go.mod and go.sum.
+if [ ! -x bin/jaeger ] || [ e2e/jaeger/go.mod -nt bin/jaeger ] || [ e2e/jaeger/go.sum -nt bin/jaeger ]; then
+	say "building Jaeger into bin/jaeger (e2e/jaeger/go.mod; a large build, several minutes the first time)"
+	start=$SECONDS
+	mkdir -p bin
+	(cd e2e/jaeger && go build -buildvcs=false -o ../../bin/jaeger.tmp github.com/jaegertracing/jaeger/cmd/jaeger)
+	mv bin/jaeger.tmp bin/jaeger
+	say "built bin/jaeger in $((SECONDS - start))s"
+fi
