@@ -36,6 +36,11 @@
 // schemas it validates arguments against from that list. -sse connects with
 // the 2024-11-05 HTTP+SSE transport (mcp.SSEClientTransport: -url is the
 // GET endpoint) instead of Streamable HTTP.
+//
+// -traceparent TP (with -tracestate TS) puts W3C trace context in params._meta of every
+// tools/call the client makes (SEP-414: _meta.traceparent, _meta.tracestate), as an agent that
+// traces its own calls does; the value is sent as given, unchecked, so a test can also send a
+// malformed one.
 package main
 
 import (
@@ -46,6 +51,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -82,6 +88,8 @@ type options struct {
 	list            bool
 	sse             bool
 	bearer          string
+	traceparent     string
+	tracestate      string
 }
 
 func main() {
@@ -100,6 +108,8 @@ func main() {
 	flag.BoolVar(&o.list, "list", false, "with -tool: list the tools first in the same session and report their names")
 	flag.BoolVar(&o.sse, "sse", false, "use the 2024-11-05 HTTP+SSE transport (-url is the SSE endpoint)")
 	flag.StringVar(&o.bearer, "bearer", "", "send Authorization: Bearer TOKEN on every request")
+	flag.StringVar(&o.traceparent, "traceparent", "", "W3C traceparent put in params._meta.traceparent of every tools/call")
+	flag.StringVar(&o.tracestate, "tracestate", "", "W3C tracestate put in params._meta.tracestate of every tools/call (with -traceparent)")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -114,6 +124,16 @@ func run(o options) error {
 	}
 	if o.calls < 1 {
 		return errors.New("-calls must be at least 1")
+	}
+	if o.tracestate != "" && o.traceparent == "" {
+		return errors.New("-tracestate needs -traceparent")
+	}
+	traceMeta = mcp.Meta{}
+	if o.traceparent != "" {
+		traceMeta["traceparent"] = o.traceparent
+	}
+	if o.tracestate != "" {
+		traceMeta["tracestate"] = o.tracestate
 	}
 	httpClient, err := newHTTPClient(o.ca, o.headers, o.bearer)
 	if err != nil {
@@ -159,6 +179,18 @@ func run(o options) error {
 		return fmt.Errorf("close session: %w", err)
 	}
 	return nil
+}
+
+// traceMeta is the W3C trace context of -traceparent/-tracestate (empty without them).
+var traceMeta mcp.Meta
+
+// callMeta is a fresh params._meta for one tools/call: the trace context, or nil when there is
+// none (the SDK then adds only its own keys, as before).
+func callMeta() mcp.Meta {
+	if len(traceMeta) == 0 {
+		return nil
+	}
+	return maps.Clone(traceMeta)
 }
 
 // headerTransport adds fixed headers to every request.
@@ -340,7 +372,7 @@ func defaultRun(ctx context.Context, cs *mcp.ClientSession, calls int) error {
 
 	for range calls {
 		for _, c := range planned {
-			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: c.Tool, Arguments: c.Arguments})
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Meta: callMeta(), Name: c.Tool, Arguments: c.Arguments})
 			if err != nil {
 				return fmt.Errorf("call %s: %w", c.Tool, err)
 			}
@@ -487,7 +519,7 @@ func callOne(ctx context.Context, cs *mcp.ClientSession, tool, argsJSON string, 
 	if list {
 		tools, listErr = listNames(ctx, cs)
 	}
-	params := &mcp.CallToolParams{Name: tool, Arguments: args}
+	params := &mcp.CallToolParams{Meta: callMeta(), Name: tool, Arguments: args}
 	params.SetProgressToken("mcpclient-progress")
 	res, callErr := cs.CallTool(ctx, params)
 

@@ -26,6 +26,11 @@
 // clients different definitions. Every echo the server executes, whichever
 // description it had, is a line of -call-log.
 //
+// Tracing, off by default: -otlp URL exports a span "server echo" per echo call,
+// the child of the W3C context in the call's params._meta (else its headers),
+// over OTLP/HTTP to URL (e.g. http://10.200.2.2:4318/v1/traces) as service
+// lab-mcp-server (tracing.go).
+//
 // Every HTTP request is logged to stderr as one line before it is handled,
 // so a test can tell whether a request reached the server. Once every
 // listener is bound it prints "READY <addr>" per listener on stdout.
@@ -34,6 +39,7 @@
 //	          [-stateless] [-response auto|json|sse] [-tls-cert F -tls-key F] [-name mcpserver] [-h2c]
 //	          [-extra-tools N] [-page-size N] [-input-required] [-call-log FILE]
 //	          [-echo-description S] [-control] [-variant-header NAME -variant-description S]
+//	          [-otlp URL]
 package main
 
 import (
@@ -98,6 +104,7 @@ type options struct {
 	control            bool
 	variantHeader      string
 	variantDescription string
+	otlp               string
 }
 
 // defaultEchoDescription is echo's description without -echo-description.
@@ -139,6 +146,7 @@ func main() {
 	flag.BoolVar(&o.control, "control", false, "serve POST /control/echo-description: its body replaces echo's description (the server sends notifications/tools/list_changed); 204")
 	flag.StringVar(&o.variantHeader, "variant-header", "", "requests with this header set to b are served by a second server whose echo has -variant-description")
 	flag.StringVar(&o.variantDescription, "variant-description", "", "echo's description on the -variant-header server")
+	flag.StringVar(&o.otlp, "otlp", "", "export a span per echo call (child of params._meta.traceparent) over OTLP/HTTP to this URL, e.g. http://10.200.2.2:4318/v1/traces")
 	flag.Parse()
 	if o.callLog != "" {
 		f, err := os.OpenFile(o.callLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -191,6 +199,21 @@ func run(o options, logger *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.otlp != "" {
+		shutdown, err := startTracing(ctx, o.otlp)
+		if err != nil {
+			return err
+		}
+		// Runs when run returns, after the HTTP server's shutdown: the spans of the
+		// last calls are exported before the process exits.
+		defer func() {
+			flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := shutdown(flushCtx); err != nil {
+				logger.Warn("tracing: flush on shutdown", "err", err)
+			}
+		}()
+	}
 
 	build := func(echoDescription string) (*mcp.Server, error) {
 		s := newMCPServer(o.name, &mcp.ServerOptions{PageSize: o.pageSize}, echoDescription)
@@ -343,7 +366,9 @@ func validHeaderName(s string) bool {
 // to -call-log.
 func addEcho(s *mcp.Server, desc string) {
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: desc},
-		func(_ context.Context, _ *mcp.CallToolRequest, in echoArgs) (*mcp.CallToolResult, any, error) {
+		func(ctx context.Context, req *mcp.CallToolRequest, in echoArgs) (*mcp.CallToolResult, any, error) {
+			span := traceEcho(ctx, req)
+			defer span.End() // before the answer is sent
 			logCall(in.Text)
 			return textResult(in.Text), nil, nil
 		})
