@@ -30,6 +30,7 @@ import (
 	"mcpintercept/pki"
 	"mcpintercept/telemetry"
 	"mcpintercept/tlsmitm"
+	"mcpintercept/tracing"
 )
 
 // ErrNeedsLinux is what New (and `run`, `exec`, `cleanup`) return on other systems.
@@ -111,7 +112,11 @@ type Appliance struct {
 	tools      atomic.Pointer[integrity.Guard]
 	toolsCfg   config.ToolIntegrityConfig
 	adminToken []byte
-	stopHealth func()
+	// tracer exports spans over OTLP (nil: telemetry.otlp off); telemetryCfg the section it was
+	// opened with.
+	tracer       *tracing.Tracer
+	telemetryCfg config.TelemetryConfig
+	stopHealth   func()
 
 	mu        sync.Mutex // orders Reload, Start and Stop
 	sets      CompiledRuleSets
@@ -181,7 +186,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		return nil, err
 	}
 	if !opt.NoAdmin && cfg.Admin.Listen != "off" && cfg.Admin.Listen != "" {
-		a.admin, err = telemetry.NewAdmin(cfg.Admin.Listen, a.metrics, func() any { return Declaration(cfg) }, log.With("component", "admin"))
+		a.admin, err = telemetry.NewAdmin(cfg.Admin.Listen, a.metrics, func() any { return declarationOf(cfg) }, log.With("component", "admin"))
 		if err != nil {
 			return nil, err
 		}
@@ -201,6 +206,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 	}
 	// Before the engine too: a route that pins definitions never serves a list unchecked.
 	if err := a.openTools(cfg, routing); err != nil {
+		return nil, err
+	}
+
+	if err := a.openTracer(ctx, cfg); err != nil {
 		return nil, err
 	}
 
@@ -238,6 +247,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		TLS:       tlsOpt,
 		HTTP:      httpOptionsOf(cfg),
 		Tools:     a.tools.Load(),
+		Tracer:    a.tracer,
 	})
 	return a, nil
 }
@@ -436,6 +446,9 @@ func (a *Appliance) Reload(path string) error {
 		return fmt.Errorf("reload refused: %w", err)
 	}
 	a.reloadTools(next, routing)
+	if telemetryChanged(a.telemetryCfg, next.Telemetry) {
+		a.log.Warn("reload: the telemetry section changed; the OTLP exporter keeps the settings it started with, needs a restart to apply them")
+	}
 	if !slices.Equal(next.UpstreamDeny, a.cfg.UpstreamDeny) {
 		a.log.Warn("reload: upstream_deny changed; the dialer keeps the list it started with, restart to apply it")
 	}
@@ -492,6 +505,7 @@ func (a *Appliance) Stop(ctx context.Context) error {
 	// deadline cut), and the final checkpoint covers them.
 	a.closeAudit(ctx)
 	a.closeTools()
+	a.closeTracer(ctx)
 	var err error
 	if a.installed {
 		if err = a.mech.Remove(context.WithoutCancel(ctx)); err != nil {
@@ -516,6 +530,7 @@ func (a *Appliance) info(msg string, args ...any) {
 func (a *Appliance) release() {
 	a.closeAudit(context.Background())
 	a.closeTools()
+	a.closeTracer(context.Background())
 	if a.flows != nil {
 		a.flows.Close()
 		a.flows = nil

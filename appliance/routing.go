@@ -167,6 +167,7 @@ func routeFromConfig(cfg *config.Config, r config.Route) *engine.Route {
 		ValidateArguments:               r.ValidateArguments,
 		ToolPins:                        toolMode(r.ToolPins),
 		QuarantineDivergence:            r.ToolPinsOn() && r.OnDivergence == config.OnDivergenceQuarantine,
+		TraceInject:                     r.TraceInjectOn(),
 	}
 	if r.Audit {
 		route.Audit = &engine.RouteAudit{FailOpen: cfg.Audit.Fail == config.AuditFailOpen, Arguments: r.AuditArguments}

@@ -152,9 +152,11 @@ type Config struct {
 	Tokens       TokensConfig   `yaml:"tokens"`
 	// ToolIntegrity is where and how definitions are pinned on routes with tool_pins.
 	ToolIntegrity ToolIntegrityConfig `yaml:"tool_integrity"`
-	Upstream      UpstreamTLS         `yaml:"upstream_tls"`
-	TLS           TLSConfig           `yaml:"tls"`
-	HTTP          HTTPConfig          `yaml:"http"`
+	// Telemetry is OpenTelemetry: spans and the operation-duration metric over OTLP.
+	Telemetry TelemetryConfig `yaml:"telemetry"`
+	Upstream  UpstreamTLS     `yaml:"upstream_tls"`
+	TLS       TLSConfig       `yaml:"tls"`
+	HTTP      HTTPConfig      `yaml:"http"`
 	// Routes are tried in order; the first whose match holds decides a flow.
 	Routes []Route `yaml:"routes"`
 	// DefaultRoute treats the flows no route matches; nil forwards them

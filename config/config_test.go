@@ -537,7 +537,7 @@ func TestParseValid(t *testing.T) {
 			check: func(t *testing.T, c *Config) {
 				one := 1
 				want := &DefaultRoute{Route: &Route{Name: DefaultRouteName, TLS: TLSTerminate, Level: &one, OnMismatch: OnMismatchClose,
-					OnRuleError: OnRuleErrorClosed, RuleSet: "s", TokenAudience: On, Line: 5, Column: 3}}
+					OnRuleError: OnRuleErrorClosed, RuleSet: "s", TokenAudience: On, TracePropagation: TraceRecord, Line: 5, Column: 3}}
 				if !reflect.DeepEqual(c.DefaultRoute, want) || c.DefaultRoute.Opaque() {
 					t.Errorf("default_route = %+v\nwant %+v", c.DefaultRoute.Route, want.Route)
 				}
@@ -642,7 +642,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "scanner error", src: minimal + "log:\n  level: a: b\n", want: []wantErr{{5, "", "mapping values are not allowed in this context"}}},
 
 		// Keys.
-		{name: "unknown top-level key", src: minimal + "listn: {}\n", want: []wantErr{{4, "listn", `unknown key "listn" (valid: mechanism, listen, intercept, steering, external, ebpf, dns, upstream_deny, ca, audit, tokens, tool_integrity, upstream_tls, tls, http, routes, default_route, rule_sets, limits, admin, log)`}}},
+		{name: "unknown top-level key", src: minimal + "listn: {}\n", want: []wantErr{{4, "listn", `unknown key "listn" (valid: mechanism, listen, intercept, steering, external, ebpf, dns, upstream_deny, ca, audit, tokens, tool_integrity, telemetry, upstream_tls, tls, http, routes, default_route, rule_sets, limits, admin, log)`}}},
 		{name: "unknown nested key", src: minimal + "listen:\n  port: 1\n  adresses: []\n", want: []wantErr{{6, "listen.adresses", `unknown key "adresses" (valid: port, addresses)`}}},
 		{name: "duplicate top-level key", src: minimal + "log: {}\nlog: {}\n", want: []wantErr{{5, "log", `duplicate key "log" (first at line 4)`}}},
 		{name: "duplicate nested key", src: "intercept:\n  destinations: [10.0.0.0/8]\n  ports: [1]\n  ports: [2]\n", want: []wantErr{{4, "intercept.ports", "duplicate key"}}},
@@ -787,7 +787,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "routes is not a list", src: minimal + "routes: {name: a}\n", want: []wantErr{{4, "routes", "expected a list of routes, got a mapping"}}},
 		{name: "route is not a mapping", src: withRoutes + "  - a\n", want: []wantErr{{5, "routes[0]", `expected a mapping, got string "a"`}}},
 		{name: "empty route", src: withRoutes + "  -\n  - {name: b, tls: terminate}\n", want: []wantErr{{5, "routes[0]", "expected a mapping, got an empty value"}}},
-		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, validate_arguments, rule_set, audit, audit_arguments, token_audience, audiences, tool_pins, on_divergence)`}}},
+		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, validate_arguments, rule_set, audit, audit_arguments, token_audience, audiences, tool_pins, on_divergence, trace_propagation)`}}},
 		{name: "unknown match key", src: withRoutes + "  - name: a\n    tls: terminate\n    match: {port: [1]}\n", want: []wantErr{{7, "routes[0].match.port", `unknown key "port" (valid: destinations, ports, sni, clients)`}}},
 		{name: "match is not a mapping", src: withRoutes + "  - {name: a, tls: terminate, match: [1]}\n", want: []wantErr{{5, "routes[0].match", "expected a mapping, got a list"}}},
 		{name: "a broken route does not hide the next one's problems", src: withRoutes + "  - x\n  - {name: b, tls: nope}\n", want: []wantErr{
@@ -977,7 +977,7 @@ func TestParseErrors(t *testing.T) {
 // included, for the keys of issue 8 (allow_upgrade, on_rule_error,
 // default_route, limits.body_timeout, rate_limit.max_keys).
 func TestParseErrorPositions(t *testing.T) {
-	const drKeys = "tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, validate_arguments, rule_set, audit, audit_arguments, token_audience, audiences, tool_pins, on_divergence"
+	const drKeys = "tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, validate_arguments, rule_set, audit, audit_arguments, token_audience, audiences, tool_pins, on_divergence, trace_propagation"
 	tests := []struct {
 		name string
 		src  string

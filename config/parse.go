@@ -493,6 +493,7 @@ func (c *Config) resolvePaths(dir string) {
 	c.Audit.Dir = resolve(c.Audit.Dir)
 	c.ToolIntegrity.Dir = resolve(c.ToolIntegrity.Dir)
 	c.ToolIntegrity.PinFile = resolve(c.ToolIntegrity.PinFile)
+	c.Telemetry.OTLP.CAFile = resolve(c.Telemetry.OTLP.CAFile)
 	for i := range c.Tokens.Issuers {
 		c.Tokens.Issuers[i].JWKSFile = resolve(c.Tokens.Issuers[i].JWKSFile)
 	}

@@ -80,6 +80,10 @@ type Route struct {
 	// shows two clients different definitions of one tool within tool_integrity.divergence_window
 	// (always recorded; quarantine hides it from everyone until approved). Needs tool_pins.
 	OnDivergence string `yaml:"on_divergence,omitempty"`
+	// TracePropagation is TraceRecord or TraceInject: whether the request sent upstream carries
+	// the appliance's span as its parent (inject) or the client's trace context unchanged
+	// (record). Parse fills record on routes that read HTTP; inject needs one.
+	TracePropagation string `yaml:"trace_propagation,omitempty"`
 	// Line and Column locate the route's mapping in the file (0 when built
 	// in code), for messages about the route as a whole.
 	Line, Column int `yaml:"-"`
@@ -211,6 +215,14 @@ var routeTable = table[Route]{
 				return ""
 			}
 			return checkOnDivergence(s)
+		}),
+	key("trace_propagation", "whether the request sent upstream carries the appliance's span as parent: record or inject", func(r *Route) *string { return &r.TracePropagation }, str).
+		defBy(func(r *Route) (string, bool) { return TraceRecord, r.seesHTTP() }).
+		checked(func(s string) string {
+			if s == "" {
+				return ""
+			}
+			return checkOneOf(s, TraceRecord, TraceInject)
 		}),
 }
 

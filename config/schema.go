@@ -122,6 +122,30 @@ var configTable = table[Config]{
 		def(Duration{DefaultDivergenceWindow}).checked(durationBetween(minDivergenceWindow, maxDivergenceWindow)),
 	toolPatternsBlock,
 
+	key("telemetry.otlp.endpoint", "OTLP receiver of spans and metrics: host:port or an http(s) URL (empty: tracing off)", func(c *Config) *string { return &c.Telemetry.OTLP.Endpoint }, str).
+		checked(checkOTLPEndpoint),
+	key("telemetry.otlp.protocol", "OTLP transport: http/protobuf or grpc", func(c *Config) *string { return &c.Telemetry.OTLP.Protocol }, str).
+		def(OTLPHTTP).checked(func(s string) string { return checkOneOf(s, OTLPHTTP, OTLPGRPC) }),
+	otlpHeadersBlock,
+	key("telemetry.otlp.insecure", "exports in plaintext (an http:// endpoint is plaintext anyway)", func(c *Config) *bool { return &c.Telemetry.OTLP.Insecure }, boolean),
+	key("telemetry.otlp.ca_file", "PEM roots the receiver's certificate is checked against (default: system roots); relative to this file", func(c *Config) *string { return &c.Telemetry.OTLP.CAFile }, str).
+		checked(checkOptionalPath),
+	key("telemetry.otlp.sampling_ratio", "share of new traces recorded, 0..1 (a request with a parent follows the parent's sampled flag)", func(c *Config) *float64 { return &c.Telemetry.OTLP.SamplingRatio }, scalar(parseRatio)).
+		def(1).checked(checkSamplingRatio),
+	intKey("telemetry.otlp.max_queue", "spans held for export; past it spans are dropped and counted", func(c *Config) *int { return &c.Telemetry.OTLP.MaxQueue }, checkOTLPQueue).
+		def(DefaultOTLPMaxQueue),
+	intKey("telemetry.otlp.max_batch", "spans sent in one export", func(c *Config) *int { return &c.Telemetry.OTLP.MaxBatch }, checkOTLPQueue).
+		def(DefaultOTLPMaxBatch),
+	key("telemetry.otlp.interval", "how long a partial batch waits before it is sent", func(c *Config) *Duration { return &c.Telemetry.OTLP.Interval }, duration).
+		def(Duration{DefaultOTLPInterval}).checked(durationBetween(10*time.Millisecond, time.Minute)),
+	key("telemetry.otlp.service_name", "the resource's service.name", func(c *Config) *string { return &c.Telemetry.OTLP.ServiceName }, str).
+		def(DefaultOTLPServiceName).checked(func(s string) string {
+		if s == "" {
+			return "must not be empty"
+		}
+		return checkControl(s)
+	}),
+
 	key("upstream_tls.extra_cas", "PEM files trusted besides the system roots", func(c *Config) *[]string { return &c.Upstream.ExtraCAs }, list(parseString)).
 		checkedBy(each(checkPath)),
 	key("upstream_tls.handshake_timeout", "bound of the upstream TLS handshake", func(c *Config) *Duration { return &c.Upstream.HandshakeTimeout }, duration).

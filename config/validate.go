@@ -78,6 +78,7 @@ func (c *Config) validate() Errors {
 	v.dns(c)
 	v.routes(c)
 	v.defaultRoute(c)
+	v.telemetry(c)
 	v.ruleSets(c)
 	v.tokens(c)
 
@@ -272,6 +273,7 @@ func (v *validator) route(c *Config, key string, r Route) {
 	v.auditRoute(c, key, r, tlsOK && levelOK)
 	v.tokensRoute(key, r, tlsOK && levelOK)
 	v.toolsRoute(c, key, r, tlsOK && levelOK)
+	v.traceRoute(key, r, tlsOK && levelOK)
 
 	// The cross checks need both sides valid: a message about a
 	// combination is noise while one half is itself wrong.
