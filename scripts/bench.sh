@@ -17,6 +17,12 @@
 #                                          without `level` is Level 1 (config.LevelOrDefault)
 #   Level 1 plaintext, terminate + Level 1 level 1 routes, one deny rule, flow log on (/dev/null)
 #   Level 2 plaintext / terminate          only when `mcpintercept check` accepts `level: 2`
+#   terminate + Level 2 + audit            the same with the durable audit (issue 18)
+#   terminate + Level 2 + tracing          the same route in a second appliance run with
+#                                          telemetry.otlp on (sampling 1.0: every call a span),
+#                                          exporting to e2e/peers/otlpsink (discards, answers 200)
+#   ... tracing, collector down            the same with the endpoint on a port nothing listens
+#                                          on: spans dropped (counted), the traffic unaffected
 #   open loop at RATE req/s                p50/p99 measured from each request's due time; the
 #                                          "added p99" is the row's p99 minus direct's
 #
@@ -98,7 +104,7 @@ if ! command -v haproxy >/dev/null 2>&1; then
 		{ apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends haproxy >/dev/null; }
 fi
 [ -n "${MCPINTERCEPT_BIN:-}" ] || go build -o bin/mcpintercept ./cmd/mcpintercept
-go build -o bin/ ./e2e/peers/fastorigin ./e2e/peers/gorelay ./e2e/peers/loadgen ./scripts/benchsteer
+go build -o bin/ ./e2e/peers/fastorigin ./e2e/peers/gorelay ./e2e/peers/loadgen ./e2e/peers/otlpsink ./scripts/benchsteer
 scripts/lab.sh up >/dev/null
 PKI=$ROOT/.lab/pki
 CLK_TCK=$(getconf CLK_TCK)
@@ -109,8 +115,12 @@ CLK_TCK=$(getconf CLK_TCK)
 ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8080,10.200.2.2:8081,10.200.2.2:8082 >"$WORK/origin.out" 2>&1 &
 ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8443,10.200.2.2:8444,10.200.2.2:8445,10.200.2.2:9443 \
 	-tls-cert "$PKI/server.pem" -tls-key "$PKI/server-key.pem" >"$WORK/tlsorigin.out" 2>&1 &
+# The OTLP receiver of the tracing rows, beside the appliance (its exports go to loopback).
+ip netns exec mcpi-appliance bin/otlpsink -listen 127.0.0.1:4318 >"$WORK/otlpsink.out" 2>&1 &
+SINK_PID=$!
 for i in $(seq 1 100); do
-	[ "$(grep -cs READY "$WORK/origin.out")" = 3 ] && [ "$(grep -cs READY "$WORK/tlsorigin.out")" = 4 ] && break
+	[ "$(grep -cs READY "$WORK/origin.out")" = 3 ] && [ "$(grep -cs READY "$WORK/tlsorigin.out")" = 4 ] &&
+		grep -qs READY "$WORK/otlpsink.out" && break
 	sleep 0.1
 done
 
@@ -194,10 +204,21 @@ routes:
 	# Terminate + Level 2 with the durable audit (issue 18), when BINARY knows it.
 	local l2audit="  - {name: terminate-l2-audit, match: {ports: [8445]}, tls: terminate, level: 2, rule_set: bench, audit: true}"
 	printf -v "AUDIT$id" 0
+	printf -v "TRACE$id" 0
 	printf '%s\n' "$base" "$l2" "$l2audit" "$RULES" "audit: {dir: $WORK/audit$id}" >"$WORK/routes$id.yaml"
 	if "$bin" check --config "$WORK/routes$id.yaml" >/dev/null 2>&1; then
 		printf -v "L2$id" 1
 		printf -v "AUDIT$id" 1
+		# Tracing (issue 21), when BINARY knows telemetry.otlp: the same routes in a second run
+		# with every call a span, exported to the sink; and to a port nothing listens on. The
+		# admin endpoint (appliance namespace) gives the dropped-span count.
+		local tel="telemetry: {otlp: {endpoint: 'http://127.0.0.1:4318', sampling_ratio: 1}}"
+		local down="telemetry: {otlp: {endpoint: 'http://127.0.0.1:4319', sampling_ratio: 1}}"
+		printf '%s\n' "$base" "$l2" "$RULES" "$tel" | sed 's/^admin: .*/admin: {listen: "127.0.0.1:9465"}/' >"$WORK/routes${id}_trace.yaml"
+		printf '%s\n' "$base" "$l2" "$RULES" "$down" | sed 's/^admin: .*/admin: {listen: "127.0.0.1:9465"}/' >"$WORK/routes${id}_tracedown.yaml"
+		if "$bin" check --config "$WORK/routes${id}_trace.yaml" >/dev/null 2>&1; then
+			printf -v "TRACE$id" 1
+		fi
 		return
 	fi
 	printf '%s\n' "$base" "$l2" "$RULES" >"$WORK/routes$id.yaml"
@@ -276,8 +297,18 @@ start_haproxy() {
 mcpi_rows() {
 	local round=$1 bin=$2 id=$3 sfx=$4 l2var="L2$3" auditvar="AUDIT$3"
 	local l2=${!l2var} au=${!auditvar:-0}
-	want "mcpintercept opaque$sfx" || want "Level 1 plaintext$sfx" || want "passthrough$sfx" || want "terminate + Level 1$sfx" ||
-		{ [ "$l2" = 1 ] && { want "Level 2 plaintext$sfx" || want "terminate + Level 2$sfx" || want "terminate + Level 2 + audit$sfx"; }; } || return 0
+	if want "mcpintercept opaque$sfx" || want "Level 1 plaintext$sfx" || want "passthrough$sfx" || want "terminate + Level 1$sfx" ||
+		{ [ "$l2" = 1 ] && { want "Level 2 plaintext$sfx" || want "terminate + Level 2$sfx" || want "terminate + Level 2 + audit$sfx"; }; }; then
+		mcpi_plain_rows "$@"
+	fi
+	mcpi_trace_rows "$round" "$bin" "$id" "$sfx" "" "terminate + Level 2 + tracing$sfx"
+	mcpi_trace_rows "$round" "$bin" "$id" "$sfx" down "tracing, collector down$sfx"
+}
+
+# mcpi_plain_rows ROUND BINARY ID SUFFIX: the rows of one appliance run with $WORK/routesID.yaml.
+mcpi_plain_rows() {
+	local round=$1 bin=$2 id=$3 sfx=$4 l2var="L2$3" auditvar="AUDIT$3"
+	local l2=${!l2var} au=${!auditvar:-0}
 	start_proxy "$WORK/app$id.log" msg=ready ip netns exec mcpi-appliance "$bin" run --config "$WORK/routes$id.yaml" --mechanism nftables-tproxy
 	[ -s "$WORK/appliance-ca$id.pem" ] || ip netns exec mcpi-appliance "$bin" ca export --dir "$WORK/ca$id" >"$WORK/appliance-ca$id.pem"
 	CA=$PKI/server-ca.pem
@@ -294,6 +325,23 @@ mcpi_rows() {
 	row "$round" rate-tls "terminate + Level 1$sfx" "$TLSURL:8443/mcp"
 	[ "$l2" = 1 ] && row "$round" rate-tls "terminate + Level 2$sfx" "$TLSURL:8444/mcp"
 	[ "$au" = 1 ] && row "$round" rate-tls "terminate + Level 2 + audit$sfx" "$TLSURL:8445/mcp"
+	stop_proxy
+}
+
+# mcpi_trace_rows ROUND BINARY ID SUFFIX KIND LABEL: terminate + Level 2 (port 8444) in an
+# appliance run with telemetry.otlp on ($WORK/routesID_trace.yaml, KIND down: _tracedown.yaml);
+# the appliance's mcpintercept_spans_dropped_total after the rows goes to $WORK/droppedID_KIND.
+mcpi_trace_rows() {
+	local round=$1 bin=$2 id=$3 sfx=$4 kind=$5 label=$6 tvar="TRACE$3"
+	[ "${!tvar:-0}" = 1 ] && want "$label" || return 0
+	start_proxy "$WORK/app${id}_trace$kind.log" msg=ready ip netns exec mcpi-appliance "$bin" run --config "$WORK/routes${id}_trace$kind.yaml" --mechanism nftables-tproxy
+	[ -s "$WORK/appliance-ca$id.pem" ] || ip netns exec mcpi-appliance "$bin" ca export --dir "$WORK/ca$id" >"$WORK/appliance-ca$id.pem"
+	CA=$WORK/appliance-ca$id.pem
+	row "$round" tls "$label" "$TLSURL:8444/mcp"
+	row "$round" rate-tls "$label" "$TLSURL:8444/mcp"
+	local d
+	d=$(ip netns exec mcpi-appliance curl -s --max-time 5 http://127.0.0.1:9465/metrics | awk '$1 == "mcpintercept_spans_dropped_total" {print $2}')
+	echo "${d:-?}" >>"$WORK/dropped${id}_$kind"
 	stop_proxy
 }
 
@@ -326,6 +374,9 @@ for round in $(seq 1 "$ROUNDS"); do
 	mcpi_rows "$round" "$MCPI" "" ""
 	if [ -n "${MCPINTERCEPT_BASELINE:-}" ]; then mcpi_rows "$round" "$MCPINTERCEPT_BASELINE" _base " [baseline]"; fi
 done
+# The sink prints what it received when it stops.
+kill -TERM "$SINK_PID" 2>/dev/null || true
+wait "$SINK_PID" 2>/dev/null || true
 
 {
 	echo "mcpintercept: $MCPI${BENCH_LABEL:+ ($BENCH_LABEL)}"
@@ -368,10 +419,11 @@ def agg(k):
             "late": sum(x["r"].get("late", 0) for x in xs)}
 
 print(f"\n== fast origin, closed loop: median of {sys.argv[3]} rounds")
-print(f"{'path':<32}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'x direct':>10}{'x relay':>9}{'cpu %':>8}{'cpu us/req':>11}")
+print(f"{'path':<40}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'x direct':>10}{'x relay':>9}{'cpu %':>8}{'cpu us/req':>11}")
 relay = {"plain": ("plain", "Go relay splice"), "tls": ("tls", "Go relay splice (TLS)")}
 vs_relay = {"mcpintercept opaque", "passthrough", "Level 1 plaintext", "terminate + Level 1",
-            "Level 2 plaintext", "terminate + Level 2", "terminate + Level 2 + audit"}
+            "Level 2 plaintext", "terminate + Level 2", "terminate + Level 2 + audit",
+            "terminate + Level 2 + tracing", "tracing, collector down"}
 for fam, base_label in (("plain", "direct"), ("tls", "direct TLS")):
     base = agg((fam, base_label)) if (fam, base_label) in by else None
     rk = relay[fam]
@@ -385,14 +437,14 @@ for fam, base_label in (("plain", "direct"), ("tls", "direct TLS")):
         cpu = f"{a['cpu']:>8.0f}" if a["cpu"] is not None else f"{'-':>8}"
         us = f"{a['us']:>11.1f}" if a["us"] is not None else f"{'-':>11}"
         err = f"{a['errors']}" + (f" ({a['failed']} runs failed)" if a["failed"] else "")
-        print(f"{k[1]:<32}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{err:>8}{ratio:>10.2f}{xr}{cpu}{us}")
+        print(f"{k[1]:<40}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{err:>8}{ratio:>10.2f}{xr}{cpu}{us}")
     if fam == "plain" and l2note:
-        print(f"{'Level 2 plaintext':<32}skipped: {l2note}")
+        print(f"{'Level 2 plaintext':<40}skipped: {l2note}")
     if fam == "tls" and l2note:
-        print(f"{'terminate + Level 2':<32}skipped: {l2note}")
+        print(f"{'terminate + Level 2':<40}skipped: {l2note}")
     print()
 print(f"== open loop at {rate} req/s ({sys.argv[3]} rounds, medians): latency from each request's due time")
-print(f"{'path':<32}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'late':>7}{'added p50':>11}{'added p99':>11}{'cpu %':>8}")
+print(f"{'path':<40}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'late':>7}{'added p50':>11}{'added p99':>11}{'cpu %':>8}")
 for fam, base_label in (("rate-plain", "direct"), ("rate-tls", "direct TLS")):
     base = agg((fam, base_label)) if (fam, base_label) in by else None
     for k in order:
@@ -402,10 +454,15 @@ for fam, base_label in (("rate-plain", "direct"), ("rate-tls", "direct TLS")):
         cpu = f"{a['cpu']:>8.0f}" if a["cpu"] is not None else f"{'-':>8}"
         ap50 = f"{a['p50'] - base['p50']:>11.0f}" if base and k[1] != base_label else f"{'':>11}"
         ap99 = f"{a['p99'] - base['p99']:>11.0f}" if base and k[1] != base_label else f"{'':>11}"
-        print(f"{k[1]:<32}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{a['late']:>7}{ap50}{ap99}{cpu}")
+        print(f"{k[1]:<40}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{a['late']:>7}{ap50}{ap99}{cpu}")
 if l2note:
-    print(f"{'Level 2':<32}skipped: {l2note}")
+    print(f"{'Level 2':<40}skipped: {l2note}")
+for kind, what in (("", "tracing (sink up)"), ("down", "tracing, collector down")):
+    f = os.path.join(os.path.dirname(sys.argv[1]), f"dropped_{kind}")
+    if os.path.exists(f):
+        print(f"spans dropped per run, {what}: {', '.join(open(f).read().split())} (mcpintercept_spans_dropped_total)")
 PY
+	grep -h '^otlpsink:' "$WORK/otlpsink.out" || true
 } | tee "$WORK/table.txt"
 if [ -n "${BENCH_OUT:-}" ]; then
 	cp "$WORK/table.txt" "$BENCH_OUT"
