@@ -512,6 +512,14 @@ func (s *stage) refuseUnreadable(x *exchange.Exchange, st *xstate, status int, w
 	r := &Record{Time: st.start, Direction: ClientToServer, Decision: policy.ActionDeny, Rule: "level2", Reason: why,
 		HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Version: st.version,
 		Caller: policy.CallerFrom(x.Get(policy.CallerKey{}))}
+	if s.f.Tracer != nil {
+		// No message to name: the span is the HTTP request's, its error the refusal's code.
+		c := s.f.Trace
+		c.HTTPMethod, c.Path, c.ProtocolVersion, c.SessionID = r.HTTPMethod, r.Path, st.version, st.session
+		if sp := s.f.Tracer.Start(headerParent(x.Req), tracing.KindClient, c, st.start); sp != nil {
+			r.span, r.TraceID, r.SpanID = &openSpan{sp: sp}, sp.TraceID(), sp.SpanID()
+		}
+	}
 	st.reqs = append(st.reqs, r)
 	st.messages++
 	st.answered, st.answerCode = true, code

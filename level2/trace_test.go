@@ -1,12 +1,14 @@
 package level2
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -487,4 +489,60 @@ func FuzzInjectMeta(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A body Level 2 refuses unread still gets a span (the HTTP request's), with error status.
+func TestTraceUnreadableRefusal(t *testing.T) {
+	u := newUpstream(t, echoServer)
+	h, tr, rc := traceHarness(t, u, false)
+	r := post(t, h.addr, jsonHeaders, `{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}`)
+	if r.status != 400 {
+		t.Fatalf("status %d", r.status)
+	}
+	rec := h.awaitRecord(t, func(r *Record) bool { return r.Rule == "level2" })
+	spans := rc.flushed(t, tr)
+	if len(spans) != 1 || spans[0].Name != "HTTP POST" || spans[0].Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR ||
+		rec.SpanID != hex.EncodeToString(spans[0].SpanId) {
+		t.Fatalf("spans %v, record %+v", spans, rec)
+	}
+}
+
+// A request answered on another stream of its session (202 here, the response on the GET
+// stream): its span stays open until that answer, which ends it and whose record names it.
+func TestTraceAnsweredOnAnotherStream(t *testing.T) {
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" {
+			w.WriteHeader(202)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":11,\"result\":{\"content\":[],\"isError\":true}}\n\n")
+	})
+	h, tr, rc := traceHarness(t, u, false)
+	const sess = "Mcp-Session-Id: s-123\r\n"
+	if r := post(t, h.addr, jsonHeaders+sess, call(11, "echo", `{}`)); r.status != 202 {
+		t.Fatalf("POST status %d", r.status)
+	}
+	req := recordOf(t, h, "request", "11")
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET /mcp HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n%s\r\n", sess)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	res := h.awaitRecord(t, func(r *Record) bool { return r.Kind == "response" && r.ID == "11" })
+	spans := rc.flushed(t, tr)
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want 1", len(spans))
+	}
+	sid := hex.EncodeToString(spans[0].SpanId)
+	if req.SpanID != sid || res.SpanID != sid || spanAttrs(spans[0])["error.type"] != "tool_error" {
+		t.Fatalf("request %s, response %s, span %s attrs %v", req.SpanID, res.SpanID, sid, spanAttrs(spans[0]))
+	}
 }
