@@ -76,7 +76,12 @@ func (s *Sessions) get(key string, create bool) *session {
 	if s.order.Len() >= s.max {
 		last := s.order.Back()
 		s.order.Remove(last)
-		delete(s.byKey, last.Value.(*session).key)
+		old := last.Value.(*session)
+		delete(s.byKey, old.key)
+		// Its requests still pending will not be answered here: their spans end now.
+		for _, p := range old.pending {
+			p.span.end(nil, 0, 0, false, time.Now())
+		}
 	}
 	ss := &session{key: key}
 	s.byKey[key] = s.order.PushFront(ss)

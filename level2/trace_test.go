@@ -546,3 +546,26 @@ func TestTraceAnsweredOnAnotherStream(t *testing.T) {
 		t.Fatalf("request %s, response %s, span %s attrs %v", req.SpanID, res.SpanID, sid, spanAttrs(spans[0]))
 	}
 }
+
+// A pending request's span ends when its session forgets it (evicted past maxPending, or the
+// whole session evicted), rather than never.
+func TestPendingSpansEndWhenForgotten(t *testing.T) {
+	rc := newOTLPReceiver(t)
+	tr := openTracer(t, rc)
+	ss := NewSessions(1)
+	start := func() *openSpan {
+		return &openSpan{sp: tr.Start(tracing.Parent{}, tracing.KindClient, tracing.Call{Method: "ping"}, time.Now())}
+	}
+	for i := range maxPending + 2 {
+		ss.AddPending("a", fmt.Sprint(i), Pending{Method: "ping", span: start()})
+	}
+	ss.AddPending("b", "x", Pending{Method: "ping", span: start()}) // evicts session a
+	p, ok := ss.TakePending("b", "x")
+	if !ok {
+		t.Fatal("b's request not pending")
+	}
+	p.span.end(nil, 0, 0, false, time.Now())
+	if got := len(rc.flushed(t, tr)); got != maxPending+3 {
+		t.Fatalf("%d spans ended, want %d", got, maxPending+3)
+	}
+}
