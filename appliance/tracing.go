@@ -61,7 +61,7 @@ func (a *Appliance) closeTracer(ctx context.Context) {
 		return
 	}
 	a.tracer = nil
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	if err := t.Shutdown(sctx); err != nil {
 		a.log.Warn("tracing: flush on stop", "err", err)

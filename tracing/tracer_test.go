@@ -20,6 +20,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -505,5 +507,67 @@ func TestParseEndpoint(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), Config{Endpoint: "c:1", CAFile: "/nonexistent"}, nil, nil); err == nil {
 		t.Error("missing ca_file accepted")
+	}
+}
+
+type grpcTraces struct {
+	coltracepb.UnimplementedTraceServiceServer
+	got chan *coltracepb.ExportTraceServiceRequest
+}
+
+func (g *grpcTraces) Export(_ context.Context, r *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	g.got <- r
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// TestGRPC: protocol grpc exports through cfg.Dial with the headers as metadata.
+func TestGRPC(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md atomic.Value
+	srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if m, ok := metadata.FromIncomingContext(ctx); ok {
+			md.Store(m)
+		}
+		return h(ctx, req)
+	}))
+	g := &grpcTraces{got: make(chan *coltracepb.ExportTraceServiceRequest, 4)}
+	coltracepb.RegisterTraceServiceServer(srv, g)
+	go srv.Serve(ln)
+	defer srv.Stop()
+	var dials atomic.Int32
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	tr := openTest(t, Config{Endpoint: ln.Addr().String(), Protocol: ProtocolGRPC, Insecure: true, Ratio: 1, Dial: dial,
+		Headers: map[string]string{"x-api-key": "k2"}}, nil)
+	sp := tr.Start(Parent{}, KindClient, Call{Method: "tools/call", Tool: "echo"}, time.Now())
+	sp.End(time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := tr.proc.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-g.got:
+		s := r.ResourceSpans[0].ScopeSpans[0].Spans[0]
+		if s.Name != "tools/call echo" || hex.EncodeToString(s.SpanId) != sp.SpanID() {
+			t.Errorf("span %q %x", s.Name, s.SpanId)
+		}
+	case <-ctx.Done():
+		t.Fatal("no export")
+	}
+	if m, _ := md.Load().(metadata.MD); len(m.Get("x-api-key")) != 1 || m.Get("x-api-key")[0] != "k2" {
+		t.Errorf("metadata %v", m)
+	}
+	if dials.Load() == 0 {
+		t.Error("Dial not used")
+	}
+	// Shut down while the receiver is up (a down one makes Shutdown wait for its ctx).
+	if err := tr.Shutdown(ctx); err != nil {
+		t.Logf("shutdown: %v", err) // the final metric export meets no metrics service
 	}
 }
