@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"mcpintercept/level1"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
+	"mcpintercept/tracing"
 )
 
 // FuzzStage drives whole exchanges through the exchange pipeline with the Level 2 stage: a request
@@ -27,6 +29,7 @@ import (
 // server.
 func FuzzStage(f *testing.F) {
 	f.Add([]byte(call(1, "echo", `{"text":"hi"}`)), []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`), uint8(0))
+	f.Add([]byte(callWithMeta(1, "echo")), []byte("data: "+samplingRequest+"\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"isError\":true}}\n\n"), uint8(12))
 	f.Add([]byte(call(2, "denied_delete", `{}`)), []byte(`{"jsonrpc":"2.0","id":2,"result":{}}`), uint8(1))
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"denied_x"}}`), []byte(`{}`), uint8(2))
 	f.Add([]byte(`[`+call(1, "echo", `{}`)+`]`), []byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n"), uint8(3))
@@ -41,6 +44,17 @@ func FuzzStage(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	// Mode bit 8 traces (record only, so the server still gets the client's bytes): spans
+	// started, ended and dropped past the queue under whatever the fuzzer sends.
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer sink.Close()
+	tr, err := tracing.Open(context.Background(), tracing.Config{Endpoint: sink.URL, Insecure: true, Ratio: 1, MaxQueue: 64}, nil, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
 	f.Fuzz(func(t *testing.T, body, resp []byte, mode uint8) {
 		if len(body) > 1<<16 || len(resp) > 1<<16 {
 			return
@@ -75,6 +89,9 @@ func FuzzStage(f *testing.F) {
 		g := newFakeGuard()
 		g.unknown = integrity.Verdict{} // learn: what the guard does not know passes
 		fl := &Flow{Rules: func() Evaluator { return set }, Options: Options{MaxBody: 1 << 15}, Sessions: NewSessions(4), Tools: quarantineQ{g}}
+		if mode&8 != 0 {
+			fl.Tracer = tr
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		done := make(chan struct{})
