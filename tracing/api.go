@@ -4,8 +4,8 @@
 // over OTLP (http/protobuf or grpc) by the OpenTelemetry Go SDK, and the
 // mcp.client.operation.duration histogram on the Prometheus endpoint and over OTLP. Export
 // never blocks the data path: spans go through a bounded queue (queue.go: the SDK's batch
-// processor does not say what it drops, so ours stands in its place) and those it drops are
-// counted in mcpintercept_spans_dropped_total.
+// processor does not say what it drops, so ours stands in its place) and those it drops (the
+// queue full, or their export failed) are counted in mcpintercept_spans_dropped_total.
 //
 // A nil *Tracer is tracing off: every method is a no-op on it and on the nil *Span it returns,
 // so callers need no checks.

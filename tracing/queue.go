@@ -17,13 +17,15 @@ import (
 // channel without waiting, and a full channel is one more dropped span. A single goroutine
 // drains the channel into batches of maxBatch, exported when a batch fills or interval passes;
 // while an export is in flight (a slow or dead receiver) nothing else is read, so the channel
-// fills and further spans are dropped: the data path never waits for the exporter.
+// fills and further spans are dropped: the data path never waits for the exporter. The spans of
+// an export that fails (a receiver that refuses connections, answers an error, or times out after
+// the exporter's retries) are lost too, and counted with the dropped ones.
 type queueProcessor struct {
 	exp      sdktrace.SpanExporter
 	q        chan sdktrace.ReadOnlySpan
 	maxBatch int
 	interval time.Duration
-	drop     func() // counts one dropped span
+	drop     func(n int) // counts n dropped spans
 	log      *slog.Logger
 
 	flushReq chan chan struct{}
@@ -40,7 +42,7 @@ type queueProcessor struct {
 	lastErr atomic.Int64 // unix nanos of the last export error logged
 }
 
-func newQueueProcessor(exp sdktrace.SpanExporter, maxQueue, maxBatch int, interval time.Duration, drop func(), log *slog.Logger) *queueProcessor {
+func newQueueProcessor(exp sdktrace.SpanExporter, maxQueue, maxBatch int, interval time.Duration, drop func(n int), log *slog.Logger) *queueProcessor {
 	base, cancel := context.WithCancel(context.Background())
 	p := &queueProcessor{
 		exp: exp, q: make(chan sdktrace.ReadOnlySpan, maxQueue), maxBatch: maxBatch,
@@ -62,7 +64,7 @@ func (p *queueProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	select {
 	case p.q <- s:
 	default:
-		p.drop()
+		p.drop(1)
 	}
 }
 
@@ -76,6 +78,7 @@ func (p *queueProcessor) run() {
 			return
 		}
 		if err := p.exp.ExportSpans(p.base, batch); err != nil {
+			p.drop(len(batch))
 			p.logErr(err, len(batch))
 		}
 		clear(batch)

@@ -271,7 +271,7 @@ func build(cfg Config, sexp sdktrace.SpanExporter, mexp sdkmetric.Exporter, reg 
 	}
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "mcpintercept_spans_dropped_total",
-		Help: "Spans not exported because the export queue (telemetry.otlp.max_queue) was full: the OTLP receiver is slow or down.",
+		Help: "Spans not exported: the export queue (telemetry.otlp.max_queue) was full, or their export failed (the OTLP receiver is slow, down or refusing).",
 	})
 	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "mcp_client_operation_duration_seconds",
@@ -287,7 +287,7 @@ func build(cfg Config, sexp sdktrace.SpanExporter, mexp sdkmetric.Exporter, reg 
 	if err != nil {
 		res = resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName))
 	}
-	proc := newQueueProcessor(sexp, cfg.MaxQueue, cfg.MaxBatch, cfg.Interval, dropped.Inc, log)
+	proc := newQueueProcessor(sexp, cfg.MaxQueue, cfg.MaxBatch, cfg.Interval, func(n int) { dropped.Add(float64(n)) }, log)
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.Ratio))),

@@ -571,3 +571,27 @@ func TestGRPC(t *testing.T) {
 		t.Logf("shutdown: %v", err) // the final metric export meets no metrics service
 	}
 }
+
+// TestRefusedExportCounted: a receiver that refuses connections loses every span, counted.
+func TestRefusedExportCounted(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	reg := prometheus.NewRegistry()
+	tr := openTest(t, Config{Endpoint: "http://" + addr, Ratio: 1, MaxBatch: 10}, reg)
+	const n = 25
+	for range n {
+		tr.Start(Parent{}, KindClient, Call{Method: "ping"}, time.Now()).End(time.Now())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := tr.proc.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := counterValue(t, reg, "mcpintercept_spans_dropped_total"); d != n {
+		t.Errorf("dropped %v, want %d", d, n)
+	}
+}
