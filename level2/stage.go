@@ -157,6 +157,7 @@ type xstate struct {
 	byID       map[string]*Record // requests by id
 	answered   bool               // answered locally
 	answerCode int                // the JSON-RPC code of that local answer
+	respCode   int                // the code of an error that replaced the server's whole answer
 	messages   int                // records emitted or owed for this exchange
 	server     string             // the server's identity: destination, SNI and Host
 	endpoint   string             // 2024-11-05 GET stream: where its endpoint event says to POST
@@ -932,6 +933,7 @@ func appendReason(r *Record, s string) {
 func (s *stage) refuseResponse(x *exchange.Exchange, st *xstate, why string) exchange.Result {
 	why = redactTextAll(why, s.rules())
 	s.unreadableResponse(x, st, why)
+	st.respCode = CodeUnreadable
 	var id json.RawMessage
 	if len(st.reqs) == 1 && st.reqs[0].ID != "" {
 		id = json.RawMessage(st.reqs[0].rawID)
@@ -1250,6 +1252,7 @@ func (s *stage) unanswered(st *xstate, msgs []*mcp.Message) []byte {
 		}
 	}
 	const why = "the server answered with a server request that policy blocks"
+	st.respCode = CodeDenied
 	var parts [][]byte
 	for _, r := range st.reqs {
 		if r.Kind != mcp.KindRequest.String() || answered[r.key] {

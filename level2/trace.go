@@ -311,7 +311,8 @@ func (s *stage) endRequestSpans(x *exchange.Exchange, st *xstate) {
 		case r.pended && x.Err == "" && x.Status < 300:
 			// The answer comes on another stream of the session.
 		default:
-			o.end(r, 0, x.Status, false, at)
+			// No answer seen here, or the server's replaced by the appliance's error (respCode).
+			o.end(r, int64(st.respCode), x.Status, false, at)
 		}
 	}
 }

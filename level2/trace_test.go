@@ -569,3 +569,18 @@ func TestPendingSpansEndWhenForgotten(t *testing.T) {
 		t.Fatalf("%d spans ended, want %d", got, maxPending+3)
 	}
 }
+
+// A response Level 2 cannot read is replaced by the appliance's error: the span says so.
+func TestTraceUnreadableResponse(t *testing.T) {
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"jsonrpc":"2.0","id":1,"id":1,"result":{}}`)
+	})
+	h, tr, rc := traceHarness(t, u, false)
+	denial(t, post(t, h.addr, jsonHeaders, call(1, "echo", `{}`)), "1", CodeUnreadable, "level2")
+	recordOf(t, h, "request", "1")
+	spans := rc.flushed(t, tr)
+	if len(spans) != 1 || spans[0].Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || spanAttrs(spans[0])["error.type"] != fmt.Sprint(CodeUnreadable) {
+		t.Fatalf("spans %v", spans)
+	}
+}
