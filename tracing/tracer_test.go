@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -593,5 +595,57 @@ func TestRefusedExportCounted(t *testing.T) {
 	}
 	if d := counterValue(t, reg, "mcpintercept_spans_dropped_total"); d != n {
 		t.Errorf("dropped %v, want %d", d, n)
+	}
+}
+
+// failingExporter fails every export and counts them.
+type failingExporter struct{ calls atomic.Int32 }
+
+func (f *failingExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error {
+	f.calls.Add(1)
+	return errors.New("receiver down")
+}
+func (f *failingExporter) Shutdown(context.Context) error { return nil }
+
+// TestPauseAfterFailure: after a failed export, spans are dropped at OnEnd (counted, no export
+// attempted) until the pause ends; the next failure doubles it; a success ends it.
+func TestPauseAfterFailure(t *testing.T) {
+	exp := &failingExporter{}
+	reg := prometheus.NewRegistry()
+	tr, err := build(Config{Ratio: 1, MaxBatch: 1, Interval: time.Hour}, exp, nil, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	var now atomic.Int64
+	now.Store(time.Unix(1000, 0).UnixNano())
+	tr.proc.now = func() time.Time { return time.Unix(0, now.Load()) }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	span := func() { tr.Start(Parent{}, KindClient, Call{Method: "ping"}, time.Now()).End(time.Now()) }
+
+	span()
+	tr.proc.ForceFlush(ctx) // the first export fails: paused for 1s
+	if exp.calls.Load() != 1 {
+		t.Fatalf("%d exports", exp.calls.Load())
+	}
+	for range 10 {
+		span()
+	}
+	tr.proc.ForceFlush(ctx)
+	if exp.calls.Load() != 1 || counterValue(t, reg, "mcpintercept_spans_dropped_total") != 11 {
+		t.Fatalf("paused: %d exports, %v dropped", exp.calls.Load(), counterValue(t, reg, "mcpintercept_spans_dropped_total"))
+	}
+	now.Add(int64(1100 * time.Millisecond)) // past the pause: tried again, fails, paused 2s
+	span()
+	tr.proc.ForceFlush(ctx)
+	if exp.calls.Load() != 2 || tr.proc.backoff != 2*time.Second {
+		t.Fatalf("after the pause: %d exports, backoff %v", exp.calls.Load(), tr.proc.backoff)
+	}
+	now.Add(int64(1500 * time.Millisecond)) // within the 2s pause
+	span()
+	tr.proc.ForceFlush(ctx)
+	if exp.calls.Load() != 2 || counterValue(t, reg, "mcpintercept_spans_dropped_total") != 13 {
+		t.Fatalf("second pause: %d exports, %v dropped", exp.calls.Load(), counterValue(t, reg, "mcpintercept_spans_dropped_total"))
 	}
 }
