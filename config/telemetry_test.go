@@ -168,3 +168,21 @@ func TestTelemetryErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestTelemetryWarnings(t *testing.T) {
+	src := withRoutes + "  - {name: a, tls: terminate, trace_propagation: inject}\n"
+	c, err := Parse("test.yaml", []byte(src), Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(c.Warnings(), "\n"); !strings.Contains(w, "routes[0] (a): trace_propagation: inject has no effect without telemetry.otlp.endpoint") {
+		t.Errorf("warnings %q", w)
+	}
+	c, err = Parse("test.yaml", []byte(src+"telemetry: {otlp: {endpoint: 'c:4318'}}\n"), Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(c.Warnings(), "\n"); strings.Contains(w, "trace_propagation") {
+		t.Errorf("warnings with an endpoint %q", w)
+	}
+}

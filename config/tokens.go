@@ -215,6 +215,9 @@ func (c *Config) Warnings() []string {
 		if r.seesHTTP() && r.TokenAudience == Off {
 			out = append(out, fmt.Sprintf("%s: token_audience: off forwards bearer tokens without checking their audience (the draft's Confused Deputy MUST)", key))
 		}
+		if r.TraceInjectOn() && !c.Telemetry.On() {
+			out = append(out, fmt.Sprintf("%s: trace_propagation: inject has no effect without telemetry.otlp.endpoint (no spans, so nothing to inject)", key))
+		}
 	}
 	for i, r := range c.Routes {
 		warn(fmt.Sprintf("routes[%d] (%s)", i, r.Name), r)
