@@ -60,10 +60,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root" >&2; exit 1; }
-# The lab is shared with the e2e suite: one user of it at a time.
+# The lab is shared with the e2e suite: one user of it at a time. The e2e suite is run under
+# /tmp/mcpi-e2e.lock (flock /tmp/mcpi-e2e.lock go test ./e2e), so the bench holds that one too:
+# its rows and its final `mcpintercept cleanup` would otherwise meet an e2e appliance.
 if [ -z "${MCPI_LAB_LOCK_HELD:-}" ]; then
 	export MCPI_LAB_LOCK_HELD=1
-	exec flock /tmp/mcpi-lab.lock "$0" "$@"
+	exec flock /tmp/mcpi-e2e.lock flock /tmp/mcpi-lab.lock "$0" "$@"
 fi
 export PATH=/usr/local/go/bin:$PATH
 
