@@ -186,7 +186,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		return nil, err
 	}
 	if !opt.NoAdmin && cfg.Admin.Listen != "off" && cfg.Admin.Listen != "" {
-		a.admin, err = telemetry.NewAdmin(cfg.Admin.Listen, a.metrics, func() any { return declarationOf(cfg) }, log.With("component", "admin"))
+		a.admin, err = telemetry.NewAdmin(cfg.Admin.Listen, a.metrics, func() any { return Declaration(cfg) }, log.With("component", "admin"))
 		if err != nil {
 			return nil, err
 		}

@@ -34,12 +34,14 @@ func Declaration(cfg *config.Config) telemetry.Declaration {
 		}
 		d := telemetry.Declare(ms, telemetry.BuildCapabilities)
 		d.Authentication = authenticationOf(nil)
+		d.Tracing = TracingOf(nil)
 		return d
 	}
 	ms := []telemetry.Interception{{Mechanism: string(cfg.Mechanism), OriginalDestination: intercept.Recovery(SteeringOptions(cfg)), InEffect: true}}
 	d := telemetry.Declare(ms, capabilitiesOf(cfg))
 	d.Authentication = authenticationOf(cfg)
 	d.ToolIntegrity = toolIntegrityOf(cfg)
+	d.Tracing = TracingOf(cfg)
 	return d
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"mcpintercept/config"
 	"mcpintercept/intercept/upstream"
-	"mcpintercept/telemetry"
 	"mcpintercept/tracing"
 )
 
@@ -76,15 +75,6 @@ func telemetryChanged(old, next config.TelemetryConfig) bool {
 	return !reflect.DeepEqual(old, next)
 }
 
-// declaration is the admin endpoint's /declare: the appliance's declaration and what it traces.
-type declaration struct {
-	telemetry.Declaration
-	Tracing string `json:"tracing"`
-}
-
-func declarationOf(cfg *config.Config) any {
-	return declaration{Declaration: Declaration(cfg), Tracing: TracingOf(cfg)}
-}
 
 // TracingOf states what the appliance traces and where the spans go: the exporter's endpoint,
 // never its headers (their names only), and per route whether the request upstream carries the

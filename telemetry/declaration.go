@@ -33,6 +33,9 @@ type Declaration struct {
 	// are pinned, quarantined and scanned; with a configuration, per route (tool_pins,
 	// on_divergence).
 	ToolIntegrity string `json:"tool_integrity"`
+	// Tracing says what the appliance traces (OpenTelemetry) and whether it propagates trace
+	// context to the next hop (the draft's Observability: hop tracing).
+	Tracing string `json:"tracing"`
 	FailureMode   string `json:"failure_mode"`
 }
 

@@ -53,6 +53,7 @@ func TestCLI(t *testing.T) {
 		{name: "run missing file", args: []string{"run", "--config", filepath.Join(dir, "none.yaml")}, code: 2, stderr: "none.yaml"},
 		{name: "declare build", args: []string{"declare"}, code: 0, stdout: `"mode_set": [`},
 		{name: "declare config", args: []string{"declare", "--config", good}, code: 0, stdout: `"in_effect": true`},
+		{name: "declare states tracing", args: []string{"declare", "--config", good}, code: 0, stdout: `"tracing": "off (telemetry.otlp.endpoint unset)`},
 		{name: "declare states tool integrity", args: []string{"declare", "--config", good}, code: 0, stdout: `"tool_integrity": "at Level 2, on routes with tool_pins`},
 		{name: "declare bad file", args: []string{"declare", "--config", badYAML}, code: 2, stderr: "limits.idle_timout"},
 		{name: "ca export before init", args: []string{"ca", "export", "--dir", caDir}, code: 1, stderr: "no CA in"},
