@@ -269,6 +269,17 @@ func findSpan(spans []jaegerSpan, service, op string) (jaegerSpan, bool) {
 	return jaegerSpan{}, false
 }
 
+// countSpans counts the spans of service named op.
+func countSpans(spans []jaegerSpan, service, op string) int {
+	n := 0
+	for _, s := range spans {
+		if s.Service == service && s.OperationName == op {
+			n++
+		}
+	}
+	return n
+}
+
 func spansText(spans []jaegerSpan) string {
 	var b strings.Builder
 	for _, s := range spans {

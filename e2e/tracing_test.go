@@ -213,6 +213,9 @@ func TestTracingJaeger(t *testing.T) {
 			t.Errorf("appliance span %s = %q, want %q\n%s", k, got, want, app)
 		}
 	}
+	if n, m := countSpans(spans, tracedService, "tools/call echo"), countSpans(spans, labServerService, "server echo"); n != 1 || m != 1 {
+		t.Errorf("the call's trace has %d appliance and %d server echo spans, want one each", n, m)
+	}
 	if app.parent() != clientSpan {
 		t.Errorf("appliance span's parent %q, want the client's span %s\n%s", app.parent(), clientSpan, app)
 	}
@@ -247,6 +250,9 @@ func TestTracingJaeger(t *testing.T) {
 	t.Logf("the Node client's trace %s:\n%s", nodeRec.TraceID, spansText(nspans))
 	if napp.SpanID != nodeRec.SpanID || napp.parent() != "" || napp.tag("gen_ai.tool.name") != "echo" || napp.tag("mcpintercept.decision") != "allow" {
 		t.Errorf("Node call: appliance span %s, flow log span_id %s: want a root with the record's id", napp, nodeRec.SpanID)
+	}
+	if n := countSpans(nspans, tracedService, "tools/call echo"); n != 1 || nodeRec.TraceID == traceID {
+		t.Errorf("the Node call's trace %s has %d appliance spans, want one in a trace of its own", nodeRec.TraceID, n)
 	}
 	if nserver.parent() != napp.SpanID || nserver.tag("lab.trace_context.source") != "header" {
 		t.Errorf("Node call: server span %s, want the appliance span's child through the traceparent header", nserver)
