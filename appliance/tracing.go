@@ -75,7 +75,6 @@ func telemetryChanged(old, next config.TelemetryConfig) bool {
 	return !reflect.DeepEqual(old, next)
 }
 
-
 // TracingOf states what the appliance traces and where the spans go: the exporter's endpoint,
 // never its headers (their names only), and per route whether the request upstream carries the
 // appliance's span (inject) or the client's context unchanged (record).

@@ -35,8 +35,8 @@ type Declaration struct {
 	ToolIntegrity string `json:"tool_integrity"`
 	// Tracing says what the appliance traces (OpenTelemetry) and whether it propagates trace
 	// context to the next hop (the draft's Observability: hop tracing).
-	Tracing string `json:"tracing"`
-	FailureMode   string `json:"failure_mode"`
+	Tracing     string `json:"tracing"`
+	FailureMode string `json:"failure_mode"`
 }
 
 // Interception is one steering mechanism and how it delivers the original destination.
