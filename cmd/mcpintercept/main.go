@@ -114,6 +114,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdAudit(args[1:], stdout, stderr)
 	case "tools":
 		return cmdTools(args[1:], stdout, stderr)
+	case "observe":
+		return cmdObserve(args[1:], stdout, stderr)
+	case "policy":
+		return cmdPolicy(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return exitOK
