@@ -12,10 +12,13 @@ import (
 // Rule is one entry of a rule set. Expressions are CEL source text; the
 // policy package compiles them.
 type Rule struct {
-	Name      string     `yaml:"name"`
-	When      string     `yaml:"when"`   // "" matches every request
-	Action    string     `yaml:"action"` // ActionAllow, ActionDeny or ActionRateLimit
-	Reason    string     `yaml:"reason"` // one line of an HTTP response body
+	Name   string `yaml:"name"`
+	When   string `yaml:"when"`   // "" matches every request
+	Action string `yaml:"action"` // ActionAllow, ActionDeny or ActionRateLimit
+	Reason string `yaml:"reason"` // one line of an HTTP response body
+	// Mode is ModeEnforce ("" too: the default) or ModeShadow: a shadow rule is evaluated and its
+	// would-be decision recorded (would_deny), but it never decides a request.
+	Mode      string     `yaml:"mode"`
 	RateLimit *RateLimit `yaml:"rate_limit"`
 	Redact    *Redact    `yaml:"redact,omitempty"`
 	WhenPos   Pos        `yaml:"-"` // where When's text starts in the file
@@ -36,10 +39,15 @@ func (r Rule) MarshalYAML() (any, error) {
 		}
 		rl = v.(*yaml.Node)
 	}
-	if r.Redact != nil {
-		return mappingNode("name", r.Name, "when", r.When, "action", r.Action, "reason", r.Reason, "rate_limit", rl, "redact", r.Redact)
+	kv := []any{"name", r.Name, "when", r.When, "action", r.Action, "reason", r.Reason}
+	if r.Mode != "" { // empty: a rule built in code, which enforces
+		kv = append(kv, "mode", r.Mode)
 	}
-	return mappingNode("name", r.Name, "when", r.When, "action", r.Action, "reason", r.Reason, "rate_limit", rl)
+	kv = append(kv, "rate_limit", rl)
+	if r.Redact != nil {
+		kv = append(kv, "redact", r.Redact)
+	}
+	return mappingNode(kv...)
 }
 
 // Redact is the redact block of a redact rule: JSON paths into the JSON-RPC message
@@ -108,6 +116,21 @@ func strNode(s string) *yaml.Node {
 	return n
 }
 
+// Rule modes.
+const (
+	ModeEnforce = "enforce"
+	ModeShadow  = "shadow"
+)
+
+// checkMode accepts the two modes; "" is a rule built in code, which enforces.
+func checkMode(m string) string {
+	switch m {
+	case "", ModeEnforce, ModeShadow:
+		return ""
+	}
+	return fmt.Sprintf("unknown mode %q (want %s or %s)", m, ModeEnforce, ModeShadow)
+}
+
 // ruleTable is the schema of one rule of a rule set.
 var ruleTable = table[Rule]{
 	key("name", "the rule's name in the decision log", func(r *Rule) *string { return &r.Name }, str),
@@ -115,6 +138,8 @@ var ruleTable = table[Rule]{
 	key("action", "allow, deny, rate_limit or redact", func(r *Rule) *string { return &r.Action }, str),
 	key("reason", "one line for the response body and the log", func(r *Rule) *string { return &r.Reason }, str).
 		checked(checkReason),
+	key("mode", "enforce, or shadow: evaluated and recorded as would_deny, never enforced", func(r *Rule) *string { return &r.Mode }, str).
+		checked(checkMode),
 	block[Rule]{
 		path: "rate_limit", doc: "token bucket of a rate_limit rule",
 		decodeFn: func(d *decoder, r *Rule, v *yaml.Node, key string) bool {
