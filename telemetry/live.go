@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -27,12 +28,30 @@ type Hub struct {
 	mu   sync.Mutex                    // orders Subscribe, Unsubscribe and drops
 	subs atomic.Pointer[[]*Subscriber] // copy on write; nil or empty: nobody listens
 
+	// hist is the ring of the last records (SubscribeSince replays it); histMu also orders a
+	// record's entry into the ring against a subscription's copy of it, so that a subscriber
+	// that asked for history gets each record once. Empty: no history kept (NewHub).
+	histMu   sync.Mutex
+	hist     []Live
+	histNext int
+	histLen  int
+
 	dropped     atomic.Uint64
 	droppedCtr  prometheus.Counter
 	subscribers prometheus.Gauge
 }
 
-// NewHub makes a hub; its metrics (mcpintercept_observe_subscribers,
+// NewHubWithHistory is NewHub that also keeps the last n records for SubscribeSince. The ring
+// costs each record a lock and a copy whether or not anybody subscribes.
+func NewHubWithHistory(reg prometheus.Registerer, n int) *Hub {
+	h := NewHub(reg)
+	if n > 0 {
+		h.hist = make([]Live, n)
+	}
+	return h
+}
+
+// NewHub makes a hub that keeps no history; its metrics (mcpintercept_observe_subscribers,
 // mcpintercept_observe_dropped_total) are registered with reg when it is not nil.
 func NewHub(reg prometheus.Registerer) *Hub {
 	h := &Hub{
@@ -78,7 +97,13 @@ func (s *Subscriber) Reason() string {
 func (s *Subscriber) Close() { s.hub.remove(s, "") }
 
 // Subscribe adds a subscriber with a buffer of n records (DefaultLiveBuffer when n <= 0).
-func (h *Hub) Subscribe(n int) *Subscriber {
+func (h *Hub) Subscribe(n int) *Subscriber { return h.SubscribeSince(n, time.Time{}, false) }
+
+// SubscribeSince is Subscribe that first puts in the buffer the records of the hub's history
+// (NewHubWithHistory) whose time is since or later, oldest first, when replay is set: at most
+// the buffer's size, the newest ones when more match. Every record is then seen once: either
+// replayed or live.
+func (h *Hub) SubscribeSince(n int, since time.Time, replay bool) *Subscriber {
 	if n <= 0 {
 		n = DefaultLiveBuffer
 	}
@@ -86,6 +111,25 @@ func (h *Hub) Subscribe(n int) *Subscriber {
 	s := &Subscriber{C: c, c: c, done: make(chan struct{}), hub: h}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(h.hist) > 0 {
+		h.histMu.Lock()
+		defer h.histMu.Unlock()
+		if replay {
+			var keep []int
+			for i := 0; i < h.histLen; i++ {
+				j := (h.histNext - h.histLen + i + len(h.hist)) % len(h.hist)
+				if !h.hist[j].Record.Time.Before(since) {
+					keep = append(keep, j)
+				}
+			}
+			if len(keep) > n {
+				keep = keep[len(keep)-n:]
+			}
+			for _, j := range keep {
+				c <- h.hist[j]
+			}
+		}
+	}
 	var next []*Subscriber
 	if p := h.subs.Load(); p != nil {
 		next = append(next, *p...)
@@ -139,7 +183,19 @@ func (h *Hub) Dropped() uint64 { return h.dropped.Load() }
 
 // Record implements Sink: r is offered to every subscriber without blocking.
 func (h *Hub) Record(k Kind, r FlowRecord) {
-	p := h.subs.Load()
+	var p *[]*Subscriber
+	if len(h.hist) > 0 {
+		h.histMu.Lock()
+		h.hist[h.histNext] = Live{Kind: k, Record: r}
+		h.histNext = (h.histNext + 1) % len(h.hist)
+		if h.histLen < len(h.hist) {
+			h.histLen++
+		}
+		p = h.subs.Load() // under histMu: see SubscribeSince
+		h.histMu.Unlock()
+	} else {
+		p = h.subs.Load()
+	}
 	if p == nil || len(*p) == 0 {
 		return
 	}

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,13 @@ func BenchmarkPublish(b *testing.B) {
 			b.Fatalf("dropped %d", h.Dropped())
 		}
 	})
+	b.Run("subscribers=0-history", func(b *testing.B) {
+		h := NewHubWithHistory(nil, 1024)
+		b.ReportAllocs()
+		for b.Loop() {
+			h.Record(KindMessage, rec)
+		}
+	})
 	b.Run("subscribers=1-stalled", func(b *testing.B) {
 		h := NewHub(nil)
 		h.Subscribe(1024)
@@ -185,4 +193,45 @@ func BenchmarkPublish(b *testing.B) {
 			h.Record(KindMessage, rec)
 		}
 	})
+}
+
+func TestHubHistory(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	fill := func() *Hub {
+		h := NewHubWithHistory(nil, 4)
+		for i := 0; i < 6; i++ { // the ring keeps 2..5
+			h.Record(KindMessage, FlowRecord{Time: Time{t0.Add(time.Duration(i) * time.Second)}, Status: i})
+		}
+		return h
+	}
+	read := func(s *Subscriber) (got []int) {
+		for len(s.C) > 0 {
+			got = append(got, (<-s.C).Record.Status)
+		}
+		return got
+	}
+	cases := []struct {
+		since  time.Time
+		replay bool
+		buf    int
+		want   string
+	}{
+		{time.Time{}, false, 8, "[]"},
+		{time.Time{}, true, 8, "[2 3 4 5]"},
+		{t0.Add(4 * time.Second), true, 8, "[4 5]"},
+		{t0.Add(time.Hour), true, 8, "[]"},
+		{time.Time{}, true, 3, "[3 4 5]"},
+	}
+	for _, c := range cases {
+		h := fill()
+		s := h.SubscribeSince(c.buf, c.since, c.replay)
+		if got := fmt.Sprint(read(s)); got != c.want {
+			t.Errorf("since %v replay %v buf %d: %s, want %s", c.since, c.replay, c.buf, got, c.want)
+		}
+		h.Record(KindMessage, FlowRecord{Status: 99})
+		if got := read(s); len(got) != 1 || got[0] != 99 {
+			t.Errorf("live after replay: %v", got)
+		}
+		s.Close()
+	}
 }
