@@ -14,6 +14,18 @@
 // the rules would decide about a message that is not being sent (a listed tool a client might
 // call): rate_limit rules, which would spend a token, and redact rules are skipped.
 //
+// # Shadow rules
+//
+// A deny or rate_limit rule with Mode ModeShadow is a dry run (Envoy's shadow_rules, Istio's
+// AUDIT). It is evaluated where it stands, as if it were enforced: when it would have decided —
+// its `when` is true, its limit has no token left, or it failed to evaluate and would have denied
+// failing closed — a ShadowHit goes into Decision.Shadow and evaluation goes on, so the request
+// is decided by the other rules; Reason ends with "would_deny by RULE (shadow): REASON" (or
+// would_rate_limit) for each. A shadow rule after the deciding rule is not reached, as it would
+// not be if enforced. A shadow limit meters with its own buckets, like every rate_limit rule, so
+// it never spends a token an enforced limit counts on. Probes skip shadow rules: a dry run never
+// hides a listed tool. Explain says what every rule made of a request, for offline replays.
+//
 // # Variables
 //
 // The variables are CEL object types whose fields are declared once (schema.go), each with its

@@ -22,6 +22,16 @@ const (
 	RuleRateLimit = "rate_limit"
 )
 
+// Rule modes, as written in the configuration.
+const (
+	// ModeEnforce (or "") is a rule that decides.
+	ModeEnforce = "enforce"
+	// ModeShadow is a dry run: the rule is evaluated where it stands, as if it were enforced, and
+	// what it would have decided is added to Decision.Shadow, but it never decides. Only deny and
+	// rate_limit rules can be shadows.
+	ModeShadow = "shadow"
+)
+
 // Action is what was decided about a request, a flow or a message, as the decision log writes it
 // (its `decision` key). It is the one definition of the vocabulary: policy decides with it, the
 // Level 1 and Level 2 stages answer with it, the exchange pipeline carries it in a Verdict without
@@ -60,6 +70,7 @@ type RuleSpec struct {
 	When      string // CEL boolean expression; empty means always
 	Action    string // RuleAllow, RuleDeny or RuleRateLimit
 	Reason    string // optional; a default naming the rule is used when empty
+	Mode      string // ModeEnforce (or "") or ModeShadow
 	RateLimit *RateLimit
 	// Redact is the redact block of a RuleRedact rule: what to hide in the message it matches.
 	Redact *Redact
@@ -102,7 +113,8 @@ type Input struct {
 
 	// Probe asks what the rules would decide about a message that is not being sent: Level 2
 	// asks it for every entry of a tools/list (would a call to this tool be denied to this
-	// client?). A probe skips rate_limit rules, spending no tokens, and redact rules.
+	// client?). A probe skips rate_limit rules, spending no tokens, redact rules and shadow
+	// rules (a dry run must not hide a tool).
 	Probe bool
 
 	lazy lazy
@@ -137,6 +149,26 @@ type Decision struct {
 	// rule order. A redact rule does not decide: evaluation goes on past it, and a later deny
 	// still denies.
 	Redactions []*Redaction
+	// Shadow lists what the shadow rules reached before the decision would have decided, in
+	// rule order (see ModeShadow). Reason then ends with their ShadowHit.String.
+	Shadow []ShadowHit
+}
+
+// ShadowHit is a shadow rule that would have decided a request.
+type ShadowHit struct {
+	Rule   string
+	Would  Action // ActionDeny or ActionRateLimited
+	Reason string // the rule's reason, or the rule error that would have denied
+}
+
+// String is the form Decision.Reason carries: "would_deny by RULE (shadow): REASON", or
+// would_rate_limit for a limit without budget.
+func (h ShadowHit) String() string {
+	w := "would_deny"
+	if h.Would == ActionRateLimited {
+		w = "would_rate_limit"
+	}
+	return w + " by " + h.Rule + " (shadow): " + h.Reason
 }
 
 // Option adjusts a Set at compile time.
@@ -164,6 +196,7 @@ type rule struct {
 	name   string
 	action string
 	reason string
+	shadow bool        // ModeShadow: records what it would decide, never decides
 	when   cel.Program // nil: always
 	rl     *rateRule   // only for RuleRateLimit
 	redact *Redaction  // only for RuleRedact
@@ -292,6 +325,18 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 		errs = append(errs, &CompileError{Pos: pos.offset(0, 0), Rule: label, Msg: fmt.Sprintf(format, args...)})
 	}
 	r := &rule{name: spec.Name, action: spec.Action, reason: spec.Reason}
+	switch spec.Mode {
+	case "", ModeEnforce:
+	case ModeShadow:
+		if spec.Action != RuleDeny && spec.Action != RuleRateLimit {
+			// A shadow allow would change nothing a record could show; a shadow redact would
+			// have to say what it would hide, which the record must not carry.
+			fail(spec.Pos, "mode %q applies to %s and %s rules only, not %q", ModeShadow, RuleDeny, RuleRateLimit, spec.Action)
+		}
+		r.shadow = true
+	default:
+		fail(spec.Pos, "unknown mode %q (want %s or %s)", spec.Mode, ModeEnforce, ModeShadow)
+	}
 
 	switch spec.Action {
 	case RuleAllow, RuleDeny:
@@ -513,6 +558,17 @@ func (activation) Parent() interpreter.Activation { return nil }
 // Evaluate decides one request. It never panics and never blocks on anything but the bucket
 // mutex of one shard.
 func (s *Set) Evaluate(in *Input) Decision {
+	d := s.evaluate(in)
+	for _, h := range d.Shadow {
+		if d.Reason != "" {
+			d.Reason += "; "
+		}
+		d.Reason += h.String()
+	}
+	return d
+}
+
+func (s *Set) evaluate(in *Input) Decision {
 	var d Decision
 	if s == nil {
 		d.Action, d.Reason = ActionAllow, ReasonNoMatch
@@ -527,7 +583,7 @@ func (s *Set) Evaluate(in *Input) Decision {
 		if in.ServerMessage && !r.readsServer {
 			continue
 		}
-		if in.Probe && (r.rl != nil || r.redact != nil) {
+		if in.Probe && (r.rl != nil || r.redact != nil || r.shadow) {
 			continue
 		}
 		if r.when != nil {
@@ -554,6 +610,10 @@ func (s *Set) Evaluate(in *Input) Decision {
 			d.Action, d.Rule, d.Reason = ActionAllow, r.name, r.reason
 			return d
 		case RuleDeny:
+			if r.shadow {
+				d.Shadow = append(d.Shadow, ShadowHit{Rule: r.name, Would: ActionDeny, Reason: r.reason})
+				continue
+			}
 			d.Action, d.Rule, d.Reason = ActionDeny, r.name, r.reason
 			return d
 		case RuleRedact:
@@ -573,6 +633,12 @@ func (s *Set) Evaluate(in *Input) Decision {
 				// A limit with budget left is a meter, not a verdict: later rules still decide.
 				continue
 			}
+			if r.shadow {
+				// Its tokens are its own (every rule has a store of its own): a shadow limit
+				// that ran dry spends nothing of an enforced limit's budget.
+				d.Shadow = append(d.Shadow, ShadowHit{Rule: r.name, Would: ActionRateLimited, Reason: r.reason})
+				continue
+			}
 			d.Action, d.Rule, d.Reason, d.RetryAfter = ActionRateLimited, r.name, r.reason, wait
 			return d
 		}
@@ -589,6 +655,11 @@ func ruleFailed(d *Decision, r *rule, in *Input, msg string) bool {
 	e := RuleError{Rule: r.name, Err: shortErr(msg)}
 	d.Errors = append(d.Errors, e)
 	if in.FailOpen || r.action == RuleAllow {
+		return false
+	}
+	if r.shadow {
+		// Enforced, it would have denied (fail closed); as a shadow it only says so.
+		d.Shadow = append(d.Shadow, ShadowHit{Rule: r.name, Would: ActionDeny, Reason: e.String()})
 		return false
 	}
 	d.Action, d.Rule, d.Reason = ActionDeny, r.name, e.String()
