@@ -479,7 +479,10 @@ type Admin struct {
 // Log configures logging.
 type Log struct {
 	Level string `yaml:"level"` // debug|info|warn|error
-	Flows string `yaml:"flows"` // FlowsStdout, Off, or a file path
+	// Format is the operational log's format (stderr, the journal): LogText (slog's key=value
+	// lines) or LogJSON (one JSON object a line). The flow log is JSON lines either way.
+	Format string `yaml:"format"`
+	Flows  string `yaml:"flows"` // FlowsStdout, Off, or a file path
 	// FlowsMaxSize and FlowsMaxFiles are the flow log file's built-in rotation (a file only):
 	// past FlowsMaxSize bytes the file becomes FLOWS.1 (FLOWS.1 becomes FLOWS.2, …) and at most
 	// FlowsMaxFiles rotated files are kept. FlowsMaxSize 0 turns it off, leaving rotation to
@@ -496,15 +499,25 @@ func (l Log) FlowsFile() bool { return l.Flows != FlowsStdout && l.Flows != Off 
 func (l Log) MarshalYAML() (any, error) {
 	out := struct {
 		Level         string `yaml:"level"`
+		Format        string `yaml:"format"`
 		Flows         string `yaml:"flows"`
 		FlowsMaxSize  *int64 `yaml:"flows_max_size,omitempty"`
 		FlowsMaxFiles int    `yaml:"flows_max_files,omitempty"`
-	}{Level: l.Level, Flows: l.Flows, FlowsMaxFiles: l.FlowsMaxFiles}
+	}{Level: l.Level, Format: l.Format, Flows: l.Flows, FlowsMaxFiles: l.FlowsMaxFiles}
 	if l.FlowsFile() {
 		out.FlowsMaxSize = &l.FlowsMaxSize
 	}
 	return out, nil
 }
+
+// The operational log formats (log.format).
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
+// LogFormats lists the accepted Log.Format values.
+var LogFormats = []string{LogText, LogJSON}
 
 // LogLevels lists the accepted Log.Level values.
 var LogLevels = []string{"debug", "info", "warn", "error"}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,49 @@ func Load(path string, o Overrides) (*Config, error) {
 
 // Parse is Load for bytes already read; name is used as File in errors.
 func Parse(name string, data []byte, o Overrides) (*Config, error) {
+	c, errs := parse(name, data, o)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return c, nil
+}
+
+// LoadPartial is Load that also returns what it could decode when the file has problems, so that
+// the next stages (compiling the rules' CEL, the file checks) can report their problems in the
+// same pass: the configuration with defaults applied, in which a rule with any reported problem
+// is left out of its rule set (its CEL would only repeat or hide that problem). With no problem,
+// errs is nil and cfg is what Load returns. err is an I/O error reading the file.
+func LoadPartial(path string, o Overrides) (cfg *Config, errs Errors, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read config: %w", err)
+	}
+	return ParsePartial(path, data, o)
+}
+
+// ParsePartial is LoadPartial for bytes already read.
+func ParsePartial(name string, data []byte, o Overrides) (*Config, Errors, error) {
+	c, errs := parse(name, data, o)
+	if len(errs) == 0 {
+		return c, nil, nil
+	}
+	c.Path = name
+	for set, rules := range c.RuleSets {
+		var keep []Rule
+		for i, r := range rules {
+			key := fmt.Sprintf("%s[%d]", join("rule_sets", segment(set)), i)
+			if !slices.ContainsFunc(errs, func(e *Error) bool {
+				return e.Key == key || strings.HasPrefix(e.Key, key+".") || strings.HasPrefix(e.Key, key+"[")
+			}) {
+				keep = append(keep, r)
+			}
+		}
+		c.RuleSets[set] = keep
+	}
+	return c, errs, nil
+}
+
+func parse(name string, data []byte, o Overrides) (*Config, Errors) {
 	d := &decoder{
 		file: name,
 		src:  data,
@@ -72,7 +116,7 @@ func Parse(name string, data []byte, o Overrides) (*Config, error) {
 		}
 	}
 	if len(d.errs) > 0 {
-		return nil, d.errs.sorted()
+		return c, d.errs.sorted()
 	}
 	c.Path = name
 	return c, nil

@@ -194,6 +194,8 @@ var configTable = table[Config]{
 
 	key("log.level", "debug, info, warn or error", func(c *Config) *string { return &c.Log.Level }, str).
 		def(DefaultLogLevel).checked(checkLogLevel),
+	key("log.format", "operational log format: text or json", func(c *Config) *string { return &c.Log.Format }, str).
+		def(LogText).checked(func(s string) string { return checkOneOf(s, LogFormats...) }),
 	key("log.flows", "where the flow log goes: stdout, off or a file", func(c *Config) *string { return &c.Log.Flows }, str).
 		def(FlowsStdout).checked(checkLogFlows),
 	// Rotation applies to a file only; an explicit flows_max_size: 0 leaves it to logrotate.

@@ -225,5 +225,5 @@ func (c *Config) Warnings() []string {
 	if d := c.DefaultRoute; d != nil && d.Route != nil {
 		warn("default_route", *d.Route)
 	}
-	return out
+	return append(out, c.lintWarnings()...)
 }
