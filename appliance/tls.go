@@ -57,9 +57,19 @@ func loadMinter(cfg *config.Config, log *slog.Logger) (*pki.Minter, error) {
 
 // NewLogger is the appliance's text logger at level (debug, info, warn, error; info when unknown).
 func NewLogger(level string, w io.Writer) *slog.Logger {
+	return NewLoggerFormat(level, config.LogText, w)
+}
+
+// NewLoggerFormat is NewLogger in log.format: config.LogJSON writes one JSON object a line
+// (slog's JSON handler: time, level, msg, then the attributes); anything else, text.
+func NewLoggerFormat(level, format string, w io.Writer) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	o := &slog.HandlerOptions{Level: l}
+	if format == config.LogJSON {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
 }
