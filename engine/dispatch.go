@@ -195,28 +195,43 @@ func (e *Engine) warnPlaintext(route *Route) {
 
 // judgedOpaque forwards the flow opaque once the route's connection rules allow it.
 func (e *Engine) judgedOpaque(ctx context.Context, f *flow, route *Route, d Disposition) outcome {
-	if out, refused := e.connPolicy(f, d); refused {
+	out, refused, shadow := e.connPolicy(f, d)
+	if refused {
 		return out
 	}
-	return e.opaque(ctx, f, route, d)
+	out = e.opaque(ctx, f, route, d)
+	if shadow != "" {
+		// What the shadow rules would have refused, as Level 1 and 2 records say it.
+		if out.reason != "" {
+			out.reason += "; "
+		}
+		out.reason += shadow
+	}
+	return out
 }
 
 // connPolicy evaluates the route's rule set with connection-level metadata only (passthrough and
-// opaque routes cannot see HTTP). A deny or an exhausted rate limit refuses the flow.
-func (e *Engine) connPolicy(f *flow, d Disposition) (outcome, bool) {
+// opaque routes cannot see HTTP). A deny or an exhausted rate limit refuses the flow. shadow is
+// what shadow rules would have decided of an allowed flow ("" for none), for its record.
+func (e *Engine) connPolicy(f *flow, d Disposition) (_ outcome, refused bool, shadow string) {
 	rs := f.rules.current(e)
 	if rs == nil {
-		return outcome{}, false
+		return outcome{}, false, ""
 	}
 	dec := rs.Evaluate(&policy.Input{Vars: policy.Vars{Client: f.clientVars(), Conn: f.connVars(d)}, FailOpen: f.rules.failOpen})
 	e.noteRuleErrors(f, &dec)
+	e.noteShadow(f, &dec)
 	if dec.Action == policy.ActionAllow || dec.Action == "" {
-		return outcome{}, false
+		var hits []string
+		for _, h := range dec.Shadow {
+			hits = append(hits, h.String())
+		}
+		return outcome{}, false, strings.Join(hits, "; ")
 	}
 	e.refuseLog.warn("policy:"+dec.Rule, "flow refused by policy", "flow", f.id, "client", f.client.String(), "orig_dst", f.orig.String(), "rule", dec.Rule, "decision", dec.Action)
 	out := refusal(d, dec.Rule, dec.Reason, "policy")
 	out.decision = dec.Action // deny, or rate_limited
-	return out, true
+	return out, true, ""
 }
 
 // dial opens the upstream TCP connection, which the flow's exit closes. On failure the client

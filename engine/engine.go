@@ -90,6 +90,7 @@ type Engine struct {
 	rec    *telemetry.Recorder // opt's recorder (recorderOf)
 	audit  *auditMetrics
 	tokens *tokenMetrics
+	shadow *shadowMetrics
 
 	// listenAddrs are the bound listener addresses; a flow whose original destination is one of
 	// them would be forwarded to the appliance itself, so it is refused (loop avoidance).
@@ -132,6 +133,7 @@ func New(opt Options) *Engine {
 		rec:         recorderOf(opt),
 		audit:       newAuditMetrics(registryOf(opt.Metrics)),
 		tokens:      newTokenMetrics(registryOf(opt.Metrics)),
+		shadow:      newShadowMetrics(registryOf(opt.Metrics)),
 		sessions:    level2.NewSessions(0),
 		listenAddrs: map[netip.AddrPort]bool{},
 		clients:     map[netip.Addr]int{},

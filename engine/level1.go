@@ -127,9 +127,10 @@ func (e *Engine) level2Flow(f *flow, route *Route, tlsMode Disposition, rec *rec
 		}
 	}
 	if f.rules.name != "" {
+		ss := &shadowSet{e: e, f: f}
 		l2.Rules = func() level2.Evaluator {
 			if rs := f.rules.current(e); rs != nil {
-				return rs
+				return ss
 			}
 			return nil
 		}
@@ -159,10 +160,11 @@ func (e *Engine) level1Flow(f *flow, tlsMode Disposition) *level1.Flow {
 	if f.rules.name == "" {
 		return nil
 	}
+	ss := &shadowSet{e: e, f: f}
 	return &level1.Flow{
 		Rules: func() level1.RuleSet {
 			if rs := f.rules.current(e); rs != nil {
-				return rs
+				return ss
 			}
 			return nil
 		},
