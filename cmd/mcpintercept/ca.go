@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"mcpintercept/config"
 	"mcpintercept/pki"
@@ -15,7 +16,7 @@ import (
 // DIR] [--format pem|der]`.
 func cmdCA(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "init" && args[0] != "export") {
-		fmt.Fprintln(stderr, "usage: mcpintercept ca init|export [--config FILE | --dir DIR] [--force] [--format pem|der]")
+		fmt.Fprintln(stderr, "usage: mcpintercept ca init [--config FILE | --dir DIR] [--force]\n       mcpintercept ca export [--config FILE | --dir DIR] [--format pem|der]")
 		return exitUsage
 	}
 	sub := args[0]
@@ -23,8 +24,13 @@ func cmdCA(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "take the CA directory from this configuration (ca.dir)")
 	dir := fs.String("dir", "", "CA directory (default: ca.dir of --config, else "+config.DefaultCADir+")")
-	force := fs.Bool("force", false, "init: replace an existing CA")
-	format := fs.String("format", "pem", "export: pem or der")
+	// Each subcommand lists and accepts only its own flags.
+	force, format := new(bool), new(string)
+	if sub == "init" {
+		fs.BoolVar(force, "force", false, "replace an existing CA (clients trusting it must be re-provisioned)")
+	} else {
+		fs.StringVar(format, "format", "pem", "certificate encoding: "+strings.Join(pki.ExportFormats, " or "))
+	}
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
 		return exitUsage
 	}

@@ -60,11 +60,14 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 			reportRuleErrors(stderr, err)
 			return exitUsage
 		}
+		if !preflight(c, stderr) {
+			return exitUsage
+		}
 		cfg = c
 	} else {
 		cfg = config.Default(config.EBPF)
 	}
-	log := appliance.NewLogger(cfg.Log.Level, stderr).With("mode", "exec")
+	log := appliance.NewLoggerFormat(cfg.Log.Level, cfg.Log.Format, stderr).With("mode", "exec")
 	watchdog.steering(origin.EBPF) // exec always steers a cgroup of its own with eBPF
 	code, err := devhost.Run(context.Background(), devhost.Options{Config: cfg, ZeroConfig: *cfgPath == "", Level: *level,
 		Argv: argv, User: who, Stderr: stderr, Log: log, CgroupCreated: watchdog.cgroup})

@@ -3,11 +3,14 @@
 // prints; package appliance wires and runs the appliance, package devhost runs `exec`.
 //
 //	mcpintercept run --config FILE [--mechanism NAME]
-//	mcpintercept check --config FILE [--mechanism NAME]
+//	mcpintercept check --config FILE [--mechanism NAME] [--strict] [--ports]
 //	mcpintercept cleanup
 //	mcpintercept declare [--config FILE] [--mechanism NAME]
 //	mcpintercept ca init|export [--config FILE | --dir DIR]
-//	mcpintercept exec [--config FILE] [--level 1] [--user NAME|UID] -- CMD [ARGS...]
+//	mcpintercept exec [--config FILE] [--level 1|2] [--user NAME|UID] -- CMD [ARGS...]
+//	mcpintercept observe [flags]
+//	mcpintercept policy test --config FILE --input RECORDS.jsonl
+//	mcpintercept version | --version
 //	mcpintercept audit verify|show DIR [flags]
 //	mcpintercept tools list|diff|approve|pin [flags]
 //
@@ -24,9 +27,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -57,12 +62,14 @@ func main() {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, `usage: mcpintercept <command> [flags]
+	fmt.Fprint(w, `usage: mcpintercept <command> [flags]     (mcpintercept <command> --help: its description and flags)
 
 commands:
   run --config FILE [--mechanism NAME]     steer, intercept and forward until SIGINT/SIGTERM
                                            (SIGHUP reloads routes and rules, SIGUSR1 reopens the flow log file)
-  check --config FILE [--mechanism NAME]   validate a configuration and exit
+  check --config FILE [--mechanism NAME] [--strict] [--ports]
+                                           validate a configuration as run would before installing anything
+                                           (every problem at once; warnings for settings that never take effect)
   cleanup                                  remove every rule, route and table mcpintercept could have installed
   declare [--config FILE] [--mechanism NAME]
                                            print the conformance declaration (JSON)
@@ -70,15 +77,20 @@ commands:
                                            create the appliance CA (key 0600) used by terminate routes
   ca export [--config FILE | --dir DIR] [--format pem|der]
                                            print the CA certificate, for clients to trust
-  exec [--config FILE] [--level 1] [--user NAME|UID] -- CMD [ARGS...]
+  exec [--config FILE] [--level 1|2] [--user NAME|UID] -- CMD [ARGS...]
                                            run CMD with its TCP connects steered through the appliance
-                                           (eBPF; zero-config: TLS terminated, HTTP at Level 1)
+                                           (eBPF; zero-config: TLS terminated, JSON-RPC bodies read at Level 2)
+  observe [--config FILE | --admin URL --token-file FILE] [--client C] [--tool T] [--decision D] [-o json] [--top]
+                                           follow a running appliance's decisions live (admin listener)
+  policy test --config FILE --input RECORDS.jsonl
+                                           evaluate recorded requests against the rule sets offline
   audit verify|show DIR [flags]            check the audit log's chain and signed checkpoints (exit 0 intact, 1 tampered) or list its records
   tools list [--json]                      the running appliance's pinned tool definitions (admin listener)
   tools diff [--pins FILE]                 definitions not pinned and unchanged, or live vs a pin file (exit 0 same, 1 differ)
   tools approve SERVER NAME [--kind K]     pin a changed or new definition, ending its quarantine (admin token)
   tools pin --from-live [--out FILE]       write a pin file of every definition seen, for review
                                            (tools flags: --config FILE | --admin URL --token-file FILE; see mcpintercept tools help)
+  version                                  print the build's version (also --version)
 
 mechanisms: `+mechanismList()+`
 `)
@@ -92,39 +104,47 @@ func mechanismList() string {
 	return strings.Join(s, ", ")
 }
 
+// commands maps each subcommand to its function.
+var commands = map[string]func(args []string, stdout, stderr io.Writer) int{
+	"run":     cmdRun,
+	"check":   cmdCheck,
+	"cleanup": cmdCleanup,
+	"declare": cmdDeclare,
+	"ca":      cmdCA,
+	"exec":    cmdExec,
+	"audit":   cmdAudit,
+	"tools":   cmdTools,
+	"observe": cmdObserve,
+	"policy":  cmdPolicy,
+	"version": cmdVersion,
+}
+
 func realMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
 	}
 	switch args[0] {
-	case "run":
-		return cmdRun(args[1:], stdout, stderr)
-	case "check":
-		return cmdCheck(args[1:], stdout, stderr)
-	case "cleanup":
-		return cmdCleanup(args[1:], stdout, stderr)
-	case "declare":
-		return cmdDeclare(args[1:], stdout, stderr)
-	case "ca":
-		return cmdCA(args[1:], stdout, stderr)
-	case "exec":
-		return cmdExec(args[1:], stdout, stderr)
-	case "audit":
-		return cmdAudit(args[1:], stdout, stderr)
-	case "tools":
-		return cmdTools(args[1:], stdout, stderr)
-	case "observe":
-		return cmdObserve(args[1:], stdout, stderr)
-	case "policy":
-		return cmdPolicy(args[1:], stdout, stderr)
-	case "-h", "--help", "help":
+	case "-h", "--help", "-help", "help":
+		// `help CMD` is `CMD --help`.
+		if len(args) > 1 && commands[args[1]] != nil {
+			return runHelp(append(args[1:], "--help"), commands[args[1]], stdout)
+		}
 		usage(stdout)
 		return exitOK
+	case "--version", "-version", "-v":
+		return cmdVersion(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "mcpintercept: unknown command %q\n", args[0])
-	usage(stderr)
-	return exitUsage
+	run := commands[args[0]]
+	if run == nil {
+		fmt.Fprintf(stderr, "mcpintercept: unknown command %q\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+	if wantsHelp(args[0], args[1:]) {
+		return runHelp(args, run, stdout)
+	}
+	return run(args[1:], stdout, stderr)
 }
 
 type commonFlags struct {
@@ -181,31 +201,121 @@ func reportRuleErrors(stderr io.Writer, err error) {
 	fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
 }
 
+// problem is one line of check's report, placed by its position in the file (0: none, first;
+// noLine: not about a line, last).
+type problem struct {
+	line, col int
+	text      string
+}
+
+const noLine = math.MaxInt
+
+// policyProblems turns a rule compile error (policy.CompileErrors, or another error) into problems.
+func policyProblems(err error) []problem {
+	var ce policy.CompileErrors
+	if !errors.As(err, &ce) {
+		return []problem{{line: noLine, text: err.Error()}}
+	}
+	var out []problem
+	for _, e := range ce {
+		out = append(out, problem{e.Pos.Line, e.Pos.Column, e.Error()})
+	}
+	return out
+}
+
+// cmdCheck is `check`: everything run refuses before installing anything, in one pass (the
+// file's errors, then the CEL of every rule without one, then the files and directories the
+// configuration names), and the warnings; --strict makes a warning refuse the file.
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
-	cf, ok := parseFlags("check", args, stderr, true)
-	if !ok {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf commonFlags
+	fs.StringVar(&cf.config, "config", "", "configuration file (YAML)")
+	fs.StringVar(&cf.mechanism, "mechanism", "", "override the file's mechanism: "+mechanismList())
+	strict := fs.Bool("strict", false, "treat warnings as errors (exit 2)")
+	ports := fs.Bool("ports", false, "also check that the listen, admin and dns ports are free (binds each once)")
+	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	cfg, ok := loadConfig(cf, stderr)
-	if !ok {
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mcpintercept check: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	if err := appliance.Check(cfg); err != nil {
-		reportRuleErrors(stderr, err)
+	if cf.config == "" {
+		fmt.Fprintln(stderr, "mcpintercept check: --config FILE is required")
+		return exitUsage
+	}
+	cfg, cerrs, err := config.LoadPartial(cf.config, config.Overrides{Mechanism: config.Mechanism(cf.mechanism)})
+	if err != nil {
+		fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
+		return exitUsage
+	}
+	var probs []problem
+	for _, e := range cerrs {
+		probs = append(probs, problem{e.Line, e.Column, e.Error()})
+	}
+	if len(cerrs) > 0 {
+		// The rules without a problem of their own still compile, so their CEL errors show now
+		// rather than after the others are fixed.
+		if err := appliance.CheckRules(cfg); err != nil {
+			probs = append(probs, policyProblems(err)...)
+		}
+	} else if err := appliance.Check(cfg); err != nil {
+		probs = append(probs, policyProblems(err)...)
+	}
+	policyOnly := len(cerrs) == 0 && len(probs) > 0
+	for _, e := range appliance.Preflight(cfg, appliance.PreflightOptions{Ports: *ports}) {
+		probs = append(probs, problem{line: noLine, text: cf.config + ": " + e.Error()})
+		policyOnly = false
+	}
+	if len(probs) > 0 {
+		sort.SliceStable(probs, func(i, j int) bool {
+			if probs[i].line != probs[j].line {
+				return probs[i].line < probs[j].line
+			}
+			return probs[i].col < probs[j].col
+		})
+		what := "configuration"
+		if policyOnly {
+			what = "policy"
+		}
+		fmt.Fprintf(stderr, "mcpintercept: invalid %s (%d problem(s)); nothing was installed:\n", what, len(probs))
+		for _, p := range probs {
+			fmt.Fprintf(stderr, "  %s\n", p.text)
+		}
 		return exitUsage
 	}
 	nrules := 0
 	for _, rs := range cfg.RuleSets {
 		nrules += len(rs)
 	}
-	// A warning is a valid choice the operator should know they made (token_audience: off);
-	// it does not fail the check.
-	for _, w := range cfg.Warnings() {
+	// A warning is a valid choice the operator should know they made (token_audience: off), or
+	// a setting that never takes effect; it fails the check only under --strict.
+	warnings := cfg.Warnings()
+	for _, w := range warnings {
 		fmt.Fprintf(stderr, "%s: warning: %s\n", cf.config, w)
+	}
+	if *strict && len(warnings) > 0 {
+		fmt.Fprintf(stderr, "mcpintercept check: %d warning(s), refused under --strict\n", len(warnings))
+		return exitUsage
 	}
 	fmt.Fprintf(stdout, "%s: ok (mechanism %s, %d destination prefix(es), %d port range(s), %d route(s), %d rule(s) compiled)\n",
 		cf.config, cfg.Mechanism, len(cfg.Intercept.Destinations), len(cfg.Intercept.Ports), len(cfg.Routes), nrules)
 	return exitOK
+}
+
+// preflight refuses what appliance.Preflight finds (run, exec --config): reported like a
+// configuration error, since nothing was installed.
+func preflight(cfg *config.Config, stderr io.Writer) bool {
+	errs := appliance.Preflight(cfg, appliance.PreflightOptions{})
+	if len(errs) == 0 {
+		return true
+	}
+	fmt.Fprintf(stderr, "mcpintercept: refused at start (%d problem(s)); nothing was installed:\n", len(errs))
+	for _, e := range errs {
+		fmt.Fprintf(stderr, "  %s: %v\n", cfg.Path, e)
+	}
+	return false
 }
 
 // needsLinux prints why cmd cannot run on this system; false when it can.
@@ -266,13 +376,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return exitRuntime
 	}
 	cfg, ok := loadConfig(cf, stderr)
-	if !ok {
+	if !ok || !preflight(cfg, stderr) {
 		return exitUsage
 	}
 	// A flow log piped into a reader that quits (`| head`) must not kill the daemon with SIGPIPE
 	// and leave its steering installed: the write fails and is reported instead.
 	signal.Ignore(syscall.SIGPIPE)
-	log := appliance.NewLogger(cfg.Log.Level, stderr)
+	log := appliance.NewLoggerFormat(cfg.Log.Level, cfg.Log.Format, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads routes and rules (a bad file keeps the running ones); unhandled, it would
