@@ -15,16 +15,30 @@ const (
 
 // RuleOutcome is one rule's part in an Explanation.
 type RuleOutcome struct {
-	Rule    string
-	Action  string // allow, deny, rate_limit or redact
-	Mode    string // ModeEnforce or ModeShadow
-	Outcome string // one of the Outcome constants
+	Rule    string `json:"rule"`
+	Action  string `json:"action"`  // allow, deny, rate_limit or redact
+	Mode    string `json:"mode"`    // ModeEnforce or ModeShadow
+	Outcome string `json:"outcome"` // one of the Outcome constants
 	// Unknown lists the fields the rule reads that the input cannot supply (OutcomeUnknown);
 	// Absent those it read and the request did not carry; Err the evaluation error.
-	Unknown, Absent []string
-	Err             string
+	Unknown []string `json:"unknown,omitempty"`
+	Absent  []string `json:"absent,omitempty"`
+	Err     string   `json:"error,omitempty"`
 	// Decided: this rule made the decision.
-	Decided bool
+	Decided bool `json:"decided,omitempty"`
+}
+
+// HasRule reports whether the set has a rule of that name.
+func (s *Set) HasRule(name string) bool {
+	if s == nil {
+		return false
+	}
+	for _, r := range s.rules {
+		if r.name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Explanation is Explain's answer.
