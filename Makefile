@@ -7,8 +7,12 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 all: build
 
+# The version `mcpintercept version` and `declare` report: the .deb's (packaging/build.sh version,
+# from git describe); a plain `go build` says devel and its VCS revision instead.
+VERSION ?= $(shell packaging/build.sh version 2>/dev/null || echo devel)
+
 build:
-	$(GO) build -o $(BIN)/mcpintercept ./cmd/mcpintercept
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/mcpintercept ./cmd/mcpintercept
 
 # Installs what a fresh Debian machine lacks (apt, npm, Go modules); quick when all is present.
 deps:

@@ -36,8 +36,15 @@ stage() {
 	local r=$1
 	install -d -m 0755 "$r"
 	install -d "$r/usr/bin" "$r/lib/systemd/system" "$r/usr/lib/sysusers.d" "$r/etc/mcpintercept" \
-		"$r/etc/logrotate.d" "$r/usr/share/mcpintercept" "$r/usr/share/doc/mcpintercept/examples"
-	CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -buildid=" -o "$r/usr/bin/mcpintercept" ./cmd/mcpintercept
+		"$r/etc/logrotate.d" "$r/usr/share/mcpintercept" "$r/usr/share/doc/mcpintercept/examples" \
+		"$r/usr/share/man/man1" "$r/usr/share/bash-completion/completions" "$r/usr/share/zsh/vendor-completions"
+	# The binary reports the package's version (mcpintercept version, declare, /declaration).
+	CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -buildid= -X main.version=$(version)" \
+		-o "$r/usr/bin/mcpintercept" ./cmd/mcpintercept
+	gzip -9n <packaging/man/mcpintercept.1 >"$r/usr/share/man/man1/mcpintercept.1.gz"
+	chmod 0644 "$r/usr/share/man/man1/mcpintercept.1.gz"
+	install -m 0644 packaging/completion/mcpintercept.bash "$r/usr/share/bash-completion/completions/mcpintercept"
+	install -m 0644 packaging/completion/_mcpintercept "$r/usr/share/zsh/vendor-completions/_mcpintercept"
 	install -m 0644 packaging/systemd/mcpintercept.service "$r/lib/systemd/system/"
 	install -m 0644 packaging/sysusers.d/mcpintercept.conf "$r/usr/lib/sysusers.d/"
 	install -m 0644 packaging/etc/mcpintercept/mcpintercept.yaml packaging/etc/mcpintercept/gateway.yaml "$r/etc/mcpintercept/"
@@ -45,7 +52,7 @@ stage() {
 	install -m 0755 scripts/gateway.sh "$r/usr/share/mcpintercept/gateway.sh"
 	install -m 0644 README.md "$r/usr/share/doc/mcpintercept/README.md"
 	install -m 0644 packaging/systemd/ebpf.conf "$r/usr/share/doc/mcpintercept/examples/ebpf.conf"
-	install -m 0644 examples/lab.yaml "$r/usr/share/doc/mcpintercept/examples/lab.yaml"
+	install -m 0644 examples/lab.yaml examples/exec.yaml "$r/usr/share/doc/mcpintercept/examples/"
 	printf 'mcpintercept\n\nThe Debian packaging files are under packaging/ in the source tree.\n' >"$r/usr/share/doc/mcpintercept/copyright"
 }
 

@@ -71,6 +71,9 @@ with --top a summary of calls per client and tool.`,
 
 Evaluate recorded requests (flow log lines) against the configuration's rule sets offline and
 print what each rule decides.`,
+	"tools": `usage: mcpintercept tools list|diff|approve|pin [flags]
+
+The running appliance's tool-integrity state over its admin listener.`,
 	"tools list": `usage: mcpintercept tools list [--json] [--config FILE | --admin URL --token-file FILE]
 
 Every tool, prompt and template definition the running appliance knows, per server (admin listener).`,
