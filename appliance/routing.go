@@ -117,7 +117,7 @@ func compileRuleSets(cfg *config.Config, prev CompiledRuleSets) (CompiledRuleSet
 
 func ruleSpec(r config.Rule) policy.RuleSpec {
 	s := policy.RuleSpec{
-		Name: r.Name, When: r.When, Action: r.Action, Reason: r.Reason,
+		Name: r.Name, When: r.When, Action: r.Action, Reason: r.Reason, Mode: r.Mode,
 		Pos:    policy.Pos{File: r.WhenPos.File, Line: r.WhenPos.Line, Column: r.WhenPos.Column},
 		KeyPos: policy.Pos{File: r.KeyPos.File, Line: r.KeyPos.Line, Column: r.KeyPos.Column},
 	}

@@ -871,7 +871,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "rule_sets is not a mapping", src: minimal + "rule_sets: [a]\n", want: []wantErr{{4, "rule_sets", "expected a mapping of rule set names to lists of rules, got a list"}}},
 		{name: "rule set is not a list", src: withRuleSets + "  s: {name: a}\n", want: []wantErr{{5, "rule_sets.s", "expected a list of rules, got a mapping"}}},
 		{name: "rule is not a mapping", src: withRuleSets + "  s: [deny]\n", want: []wantErr{{5, "rule_sets.s[0]", `expected a mapping, got string "deny"`}}},
-		{name: "unknown rule key", src: withRuleSets + "  s:\n    - {name: a, action: deny, reasn: x}\n", want: []wantErr{{6, "rule_sets.s[0].reasn", `unknown key "reasn" (valid: name, when, action, reason, rate_limit, redact)`}}},
+		{name: "unknown rule key", src: withRuleSets + "  s:\n    - {name: a, action: deny, reasn: x}\n", want: []wantErr{{6, "rule_sets.s[0].reasn", `unknown key "reasn" (valid: name, when, action, reason, mode, rate_limit, redact)`}}},
 		{name: "unknown rate_limit key", src: withRuleSets + "  s:\n    - {name: a, action: rate_limit, rate_limit: {key: k, rate: 1, burst: 1, per: 1s}}\n", want: []wantErr{{6, "rule_sets.s[0].rate_limit.per", `unknown key "per" (valid: key, rate, burst, max_keys)`}}},
 		{name: "rate_limit is not a mapping", src: withRuleSets + "  s:\n    - {name: a, action: rate_limit, rate_limit: 10}\n", want: []wantErr{{6, "rule_sets.s[0].rate_limit", "expected a mapping, got integer 10"}}},
 		{name: "rule set name characters", src: withRuleSets + "  \"my set\": []\n", want: []wantErr{{5, `rule_sets."my set"`, `invalid name "my set"`}}},

@@ -159,7 +159,11 @@ func VerdictOf(d policy.Decision) exchange.Verdict {
 	case policy.ActionAllow, "":
 		v.Decision = exchange.Allow
 		if len(d.Absent) > 0 {
+			// The shadow rules' marks stay: a dry run must be visible whatever fields were absent.
 			v.Reason = "fields absent: " + strings.Join(d.Absent, ", ")
+			for _, h := range d.Shadow {
+				v.Reason += "; " + h.String()
+			}
 		}
 	case policy.ActionRateLimited:
 		v.Status = http.StatusTooManyRequests
