@@ -1,0 +1,528 @@
+package appliance
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"mcpintercept/config"
+	"mcpintercept/engine"
+	"mcpintercept/origin"
+	"mcpintercept/telemetry"
+)
+
+// The live view: every record the engine writes also goes to a telemetry.Hub, which GET /observe
+// (JSON lines, or server-sent events for the page) and the /ui page read from. Both need the
+// admin token (<tool_integrity.dir>/admin.token, made on first start whether or not a route
+// pins tool definitions): as "Authorization: Bearer <token>", or, for the page, as the cookie
+// GET /ui/login?token=<token> sets (HttpOnly, SameSite=Strict) before it redirects to /ui.
+
+// liveHistory is how many recent records the hub keeps for ?since= (and the page's first view).
+const liveHistory = 1024
+
+// observeCookie carries the admin token for the page (the admin listener is on loopback).
+const observeCookie = "mcpi_admin"
+
+// maxObserveBuffer bounds ?buffer=, a subscriber's buffer of records.
+const maxObserveBuffer = telemetry.DefaultLiveBuffer
+
+//go:embed ui/index.html
+var uiPage []byte
+
+// liveView is the appliance's share of the live view: the hub and the admin token its endpoints
+// require (tokenErr says why there is none).
+type liveView struct {
+	hub       *telemetry.Hub
+	token     []byte // SHA-256 of the admin token
+	tokenErr  error
+	tokenPath string
+}
+
+// newLive makes the hub (its metrics in reg).
+func newLive(a *Appliance) *liveView {
+	return &liveView{hub: telemetry.NewHubWithHistory(a.metrics.Registry, liveHistory)}
+}
+
+// recorder is the engine's one writer of records: the flow log and Options.Observe (sink), and
+// the live view's hub.
+func (a *Appliance) recorder() *telemetry.Recorder {
+	var flows telemetry.Sink
+	if s := a.sink(); s != nil {
+		flows = telemetry.SinkFunc(func(_ telemetry.Kind, r telemetry.FlowRecord) { s.Write(r) })
+	}
+	var hub telemetry.Sink
+	if a.live != nil && a.admin != nil && a.live.tokenErr == nil {
+		// Only when somebody can subscribe: the hub's history costs every record a copy.
+		hub = a.live.hub
+	}
+	return telemetry.NewRecorder(a.metrics, flows, hub)
+}
+
+// closeLive ends every live stream (the admin listener's shutdown would wait for them).
+func (a *Appliance) closeLive() {
+	if a.live != nil {
+		a.live.hub.Close("appliance stopping")
+	}
+}
+
+// serveObserve reads (or makes) the admin token and adds GET /observe, /ui, /ui/login and
+// /ui/config to the admin listener. Without a token (no tool_integrity.dir, or it cannot be
+// written) those endpoints answer 503 with the reason; the rest of the listener works.
+func (a *Appliance) serveObserve() {
+	lv := a.live
+	dir := a.cfg.ToolIntegrity.Dir
+	if dir == "" {
+		lv.tokenErr = errors.New("no admin token: tool_integrity.dir (or ca.dir, which it defaults beside) is not set")
+	} else {
+		lv.tokenPath = filepath.Join(dir, config.AdminTokenFile)
+		if tok, err := adminToken(dir); err != nil {
+			lv.tokenErr = err
+		} else {
+			sum := sha256.Sum256([]byte(tok))
+			lv.token = sum[:]
+		}
+	}
+	if lv.tokenErr != nil {
+		a.log.Warn("live view (/observe, /ui) off: "+lv.tokenErr.Error(), "err", lv.tokenErr)
+	}
+	a.admin.Handle("GET /observe", http.HandlerFunc(a.serveObserveStream))
+	a.admin.Handle("GET /ui", http.HandlerFunc(a.serveUI))
+	a.admin.Handle("GET /ui/login", http.HandlerFunc(a.serveUILogin))
+	a.admin.Handle("GET /ui/config", http.HandlerFunc(a.serveUIConfig))
+}
+
+// check answers 503 or 401 and returns false unless the request carries the admin token (bearer
+// or the page's cookie).
+func (lv *liveView) check(w http.ResponseWriter, r *http.Request) bool {
+	if lv.tokenErr != nil {
+		http.Error(w, "live view unavailable: "+lv.tokenErr.Error(), http.StatusServiceUnavailable)
+		return false
+	}
+	tok := ""
+	if scheme, t, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		tok = strings.TrimSpace(t)
+	} else if c, err := r.Cookie(observeCookie); err == nil {
+		tok = c.Value
+	}
+	if tok != "" && lv.valid(tok) {
+		return true
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="mcpintercept-admin"`)
+	http.Error(w, "needs the admin token: Authorization: Bearer <the contents of "+lv.tokenPath+">, or open /ui/login?token=<it> once in the browser", http.StatusUnauthorized)
+	return false
+}
+
+func (lv *liveView) valid(tok string) bool {
+	sum := sha256.Sum256([]byte(tok))
+	return len(lv.token) > 0 && subtle.ConstantTimeCompare(sum[:], lv.token) == 1
+}
+
+// ObserveFilter is what GET /observe's query selects; the zero value passes every record.
+type ObserveFilter struct {
+	// Client is an address ("10.0.0.5"), an address and port, a prefix ("10.0.0.0/24") or a
+	// process name (the record's process.comm, when the steering knows it).
+	Client string
+	// Tool is the record's mcp_name (the tool of a tools/call, a prompt's or resource's name).
+	Tool string
+	// Decisions are the decisions passed (allow, deny, rate_limit, …); empty: all.
+	Decisions []string
+	// Route is the name of the route the record's connection takes under the routing now.
+	Route string
+	// Since passes records from that time on (and replays the recent ones, see liveHistory).
+	Since time.Time
+	// Kinds are the record kinds passed (flow, exchange, message); empty: all.
+	Kinds []string
+}
+
+// ParseObserveQuery reads the filter from a query (client, tool, decision, route, since, kind);
+// since is RFC 3339 or a duration back from now.
+func ParseObserveQuery(q url.Values, now time.Time) (ObserveFilter, error) {
+	f := ObserveFilter{Client: q.Get("client"), Tool: q.Get("tool"), Route: q.Get("route")}
+	split := func(s string) []string {
+		var out []string
+		for _, v := range strings.Split(s, ",") {
+			if v = strings.TrimSpace(v); v != "" {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	f.Decisions = split(q.Get("decision"))
+	f.Kinds = split(q.Get("kind"))
+	for _, k := range f.Kinds {
+		if k != "flow" && k != "exchange" && k != "message" {
+			return f, fmt.Errorf("kind %q: want flow, exchange or message", k)
+		}
+	}
+	if s := q.Get("since"); s != "" {
+		t, err := ParseSince(s, now)
+		if err != nil {
+			return f, err
+		}
+		f.Since = t
+	}
+	if f.Client != "" && strings.Contains(f.Client, "/") {
+		if _, err := netip.ParsePrefix(f.Client); err != nil {
+			return f, fmt.Errorf("client %q: not a prefix: %v", f.Client, err)
+		}
+	}
+	return f, nil
+}
+
+// ParseSince reads an RFC 3339 time or a positive duration back from now ("10m").
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time or a duration such as 10m", s)
+	}
+	return now.Add(-d), nil
+}
+
+// matchRecord says whether f passes the record; route is the name of the route its connection
+// takes (computed only when f asks for one).
+func (f *ObserveFilter) matchRecord(l *telemetry.Live, route func() string) bool {
+	r := &l.Record
+	if !f.Since.IsZero() && r.Time.Before(f.Since) {
+		return false
+	}
+	if len(f.Kinds) > 0 && !contains(f.Kinds, l.Kind.String()) {
+		return false
+	}
+	if len(f.Decisions) > 0 && !contains(f.Decisions, r.Decision) {
+		return false
+	}
+	if f.Tool != "" && r.MCPName != f.Tool {
+		return false
+	}
+	if f.Client != "" && !matchClient(f.Client, r) {
+		return false
+	}
+	if f.Route != "" && route() != f.Route {
+		return false
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func matchClient(c string, r *telemetry.FlowRecord) bool {
+	if r.Client == c || (r.Process != nil && r.Process.Comm == c) {
+		return true
+	}
+	ap, err := netip.ParseAddrPort(r.Client)
+	if err != nil {
+		return false
+	}
+	if p, err := netip.ParsePrefix(c); err == nil {
+		return p.Contains(ap.Addr().Unmap())
+	}
+	if a, err := netip.ParseAddr(c); err == nil {
+		return a.Unmap() == ap.Addr().Unmap()
+	}
+	return false
+}
+
+// routeOf is the name of the route a record's connection takes under rt (the engine's choice
+// made again from the record: client, destination, SNI).
+func routeOf(rt *engine.Routing, r *telemetry.FlowRecord) string {
+	client, err1 := netip.ParseAddrPort(r.Client)
+	dst, err2 := netip.ParseAddrPort(r.OrigDst)
+	if err1 != nil || err2 != nil || rt == nil {
+		return ""
+	}
+	for _, rr := range rt.Routes {
+		if len(rr.Destinations) > 0 && !origin.InPrefixes(rr.Destinations, dst.Addr()) {
+			continue
+		}
+		if len(rr.Clients) > 0 && !origin.InPrefixes(rr.Clients, client.Addr()) {
+			continue
+		}
+		if len(rr.Ports) > 0 {
+			ok := false
+			for _, p := range rr.Ports {
+				ok = ok || p.Contains(dst.Port())
+			}
+			if !ok {
+				continue
+			}
+		}
+		if len(rr.SNI) > 0 && !engine.MatchSNI(rr.SNI, r.SNI) {
+			continue
+		}
+		return rr.Name
+	}
+	if rt.Default != nil {
+		return rt.Default.Name
+	}
+	return engine.DefaultRouteName
+}
+
+// observeKeepalive is how often an idle stream gets a line (a blank one, or an SSE comment), so
+// that a reader and the proxies between notice a dead connection.
+const observeKeepalive = 15 * time.Second
+
+// observeWriteTimeout bounds each write to a reader: one that does not read is dropped by the
+// hub, and its handler must not stay blocked in a write after that.
+const observeWriteTimeout = 10 * time.Second
+
+// serveObserveStream is GET /observe: the records the filter passes as JSON lines (the flow
+// log's encoding), or as server-sent events with ?format=sse (event "record"); a final line
+// {"observe":"end","reason":…} (event "end") says why the stream stopped (dropped for falling
+// behind, the appliance stopping). ?buffer=N (1..1024) sizes the subscriber's buffer.
+func (a *Appliance) serveObserveStream(w http.ResponseWriter, r *http.Request) {
+	lv := a.live
+	if !lv.check(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	f, err := ParseObserveQuery(q, time.Now())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	sse := q.Get("format") == "sse"
+	if v := q.Get("format"); v != "" && v != "sse" && v != "jsonl" {
+		http.Error(w, fmt.Sprintf("format %q: want jsonl or sse", v), http.StatusBadRequest)
+		return
+	}
+	buf := maxObserveBuffer
+	if v := q.Get("buffer"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxObserveBuffer {
+			http.Error(w, fmt.Sprintf("buffer %q: want 1 to %d", v, maxObserveBuffer), http.StatusBadRequest)
+			return
+		}
+		buf = n
+	}
+	rc := http.NewResponseController(w)
+	if sse {
+		w.Header().Set("Content-Type", "text/event-stream")
+	} else {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	sub := lv.hub.SubscribeSince(buf, f.Since, !f.Since.IsZero())
+	defer sub.Close()
+	w.WriteHeader(http.StatusOK)
+	rc.Flush()
+
+	var line []byte
+	write := func(b []byte) bool {
+		rc.SetWriteDeadline(time.Now().Add(observeWriteTimeout))
+		_, err := w.Write(b)
+		return err == nil
+	}
+	emit := func(l *telemetry.Live) bool {
+		cur := &l.Record
+		if !f.matchRecord(l, func() string {
+			if a.eng == nil {
+				return ""
+			}
+			return routeOf(a.eng.Routing(), cur)
+		}) {
+			return true
+		}
+		line = line[:0]
+		if sse {
+			line = append(line, "event: record\ndata: "...)
+			line = l.Record.AppendJSON(line)
+			line = append(line, "\n\n"...)
+		} else {
+			line = append(l.Record.AppendJSON(line), '\n')
+		}
+		return write(line)
+	}
+	end := func(reason string) {
+		b := []byte(`{"observe":"end","reason":` + strconv.Quote(reason) + "}")
+		if sse {
+			b = append(append([]byte("event: end\ndata: "), b...), "\n\n"...)
+		} else {
+			b = append(b, '\n')
+		}
+		write(b)
+		rc.Flush()
+	}
+	tick := time.NewTicker(observeKeepalive)
+	defer tick.Stop()
+	for {
+		select {
+		case l := <-sub.C:
+			if !emit(&l) {
+				return
+			}
+			if len(sub.C) == 0 {
+				if rc.Flush() != nil {
+					return
+				}
+			}
+		case <-sub.Done():
+			for len(sub.C) > 0 { // what was buffered before the drop
+				l := <-sub.C
+				if !emit(&l) {
+					return
+				}
+			}
+			reason := sub.Reason()
+			if reason == "" {
+				reason = "closed"
+			}
+			end(reason)
+			return
+		case <-tick.C:
+			ka := []byte("\n")
+			if sse {
+				ka = []byte(": keepalive\n\n")
+			}
+			if !write(ka) || rc.Flush() != nil {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// serveUI is GET /ui: the one embedded page (inline script and style, nothing fetched from
+// elsewhere).
+func (a *Appliance) serveUI(w http.ResponseWriter, r *http.Request) {
+	if !a.live.check(w, r) {
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'")
+	w.Write(uiPage)
+}
+
+// serveUILogin is GET /ui/login?token=…: a valid token becomes the page's cookie and the browser
+// goes to /ui (so the token leaves the address bar).
+func (a *Appliance) serveUILogin(w http.ResponseWriter, r *http.Request) {
+	lv := a.live
+	if lv.tokenErr != nil {
+		http.Error(w, "live view unavailable: "+lv.tokenErr.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	tok := strings.TrimSpace(r.URL.Query().Get("token"))
+	if !lv.valid(tok) {
+		http.Error(w, "wrong or missing token: open /ui/login?token=<the contents of "+lv.tokenPath+">", http.StatusUnauthorized)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: observeCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, "/ui", http.StatusSeeOther)
+}
+
+// UIConfig is GET /ui/config: the loaded routes and the names of the rules, no expressions (they
+// may hold literals an operator would not show) and no secrets.
+type UIConfig struct {
+	Routes       []UIRoute           `json:"routes"`
+	DefaultRoute string              `json:"default_route"`
+	RuleSets     map[string][]UIRule `json:"rule_sets"`
+	ToolPins     bool                `json:"tool_pins"`
+}
+
+// UIRoute is one route as the page shows it.
+type UIRoute struct {
+	Name         string   `json:"name"`
+	Destinations []string `json:"destinations,omitempty"`
+	Ports        []string `json:"ports,omitempty"`
+	SNI          []string `json:"sni,omitempty"`
+	Clients      []string `json:"clients,omitempty"`
+	TLS          string   `json:"tls"`
+	Level        int      `json:"level"`
+	RuleSet      string   `json:"rule_set,omitempty"`
+	ToolPins     string   `json:"tool_pins,omitempty"`
+	Audit        bool     `json:"audit,omitempty"`
+}
+
+// UIRule is one rule's name, action and mode.
+type UIRule struct {
+	Name   string `json:"name"`
+	Action string `json:"action"`
+	Mode   string `json:"mode,omitempty"`
+}
+
+func (a *Appliance) serveUIConfig(w http.ResponseWriter, r *http.Request) {
+	if !a.live.check(w, r) {
+		return
+	}
+	out := UIConfig{RuleSets: map[string][]UIRule{}, ToolPins: a.tools.Load() != nil}
+	if a.eng != nil {
+		rt := a.eng.Routing()
+		for _, rr := range rt.Routes {
+			out.Routes = append(out.Routes, uiRoute(rr))
+		}
+		switch {
+		case rt.DefaultClose:
+			out.DefaultRoute = "close"
+		case rt.Default != nil:
+			out.DefaultRoute = rt.Default.Name
+		default:
+			out.DefaultRoute = engine.DefaultRouteName
+		}
+		for name := range rt.RuleSets {
+			out.RuleSets[name] = []UIRule{}
+		}
+	}
+	// Rule names from the configuration the appliance started with (a reload's renames show
+	// after a restart; the sets themselves are the running ones).
+	for name, rules := range a.cfg.RuleSets {
+		if _, ok := out.RuleSets[name]; !ok && a.eng != nil {
+			continue
+		}
+		list := make([]UIRule, 0, len(rules))
+		for _, ru := range rules {
+			list = append(list, UIRule{Name: ru.Name, Action: ru.Action, Mode: ru.Mode})
+		}
+		out.RuleSets[name] = list
+	}
+	if out.Routes == nil {
+		out.Routes = []UIRoute{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func uiRoute(r *engine.Route) UIRoute {
+	u := UIRoute{Name: r.Name, SNI: r.SNI, TLS: string(r.TLS), Level: r.Level, RuleSet: r.RuleSet,
+		ToolPins: string(r.ToolPins), Audit: r.Audit != nil}
+	for _, p := range r.Destinations {
+		u.Destinations = append(u.Destinations, p.String())
+	}
+	for _, p := range r.Clients {
+		u.Clients = append(u.Clients, p.String())
+	}
+	for _, p := range r.Ports {
+		u.Ports = append(u.Ports, portRange(p))
+	}
+	return u
+}
+
+func portRange(p engine.PortRange) string {
+	if p.From == p.To {
+		return strconv.Itoa(int(p.From))
+	}
+	return fmt.Sprintf("%d-%d", p.From, p.To)
+}
