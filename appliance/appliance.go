@@ -116,7 +116,10 @@ type Appliance struct {
 	// opened with.
 	tracer       *tracing.Tracer
 	telemetryCfg config.TelemetryConfig
-	stopHealth   func()
+	// live is the live view (observe.go): the hub every record also goes to, and the admin
+	// token GET /observe and /ui require.
+	live       *liveView
+	stopHealth func()
 
 	mu        sync.Mutex // orders Reload, Start and Stop
 	sets      CompiledRuleSets
@@ -171,6 +174,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 	}
 
 	a.metrics = telemetry.NewMetrics()
+	a.live = newLive(a)
 	a.setKeep(cfg)
 	if o, ok := a.mech.(intercept.Opener); ok {
 		if err := o.Open(ctx, a.metrics.Registry, log.With("component", "dns")); err != nil {
@@ -194,6 +198,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		// and the audit store (when a route is audited) is writable.
 		a.serveAudit()
 		a.serveTools()
+		a.serveObserve()
 		a.admin.Start()
 	}
 
@@ -241,6 +246,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		Dialer:    dialer,
 		Limits:    limitsOf(cfg),
 		Flows:     a.sink(),
+		Records:   a.recorder(), // the flow log and Options.Observe (Flows), and the live view
 		Metrics:   a.metrics,
 		Log:       log.With("component", "engine"),
 		Routing:   routing,
@@ -539,6 +545,7 @@ func (a *Appliance) release() {
 		a.flowFile.Close()
 		a.flowFile = nil
 	}
+	a.closeLive()
 	if a.admin != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		a.admin.Shutdown(sctx)
