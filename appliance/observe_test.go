@@ -281,3 +281,21 @@ func TestObserveFilter(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseObserveQuery: any query either parses or is refused; a parsed filter runs on a record.
+func FuzzParseObserveQuery(f *testing.F) {
+	f.Add("client=10.0.0.0/24&tool=echo&decision=deny,allow&since=10m&kind=message")
+	f.Add("since=2026-03-01T11:58:00Z&client=node&route=r")
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		fl, err := ParseObserveQuery(q, time.Unix(1e9, 0))
+		if err != nil {
+			return
+		}
+		l := telemetry.Live{Kind: telemetry.KindMessage, Record: telemetry.FlowRecord{Client: "10.0.0.5:1", MCPName: "echo", Decision: "deny"}}
+		fl.matchRecord(&l, func() string { return "r" })
+	})
+}
