@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"mcpintercept/config"
+	"mcpintercept/engine"
 	"mcpintercept/pki"
 )
 
@@ -75,6 +76,50 @@ func Preflight(cfg *config.Config, opt PreflightOptions) []error {
 		errs = append(errs, checkPorts(cfg)...)
 	}
 	return errs
+}
+
+// CheckAll is Check without stopping at the first problem: the compile errors of every rule set,
+// the rules that read what their route's level cannot see (both policy.CompileErrors), then each
+// route's token check and the tool pin file. A problem about a file that preflight (the errors
+// Preflight returned) already reports is left out, so that each shows once.
+func CheckAll(cfg *config.Config, preflight []error) []error {
+	var out []error
+	sets, err := compileRuleSets(cfg, nil)
+	if err != nil {
+		return []error{err}
+	}
+	rt := &engine.Routing{}
+	for i := range cfg.Routes {
+		rt.Routes = append(rt.Routes, routeFromConfig(cfg, cfg.Routes[i]))
+	}
+	if d := cfg.DefaultRoute; d != nil && !d.Close && d.Route != nil {
+		rt.Default = routeFromConfig(cfg, *d.Route)
+	}
+	if err := checkLevels(rt, sets); err != nil {
+		out = append(out, err)
+	}
+	seen := map[string]bool{}
+	for _, e := range preflight {
+		var pe *fs.PathError
+		if errors.As(e, &pe) {
+			seen[pe.Path] = true
+		}
+	}
+	add := func(err error) {
+		var pe *fs.PathError
+		if err == nil || errors.As(err, &pe) && seen[pe.Path] {
+			return
+		}
+		out = append(out, err)
+	}
+	routes := declaredRoutes(cfg)
+	for _, r := range routes {
+		_, err := tokenChecker(cfg, r)
+		add(err)
+	}
+	full := &engine.Routing{Routes: rt.Routes, Default: rt.Default}
+	add(checkToolPins(cfg, full))
+	return out
 }
 
 // CheckRules compiles the rule sets of a configuration that has other problems (a partial one,

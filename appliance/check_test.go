@@ -184,3 +184,33 @@ func TestNewLoggerFormat(t *testing.T) {
 		t.Errorf("json: %q", js.String())
 	}
 }
+
+// TestCheckAll: a rule that reads what its route's level cannot see is reported although a
+// route's token check cannot be built, and a file problem Preflight reports shows once.
+func TestCheckAll(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "secret")
+	src := "mechanism: nftables-tproxy\nintercept: {destinations: [10.0.0.0/8], ports: [443]}\n" +
+		"routes:\n  - {name: p, tls: plaintext, development: true, level: 1, rule_set: s}\n" +
+		"rule_sets:\n  s:\n    - {name: args, when: 'mcp.arguments.x == 1', action: deny}\n" +
+		"tokens:\n  opaque_tokens: introspect\n  introspection: {url: https://idp.example/i, client_id: me, client_secret_file: " + missing + "}\n"
+	cfg, err := config.Parse("c.yaml", []byte(src), config.Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := Preflight(cfg, PreflightOptions{})
+	if len(pre) != 1 || !strings.Contains(pre[0].Error(), "tokens.introspection.client_secret_file") {
+		t.Fatalf("Preflight: %v", pre)
+	}
+	errs := CheckAll(cfg, pre)
+	var ce policy.CompileErrors
+	if len(errs) != 1 || !errors.As(errs[0], &ce) || !strings.Contains(ce.Error(), "needs awareness level 2, the route has level 1") {
+		t.Fatalf("CheckAll with the preflight: %v", errs)
+	}
+	errs = CheckAll(cfg, nil)
+	if len(errs) != 2 || !strings.Contains(errs[1].Error(), "introspection client secret") {
+		t.Fatalf("CheckAll alone: %v", errs)
+	}
+	if err := Check(cfg); err == nil {
+		t.Error("Check accepts it")
+	}
+}

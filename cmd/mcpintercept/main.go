@@ -254,17 +254,20 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	for _, e := range cerrs {
 		probs = append(probs, problem{e.Line, e.Column, e.Error()})
 	}
+	pre := appliance.Preflight(cfg, appliance.PreflightOptions{Ports: *ports})
 	if len(cerrs) > 0 {
 		// The rules without a problem of their own still compile, so their CEL errors show now
 		// rather than after the others are fixed.
 		if err := appliance.CheckRules(cfg); err != nil {
 			probs = append(probs, policyProblems(err)...)
 		}
-	} else if err := appliance.Check(cfg); err != nil {
-		probs = append(probs, policyProblems(err)...)
+	} else {
+		for _, err := range appliance.CheckAll(cfg, pre) {
+			probs = append(probs, policyProblems(err)...)
+		}
 	}
 	policyOnly := len(cerrs) == 0 && len(probs) > 0
-	for _, e := range appliance.Preflight(cfg, appliance.PreflightOptions{Ports: *ports}) {
+	for _, e := range pre {
 		probs = append(probs, problem{line: noLine, text: cf.config + ": " + e.Error()})
 		policyOnly = false
 	}
