@@ -98,3 +98,41 @@ func checkTextPos(t *testing.T, data []byte, what, text string, pos Pos) {
 		t.Fatalf("%s %q: position %+v points at %q in line %q", what, text, pos, c, string(line))
 	}
 }
+
+// FuzzParsePartial: ParsePartial reports exactly Parse's errors, always returns a configuration
+// (defaults applied) on which Warnings runs, and drops no rule from a valid file.
+func FuzzParsePartial(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*.yaml")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, "")
+	}
+	f.Fuzz(func(t *testing.T, data []byte, mechanism string) {
+		o := Overrides{Mechanism: Mechanism(mechanism)}
+		c, errs, err := ParsePartial("fuzz.yaml", data, o)
+		if err != nil || c == nil {
+			t.Fatalf("ParsePartial: %v, %v", c, err)
+		}
+		pc, perr := Parse("fuzz.yaml", data, o)
+		switch {
+		case (perr == nil) != (errs == nil):
+			t.Fatalf("Parse: %v; ParsePartial: %v", perr, errs)
+		case perr != nil && perr.Error() != errs.Error():
+			t.Fatalf("errors differ:\nParse:\n%v\nParsePartial:\n%v", perr, errs)
+		case perr == nil && len(pc.Routes) != len(c.Routes):
+			t.Fatalf("a valid file parsed differently")
+		}
+		_ = c.Warnings()
+		// No error is about a rule kept: every kept rule has a name an error key does not hold.
+		if perr == nil {
+			for name, rules := range c.RuleSets {
+				if len(rules) != len(pc.RuleSets[name]) {
+					t.Fatalf("rule set %s: %d rules kept of %d in a valid file", name, len(rules), len(pc.RuleSets[name]))
+				}
+			}
+		}
+	})
+}

@@ -13,14 +13,25 @@ import (
 // "websockets"), so it is a warning, not an error.
 var KnownUpgrades = []string{"websocket", UpgradeH2C, UpgradeConnect, "tls", "http", "connect-udp", "connect-ip", "connect-tcp"}
 
+// maxShadowRoutes bounds the pairwise shadowing check (quadratic in the routes): past it, only
+// the first maxShadowRoutes routes are compared.
+const maxShadowRoutes = 2048
+
 // lintWarnings are the settings that are valid but can never take effect: a route shadowed by an
 // earlier one, a route on ports the steering does not send here, sni on a plaintext route, an
 // allow_upgrade token no client sends, a rule set no route uses.
 func (c *Config) lintWarnings() []string {
 	var out []string
+	shadowing := len(c.Routes) <= maxShadowRoutes
+	if !shadowing {
+		out = append(out, fmt.Sprintf("routes: %d routes; shadowed routes are looked for among the first %d only", len(c.Routes), maxShadowRoutes))
+	}
 	for i, r := range c.Routes {
 		key := fmt.Sprintf("routes[%d] (%s)", i, r.Name)
 		for j := range i {
+			if i >= maxShadowRoutes {
+				break
+			}
 			if covers(c.Routes[j].Match, r.Match) {
 				out = append(out, fmt.Sprintf("%s: never matches: routes[%d] (%s) comes first and matches every flow this route does (routes are tried in order; move the narrower route up)",
 					key, j, c.Routes[j].Name))
@@ -97,6 +108,7 @@ func subtractRanges(p PortRange, by []PortRange) []PortRange {
 				next = append(next, r)
 				continue
 			}
+			// b.From > r.From and b.To < r.To keep b.From-1 and b.To+1 within uint16.
 			if b.From > r.From {
 				next = append(next, PortRange{r.From, b.From - 1})
 			}
