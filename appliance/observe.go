@@ -287,7 +287,7 @@ const observeWriteTimeout = 10 * time.Second
 // serveObserveStream is GET /observe: the records the filter passes as JSON lines (the flow
 // log's encoding), or as server-sent events with ?format=sse (event "record"); a final line
 // {"observe":"end","reason":…} (event "end") says why the stream stopped (dropped for falling
-// behind, the appliance stopping). ?buffer=N (1..1024) sizes the subscriber's buffer.
+// behind, the appliance stopping; "closed" after follow=0's snapshot). ?buffer=N (1..1024) sizes the subscriber's buffer.
 func (a *Appliance) serveObserveStream(w http.ResponseWriter, r *http.Request) {
 	lv := a.live
 	if !lv.check(w, r) {
@@ -323,6 +323,11 @@ func (a *Appliance) serveObserveStream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	sub := lv.hub.SubscribeSince(buf, f.Since, !f.Since.IsZero())
 	defer sub.Close()
+	// follow=0: only the replayed history, then the end line (a snapshot: the page's printable
+	// view, a headless browser).
+	if q.Get("follow") == "0" {
+		sub.Close()
+	}
 	w.WriteHeader(http.StatusOK)
 	rc.Flush()
 
@@ -432,7 +437,11 @@ func (a *Appliance) serveUILogin(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: observeCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, "/ui", http.StatusSeeOther)
+	next := "/ui"
+	if r.URL.Query().Get("snapshot") == "1" {
+		next = "/ui?snapshot=1"
+	}
+	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 // UIConfig is GET /ui/config: the loaded routes and the names of the rules, no expressions (they
