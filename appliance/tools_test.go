@@ -252,8 +252,11 @@ func TestToolsOff(t *testing.T) {
 	if a.tools.Load() != nil {
 		t.Error("a guard without a route that pins")
 	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("the state directory exists: %v", err)
+	// The directory holds the admin token (the live view needs it) and nothing of the guard's.
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 || ents[0].Name() != "admin.token" {
+		t.Errorf("the state directory holds %v (%v), want only admin.token", ents, err)
+	} else if st, _ := os.Stat(filepath.Join(dir, "admin.token")); st.Mode().Perm() != 0o600 {
+		t.Errorf("admin.token mode %v, want 0600", st.Mode().Perm())
 	}
 	for _, p := range []string{"GET /tools", "GET /tools/pins", "POST /tools/approve"} {
 		m, path, _ := strings.Cut(p, " ")
