@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -9,86 +8,28 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 	"mcpintercept/tracing"
+	"mcpintercept/tracing/tracingtest"
 )
 
-// otlpReceiver is an in-process OTLP/HTTP receiver keeping the spans it was sent.
-type otlpReceiver struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	spans []*tracepb.Span
-}
+type otlpReceiver = tracingtest.Receiver
 
-func newOTLPReceiver(t *testing.T) *otlpReceiver {
-	r := &otlpReceiver{}
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, _ := io.ReadAll(req.Body)
-		var out []byte
-		switch req.URL.Path {
-		case "/v1/traces":
-			var m coltracepb.ExportTraceServiceRequest
-			if proto.Unmarshal(body, &m) != nil {
-				w.WriteHeader(400)
-				return
-			}
-			r.mu.Lock()
-			for _, rs := range m.ResourceSpans {
-				for _, ss := range rs.ScopeSpans {
-					r.spans = append(r.spans, ss.Spans...)
-				}
-			}
-			r.mu.Unlock()
-			out, _ = proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		case "/v1/metrics":
-			out, _ = proto.Marshal(&colmetricpb.ExportMetricsServiceResponse{})
-		default:
-			w.WriteHeader(404)
-			return
-		}
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.Write(out)
-	}))
-	t.Cleanup(r.srv.Close)
-	return r
-}
+var newOTLPReceiver = tracingtest.New
 
 // tracedHarness runs an engine with rt whose tracer exports to a receiver.
 func tracedHarness(t *testing.T, up string, rt *Routing) (*harness, *tracing.Tracer, *otlpReceiver) {
 	t.Helper()
 	rc := newOTLPReceiver(t)
-	tr, err := tracing.Open(context.Background(), tracing.Config{Endpoint: rc.srv.URL, Insecure: true, Ratio: 1,
-		Interval: 50 * time.Millisecond}, nil, nil)
-	if err != nil || tr == nil {
-		t.Fatalf("tracing.Open: %v %v", tr, err)
-	}
-	t.Cleanup(func() { tr.Shutdown(context.Background()) })
+	tr := rc.Tracer(t)
 	h := newHarnessWith(t, up, Limits{}, rt, func(o *Options) { o.Tracer = tr })
 	return h, tr, rc
-}
-
-// flushed shuts tr down (exporting what it holds) and returns the spans the receiver got.
-func (r *otlpReceiver) flushed(t *testing.T, tr *tracing.Tracer) []*tracepb.Span {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := tr.Shutdown(ctx); err != nil {
-		t.Fatalf("shutdown: %v", err)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*tracepb.Span(nil), r.spans...)
 }
 
 func spanAttrs(s *tracepb.Span) map[string]string {
@@ -137,7 +78,7 @@ func TestTraceLevel1Span(t *testing.T) {
 	}
 	upTP := <-seen
 	rec := h.sink.next(t)
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 {
 		t.Fatalf("%d spans, want 1", len(spans))
 	}
@@ -168,7 +109,7 @@ func TestTraceLevel1Denial(t *testing.T) {
 		t.Fatalf("status %d, want 403", s)
 	}
 	rec := h.sink.next(t)
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 || len(seen) != 0 {
 		t.Fatalf("%d spans, %d upstream requests", len(spans), len(seen))
 	}
@@ -192,7 +133,7 @@ func TestTraceConnectionSpan(t *testing.T) {
 	echo(t, c, "hello")
 	c.Close()
 	rec := h.sink.next(t)
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 {
 		t.Fatalf("%d spans, want 1", len(spans))
 	}
@@ -222,7 +163,7 @@ func TestTraceLevel2ThroughEngine(t *testing.T) {
 		t.Fatalf("status %d", s)
 	}
 	rec := h.sink.next(t)
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 {
 		t.Fatalf("%d spans, want 1", len(spans))
 	}
@@ -248,7 +189,7 @@ func TestTraceLevel1Audit(t *testing.T) {
 	}
 	auth, out := store.next(t), store.next(t)
 	h.sink.next(t)
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 {
 		t.Fatalf("%d spans", len(spans))
 	}

@@ -3,95 +3,32 @@ package level2
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"mcpintercept/exchange"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
 	"mcpintercept/tracing"
+	"mcpintercept/tracing/tracingtest"
 )
 
-// otlpReceiver is an in-process OTLP/HTTP receiver keeping the spans it was sent.
-type otlpReceiver struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	spans []*tracepb.Span
-}
+type otlpReceiver = tracingtest.Receiver
 
-func newOTLPReceiver(t *testing.T) *otlpReceiver {
-	r := &otlpReceiver{}
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, _ := io.ReadAll(req.Body)
-		var out []byte
-		switch req.URL.Path {
-		case "/v1/traces":
-			var m coltracepb.ExportTraceServiceRequest
-			if proto.Unmarshal(body, &m) != nil {
-				w.WriteHeader(400)
-				return
-			}
-			r.mu.Lock()
-			for _, rs := range m.ResourceSpans {
-				for _, ss := range rs.ScopeSpans {
-					r.spans = append(r.spans, ss.Spans...)
-				}
-			}
-			r.mu.Unlock()
-			out, _ = proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		case "/v1/metrics":
-			out, _ = proto.Marshal(&colmetricpb.ExportMetricsServiceResponse{})
-		default:
-			w.WriteHeader(404)
-			return
-		}
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.Write(out)
-	}))
-	t.Cleanup(r.srv.Close)
-	return r
-}
+var newOTLPReceiver = tracingtest.New
 
 // openTracer is a real tracer exporting to r, every root sampled.
-func openTracer(t *testing.T, r *otlpReceiver) *tracing.Tracer {
-	t.Helper()
-	tr, err := tracing.Open(context.Background(), tracing.Config{Endpoint: r.srv.URL, Insecure: true, Ratio: 1,
-		Interval: 50 * time.Millisecond}, nil, nil)
-	if err != nil || tr == nil {
-		t.Fatalf("tracing.Open: %v %v", tr, err)
-	}
-	t.Cleanup(func() { tr.Shutdown(context.Background()) })
-	return tr
-}
-
-// flushed shuts tr down (exporting what it holds) and returns the spans r got.
-func (r *otlpReceiver) flushed(t *testing.T, tr *tracing.Tracer) []*tracepb.Span {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := tr.Shutdown(ctx); err != nil {
-		t.Fatalf("shutdown: %v", err)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*tracepb.Span(nil), r.spans...)
-}
+func openTracer(t *testing.T, r *otlpReceiver) *tracing.Tracer { return r.Tracer(t) }
 
 func spanAttrs(s *tracepb.Span) map[string]string {
 	m := map[string]string{}
@@ -153,7 +90,7 @@ func TestTraceSpanPerRequest(t *testing.T) {
 	post(t, h.addr, jsonHeaders, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	rec := recordOf(t, h, "request", "5")
 	h.awaitRecord(t, func(r *Record) bool { return r.Kind == "notification" })
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 {
 		t.Fatalf("%d spans, want 1 (a request's; none for the notification)", len(spans))
 	}
@@ -186,7 +123,7 @@ func TestTraceParentFromHeader(t *testing.T) {
 	h, tr, rc := traceHarness(t, u, false)
 	post(t, h.addr, jsonHeaders+headerTP, call(6, "echo", `{}`))
 	recordOf(t, h, "request", "6")
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 || hex.EncodeToString(spans[0].TraceId) != headerTrace || hex.EncodeToString(spans[0].ParentSpanId) != headerSpan {
 		t.Fatalf("spans %v, want one child of the header's %s/%s", spans, headerTrace, headerSpan)
 	}
@@ -199,7 +136,7 @@ func TestTraceDenial(t *testing.T) {
 	r := post(t, h.addr, jsonHeaders, call(7, "denied_delete", `{}`))
 	denial(t, r, "7", CodeDenied, "no-delete")
 	rec := recordOf(t, h, "request", "7")
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 {
 		t.Fatalf("%d spans, want 1", len(spans))
 	}
@@ -222,7 +159,7 @@ func TestTraceToolError(t *testing.T) {
 	h, tr, rc := traceHarness(t, u, false)
 	post(t, h.addr, jsonHeaders, call(8, "echo", `{}`))
 	recordOf(t, h, "request", "8")
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 || spanAttrs(spans[0])["error.type"] != "tool_error" {
 		t.Fatalf("spans %v, want one with error.type tool_error", spans)
 	}
@@ -247,7 +184,7 @@ func TestTraceInject(t *testing.T) {
 		t.Fatalf("call: %d %s", r.status, r.body)
 	}
 	sv := <-got
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 {
 		t.Fatalf("%d spans", len(spans))
 	}
@@ -291,7 +228,7 @@ func TestTraceRecordOnlyForwardsUnchanged(t *testing.T) {
 	if b := u.last.Load().([]byte); string(b) != body {
 		t.Fatalf("server got %q", b)
 	}
-	rc.flushed(t, tr)
+	rc.Flushed(t, tr)
 }
 
 // A batch of two requests: a span each, nothing injected (one header cannot name two parents).
@@ -312,7 +249,7 @@ func TestTraceBatchNotInjected(t *testing.T) {
 		t.Fatalf("batch rewritten: %q", b)
 	}
 	recordOf(t, h, "request", "2")
-	if spans := rc.flushed(t, tr); len(spans) != 2 {
+	if spans := rc.Flushed(t, tr); len(spans) != 2 {
 		t.Fatalf("%d spans, want 2", len(spans))
 	}
 }
@@ -368,7 +305,7 @@ func TestTraceServerRequest(t *testing.T) {
 	post(t, h.addr, jsonHeaders, call(1, "echo", `{}`))
 	srec := h.awaitRecord(t, isSampling)
 	recordOf(t, h, "request", "1")
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 2 {
 		t.Fatalf("%d spans, want 2", len(spans))
 	}
@@ -416,7 +353,7 @@ func TestServerSpansBounded(t *testing.T) {
 		t.Fatal("endAll left spans open")
 	}
 	// 3 evicted and ended, "3" taken (not ended by this test), the rest ended by endAll.
-	if got := len(rc.flushed(t, tr)); got != maxServerSpans+3-1 {
+	if got := len(rc.Flushed(t, tr)); got != maxServerSpans+3-1 {
 		t.Fatalf("%d spans exported, want %d", got, maxServerSpans+2)
 	}
 }
@@ -433,7 +370,7 @@ func TestTraceAuditRecords(t *testing.T) {
 	out := a.nextOutcome(t)
 	post(t, h.addr, jsonHeaders, call(4, "denied_x", `{}`))
 	recordOf(t, h, "request", "4")
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	ids := map[string]string{} // span id → trace id
 	for _, s := range spans {
 		ids[hex.EncodeToString(s.SpanId)] = hex.EncodeToString(s.TraceId)
@@ -500,7 +437,7 @@ func TestTraceUnreadableRefusal(t *testing.T) {
 		t.Fatalf("status %d", r.status)
 	}
 	rec := h.awaitRecord(t, func(r *Record) bool { return r.Rule == "level2" })
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 || spans[0].Name != "HTTP POST" || spans[0].Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR ||
 		rec.SpanID != hex.EncodeToString(spans[0].SpanId) {
 		t.Fatalf("spans %v, record %+v", spans, rec)
@@ -537,7 +474,7 @@ func TestTraceAnsweredOnAnotherStream(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	res := h.awaitRecord(t, func(r *Record) bool { return r.Kind == "response" && r.ID == "11" })
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 {
 		t.Fatalf("%d spans, want 1", len(spans))
 	}
@@ -565,7 +502,7 @@ func TestPendingSpansEndWhenForgotten(t *testing.T) {
 		t.Fatal("b's request not pending")
 	}
 	p.span.end(nil, 0, 0, false, time.Now())
-	if got := len(rc.flushed(t, tr)); got != maxPending+3 {
+	if got := len(rc.Flushed(t, tr)); got != maxPending+3 {
 		t.Fatalf("%d spans ended, want %d", got, maxPending+3)
 	}
 }
@@ -579,7 +516,7 @@ func TestTraceUnreadableResponse(t *testing.T) {
 	h, tr, rc := traceHarness(t, u, false)
 	denial(t, post(t, h.addr, jsonHeaders, call(1, "echo", `{}`)), "1", CodeUnreadable, "level2")
 	recordOf(t, h, "request", "1")
-	spans := rc.flushed(t, tr)
+	spans := rc.Flushed(t, tr)
 	if len(spans) != 1 || spans[0].Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || spanAttrs(spans[0])["error.type"] != fmt.Sprint(CodeUnreadable) {
 		t.Fatalf("spans %v", spans)
 	}
