@@ -127,7 +127,9 @@ type Appliance struct {
 	installed bool
 	stopped   bool
 	stopServe context.CancelFunc
+	serveCtx  context.Context // what listeners are served under, from Start to Stop
 	served    chan struct{}
+	extra     extraListeners // ServeSource's listeners (the node agent's pods)
 	ready     chan struct{}
 }
 
@@ -351,7 +353,7 @@ func (a *Appliance) Start(ctx context.Context) error {
 
 	// Flows are not tied to ctx: stopping must leave open flows to drain (Stop).
 	serveCtx, stop := context.WithCancel(context.Background())
-	a.stopServe = stop
+	a.stopServe, a.serveCtx = stop, serveCtx
 	a.served = make(chan struct{}, len(a.lns))
 	for _, l := range a.lns {
 		go func(l *net.TCPListener) {
@@ -500,6 +502,7 @@ func (a *Appliance) Stop(ctx context.Context) error {
 			<-a.served
 		}
 	}
+	a.closeExtra()
 	if a.eng != nil {
 		dctx, cancel := context.WithTimeout(ctx, drain)
 		if forced := a.eng.Drain(dctx); forced > 0 {

@@ -538,6 +538,9 @@ func (c *Config) resolvePaths(dir string) {
 	c.ToolIntegrity.Dir = resolve(c.ToolIntegrity.Dir)
 	c.ToolIntegrity.PinFile = resolve(c.ToolIntegrity.PinFile)
 	c.Telemetry.OTLP.CAFile = resolve(c.Telemetry.OTLP.CAFile)
+	c.NodeAgent.StateDir = resolve(c.NodeAgent.StateDir)
+	c.NodeAgent.PodsDir = resolve(c.NodeAgent.PodsDir)
+	c.NodeAgent.Kubeconfig = resolve(c.NodeAgent.Kubeconfig)
 	for i := range c.Tokens.Issuers {
 		c.Tokens.Issuers[i].JWKSFile = resolve(c.Tokens.Issuers[i].JWKSFile)
 	}

@@ -238,7 +238,7 @@ func (e *Engine) connPolicy(f *flow, d Disposition) (_ outcome, refused bool, sh
 // gets a reset, as a direct connect would have given it.
 func (e *Engine) dial(ctx context.Context, f *flow, d Disposition) (*net.TCPConn, outcome, bool) {
 	dctx, cancel := context.WithTimeout(ctx, e.opt.Limits.ConnectTimeout)
-	uc, err := e.opt.Dialer.DialContext(dctx, "tcp", f.orig.String())
+	uc, err := f.dialer().DialContext(dctx, "tcp", f.orig.String())
 	cancel()
 	if err != nil {
 		var rr interface{ RefuseReason() string }

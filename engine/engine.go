@@ -156,7 +156,31 @@ func registryOf(m *telemetry.Metrics) prometheus.Registerer {
 
 // Serve accepts on ln until ln is closed or ctx is done. Each flow runs in a goroutine the Engine
 // owns; Drain waits for them.
-func (e *Engine) Serve(ctx context.Context, ln *net.TCPListener) error {
+func (e *Engine) Serve(ctx context.Context, ln *net.TCPListener) error { return e.serve(ctx, ln, nil) }
+
+// Source is where the flows of one listener come from when that is not the engine's own steering:
+// the node agent serves every enrolled pod's listener (opened inside the pod's network namespace)
+// in one engine, each with the pod's identity and a dialer that dials from that namespace.
+type Source struct {
+	// Steering gives the Origin of each connection accepted on the listener.
+	Steering OriginSource
+	// Dialer opens the upstream connections of those flows (and Level 2's own requests to
+	// their servers).
+	Dialer Dialer
+	// Pod is client.pod of every flow from the listener: built once, shared by all of them.
+	Pod *policy.Pod
+}
+
+// ServeWith is Serve for a listener whose flows come from src instead of Options.Steering and
+// Options.Dialer; limits, routing, records and Drain are the engine's, as for Serve.
+func (e *Engine) ServeWith(ctx context.Context, ln *net.TCPListener, src *Source) error {
+	if src == nil || src.Steering == nil || src.Dialer == nil {
+		return errors.New("engine: ServeWith needs a source with steering and a dialer")
+	}
+	return e.serve(ctx, ln, src)
+}
+
+func (e *Engine) serve(ctx context.Context, ln *net.TCPListener, src *Source) error {
 	if ap, err := origin.AddrPortOf(ln.Addr()); err == nil {
 		e.listenMu.Lock()
 		e.listenAddrs[ap] = true
@@ -185,7 +209,7 @@ func (e *Engine) Serve(ctx context.Context, ln *net.TCPListener) error {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			e.handle(e.flowCtx, c)
+			e.handle(e.flowCtx, c, src)
 		}()
 	}
 }
@@ -294,7 +318,7 @@ func isLocal(a netip.Addr) bool {
 
 // handle is one flow from accept to record: run takes it as far as it goes and returns how it
 // ended, and exit, the one way out, closes what is left, counts it and writes the record.
-func (e *Engine) handle(ctx context.Context, c *net.TCPConn) {
+func (e *Engine) handle(ctx context.Context, c *net.TCPConn, src *Source) {
 	start := time.Now()
 	num, flowID := e.newFlowID()
 	client, err := origin.AddrPortOf(c.RemoteAddr())
@@ -302,7 +326,7 @@ func (e *Engine) handle(ctx context.Context, c *net.TCPConn) {
 		c.Close()
 		return
 	}
-	f := &flow{e: e, num: num, id: flowID, start: start, client: client, c: c,
+	f := &flow{e: e, num: num, id: flowID, start: start, client: client, c: c, src: src,
 		fc: &flowConns{client: c}, origin: Origin{Mechanism: e.opt.Mechanism}}
 	defer func() {
 		// Last resort for a bug in the exit itself (a flow sink that panics): log, never crash.
@@ -333,7 +357,7 @@ func (e *Engine) run(ctx context.Context, f *flow) (out outcome) {
 		}
 	}()
 
-	o, err := e.opt.Steering.Origin(f.c)
+	o, err := f.steering().Origin(f.c)
 	if err != nil {
 		// A mechanism that refuses on purpose (DNS: an SNI that is not the name behind the VIP,
 		// a VIP bound to no name) says why; anything else is a lost original destination.

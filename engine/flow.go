@@ -24,6 +24,8 @@ type flow struct {
 	origin Origin
 	c      *net.TCPConn
 	fc     *flowConns
+	// src is the listener's own source (ServeWith); nil: the engine's steering and dialer.
+	src *Source
 	// up is the upstream connection once dialled (the TLS session over it when one was
 	// originated); the flow's exit closes it with the client.
 	up net.Conn
@@ -43,6 +45,23 @@ type flow struct {
 	peeked  []byte
 	hello   *tlsmitm.ClientHello
 	peekErr error
+}
+
+// steering gives the flow's Origin: its listener's source, or the engine's mechanism.
+func (f *flow) steering() OriginSource {
+	if f.src != nil {
+		return f.src.Steering
+	}
+	return f.e.opt.Steering
+}
+
+// dialer dials the flow's upstream: from its listener's source (a pod's network namespace), or
+// the engine's dialer.
+func (f *flow) dialer() Dialer {
+	if f.src != nil {
+		return f.src.Dialer
+	}
+	return f.e.opt.Dialer
 }
 
 // takePeeked hands the peeked bytes over to whoever replays them and forgets them.
@@ -121,6 +140,9 @@ func (f *flow) record() telemetry.FlowRecord {
 		r.Process = &telemetry.Process{PID: id.PID, UID: id.UID, GID: id.GID,
 			Comm: id.Comm, Exe: id.Exe, Cgroup: id.CgroupID}
 	}
+	if p := f.origin.Pod; p != nil {
+		r.Pod = &telemetry.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount}
+	}
 	return r
 }
 
@@ -130,6 +152,9 @@ func (f *flow) clientVars() *policy.Client {
 	c := &policy.Client{Address: f.client.Addr().String(), Port: f.client.Port()}
 	if id := f.origin.Identity; id != nil {
 		c.Process = &policy.Process{PID: id.PID, UID: id.UID, GID: id.GID, Comm: id.Comm, Exe: id.Exe, Cgroup: id.CgroupID}
+	}
+	if f.src != nil {
+		c.Pod = f.src.Pod
 	}
 	return c
 }

@@ -23,7 +23,7 @@ import (
 func (e *Engine) level2Post(f *flow, route *Route, tlsMode Disposition) func(context.Context, string, []exchange.Header, []byte) error {
 	return func(ctx context.Context, target string, headers []exchange.Header, body []byte) error {
 		dctx, cancel := context.WithTimeout(ctx, e.opt.Limits.ConnectTimeout)
-		c, err := e.opt.Dialer.DialContext(dctx, "tcp", f.orig.String())
+		c, err := f.dialer().DialContext(dctx, "tcp", f.orig.String())
 		cancel()
 		if err != nil {
 			return fmt.Errorf("dial: %s", dialReason(err))

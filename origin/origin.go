@@ -21,6 +21,9 @@ type Origin struct {
 	// Identity is the process that made the connect, when the mechanism knows it (eBPF); nil
 	// otherwise.
 	Identity *Identity
+	// Pod is the Kubernetes pod whose network namespace the connection came from, when the node
+	// agent steered it (mcpintercept node-agent); nil otherwise.
+	Pod *Pod
 	// Mechanism is the contract name of the mechanism that steered the connection
 	// (nftables-tproxy, iptables-redirect, ebpf, dns, external).
 	Mechanism string
@@ -35,6 +38,15 @@ type Identity struct {
 	CgroupID      uint64
 	// Exe is /proc/PID/exe at lookup time, "" when the process is gone.
 	Exe string
+}
+
+// Pod is a Kubernetes pod as the node agent knows it: the client identity of every flow steered
+// inside that pod's network namespace. Labels is shared by every flow of the pod and never
+// modified once the pod is enrolled (a relabelled pod gets a new Pod value).
+type Pod struct {
+	Namespace, Name, UID string
+	ServiceAccount       string
+	Labels               map[string]string
 }
 
 // AddrPortOf converts a net.Addr of a TCP connection, unmapping IPv4-mapped IPv6 addresses so that

@@ -105,6 +105,9 @@ func (v *authView) FindStringKey(k string) (any, bool)   { return authObj.lookup
 // FindStringKey serves auth.claims["sub"].
 func (c *Claims) FindStringKey(k string) (any, bool) { return claimsObj.lookup(c, k) }
 
+// FindStringKey serves client.pod["name"].
+func (p *Pod) FindStringKey(k string) (any, bool) { return podObj.lookup(p, k) }
+
 // FindStringKey serves mcp.error["code"].
 func (e *RPCError) FindStringKey(k string) (any, bool) { return rpcErrorObj.lookup(e, k) }
 
@@ -224,6 +227,28 @@ var (
 		strField("comm", LevelConn, "process name (eBPF only)", processOf, func(p *Process) string { return p.Comm }, always),
 		strField("exe", LevelConn, "process executable path (eBPF only)", processOf, func(p *Process) string { return p.Exe }, always),
 		intField("cgroup", LevelConn, "process cgroup id (eBPF only)", processOf, func(p *Process) int64 { return int64(p.Cgroup) }),
+		&field{name: "pod", typ: podObj.typ, level: LevelConn, doc: "the Kubernetes pod: namespace, name, uid, service_account, labels (node agent only)",
+			get: func(o any) (any, bool) {
+				c := clientOf(o)
+				if c == nil || c.Pod == nil {
+					return nil, false
+				}
+				return c.Pod, true
+			}},
+	)
+	podObj = newObject("", "policy.Pod",
+		strField("namespace", LevelConn, "the pod's namespace", podOf, func(p *Pod) string { return p.Namespace }, always),
+		strField("name", LevelConn, "the pod's name", podOf, func(p *Pod) string { return p.Name }, always),
+		strField("uid", LevelConn, "the pod's uid", podOf, func(p *Pod) string { return p.UID }, nil),
+		strField("service_account", LevelConn, "the pod's service account", podOf, func(p *Pod) string { return p.ServiceAccount }, nil),
+		&field{name: "labels", typ: types.NewMapType(types.StringType, types.StringType), level: LevelConn, doc: "the pod's labels",
+			get: func(o any) (any, bool) {
+				p := podOf(o)
+				if p == nil {
+					return nil, false
+				}
+				return p.labels(), true
+			}},
 	)
 	connObj = newObject(varConn, "policy.Conn",
 		strField("orig_dst", LevelConn, "original destination, IP:port", connOf, func(c *Conn) string { return c.OrigDst }, always),
@@ -334,9 +359,14 @@ var (
 )
 
 func init() {
-	for _, o := range []*object{clientObj, connObj, httpObj, mcpObj, rpcErrorObj, authObj, claimsObj} {
+	for _, o := range []*object{clientObj, podObj, connObj, httpObj, mcpObj, rpcErrorObj, authObj, claimsObj} {
 		objects[o.typ.TypeName()] = o
 	}
+}
+
+func podOf(o any) *Pod {
+	p, _ := o.(*Pod)
+	return p
 }
 
 func rpcErrorOf(o any) *RPCError {

@@ -1,5 +1,12 @@
 package policy
 
+import (
+	"sync"
+
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+)
+
 // Level is an awareness level: how much of a flow a route lets the appliance see, and so which
 // fields of the rule variables can be present when its rule set is evaluated.
 type Level int
@@ -76,6 +83,30 @@ type Client struct {
 	// Process is the local process that opened the flow, when the mechanism knows it (eBPF);
 	// nil leaves client.pid, uid, gid, comm, exe and cgroup absent.
 	Process *Process
+	// Pod is the Kubernetes pod the flow came from, when the node agent steered it; nil leaves
+	// client.pod absent.
+	Pod *Pod
+}
+
+// Pod is client.pod: the pod a flow came from (node agent). Build it once per pod and share it
+// by every flow: the CEL map of its labels is made on first use and kept.
+type Pod struct {
+	Namespace, Name, UID, ServiceAccount string
+	Labels                               map[string]string
+
+	labelsOnce sync.Once
+	labelsVal  ref.Val
+}
+
+func (p *Pod) labels() ref.Val {
+	p.labelsOnce.Do(func() {
+		m := p.Labels
+		if m == nil {
+			m = map[string]string{}
+		}
+		p.labelsVal = types.NewStringStringMap(types.DefaultTypeAdapter, m)
+	})
+	return p.labelsVal
 }
 
 // Process is the identity of a local client process.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the demo, the tests and the benchmark need on a fresh Debian 12 machine, and only
-# what is missing: apt packages (iproute2, iputils-ping, nftables, iptables, openssl, curl, and
-# dnsmasq-base for the lab's DNS server in mcpi-server), the Node peers of the end-to-end tests
+# what is missing: apt packages (iproute2, iputils-ping, nftables, iptables, openssl, curl,
+# dnsmasq-base for the lab's DNS server in mcpi-server, containernetworking-plugins for the node
+# agent's CNI lab, chromium for the live page's headless check), the Node peers of the end-to-end tests
 # (npm ci in e2e/node, from the committed lockfile), the MCP conformance suite with Node 22 (npm ci
 # in e2e/conformance), the Go modules, and the lab's trace backend (bin/jaeger, built from the Go
 # module pinned in e2e/jaeger/go.mod, for e2e/tracing_test.go).
@@ -11,9 +12,13 @@ cd "$(dirname "$0")/.."
 say() { echo "deps: $*" >&2; }
 
 missing=()
-for pair in ip:iproute2 ping:iputils-ping nft:nftables iptables:iptables openssl:openssl curl:curl dnsmasq:dnsmasq-base; do
+for pair in ip:iproute2 ping:iputils-ping nft:nftables iptables:iptables openssl:openssl curl:curl dnsmasq:dnsmasq-base \
+	/usr/lib/cni/bridge:containernetworking-plugins chromium:chromium; do
 	cmd=${pair%%:*} pkg=${pair#*:}
-	command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+	case $cmd in
+	/*) [ -x "$cmd" ] || missing+=("$pkg") ;;
+	*) command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg") ;;
+	esac
 done
 if [ ${#missing[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then

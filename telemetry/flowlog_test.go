@@ -143,6 +143,7 @@ func FuzzFlowRecordEncoding(f *testing.F) {
 			Reason: reason, BytesUp: nbytes, BytesDown: -nbytes, DurationMS: dur}
 		if proc {
 			r.Process = &Process{PID: pid, UID: pid ^ 0xffff, GID: pid >> 3, Comm: comm, Exe: exe, Cgroup: cgroup}
+			r.Pod = &Pod{Namespace: name, Name: comm, UID: exe, ServiceAccount: sni}
 		}
 		want, err := json.Marshal(r)
 		if err != nil {

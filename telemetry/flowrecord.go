@@ -46,6 +46,17 @@ type FlowRecord struct {
 	// Process is the local process that opened the connection, when the steering mechanism knows
 	// it (eBPF); absent otherwise.
 	Process *Process `json:"process,omitempty"`
+	// Pod is the Kubernetes pod the connection came from, when the node agent steered it;
+	// absent otherwise. Its labels are policy's (client.pod.labels), not the record's.
+	Pod *Pod `json:"pod,omitempty"`
+}
+
+// Pod identifies the client pod (the node agent knows it from the pod's network namespace).
+type Pod struct {
+	Namespace      string `json:"namespace"`
+	Name           string `json:"name"`
+	UID            string `json:"uid,omitempty"`
+	ServiceAccount string `json:"service_account,omitempty"`
 }
 
 // Process identifies the client program (eBPF steering records it at connect time).
@@ -105,7 +116,7 @@ func appendDigits(b []byte, v, width int) []byte {
 // same order, omitempty as the struct tags say, the same string escaping: HTML-safe, U+2028 and
 // U+2029 escaped, invalid UTF-8 as \ufffd), without reflection or allocation. The flow log writes
 // one per request on the data path; TestFlowRecordEncoding and FuzzFlowRecordEncoding hold it
-// to encoding/json's output. A field added to FlowRecord or Process must be added here too
+// to encoding/json's output. A field added to FlowRecord, Process or Pod must be added here too
 // (TestFlowRecordEncodingEveryField fails until it is).
 func (r *FlowRecord) AppendJSON(b []byte) []byte {
 	b = append(b, `{"time":`...)
@@ -152,6 +163,17 @@ func (r *FlowRecord) AppendJSON(b []byte) []byte {
 			b = appendStringField(b, `,"exe":`, p.Exe)
 		}
 		b = strconv.AppendUint(append(b, `,"cgroup":`...), p.Cgroup, 10)
+		b = append(b, '}')
+	}
+	if p := r.Pod; p != nil {
+		b = appendStringField(b, `,"pod":{"namespace":`, p.Namespace)
+		b = appendStringField(b, `,"name":`, p.Name)
+		if p.UID != "" {
+			b = appendStringField(b, `,"uid":`, p.UID)
+		}
+		if p.ServiceAccount != "" {
+			b = appendStringField(b, `,"service_account":`, p.ServiceAccount)
+		}
 		b = append(b, '}')
 	}
 	return append(b, '}')
