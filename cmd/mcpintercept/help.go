@@ -67,6 +67,16 @@ List the audit log's records, filtered.`,
 
 Follow a running appliance's decisions live over its admin listener: one line per MCP message, or
 with --top a summary of calls per client and tool.`,
+	"node-agent": `usage: mcpintercept node-agent --config FILE
+
+Run as a Kubernetes node agent (one per node, a DaemonSet): learn of pods from the chained CNI
+plugin mcpintercept-cni (its Unix socket, node_agent.socket) and from the pod list (the Kubernetes
+API, or node_agent.pods_dir), and for every selected pod (node_agent.namespace_label on its
+namespace, or node_agent.pod_annotation: enabled) install the steering inside the pod's network
+namespace and serve its flows with the pod as the client identity (client.pod.* in rules, "pod" in
+records). A restarted agent adopts the pods it had enrolled. SIGINT/SIGTERM stop it: with
+node_agent.failure: open every pod's steering is removed (traffic goes direct), with closed it
+stays. Needs Linux, CAP_NET_ADMIN, CAP_SYS_ADMIN (setns) and the host's /proc and netns paths.`,
 	"policy": `usage: mcpintercept policy test --config FILE --input RECORDS.jsonl [--rule-set NAME] [-o json]
 
 Evaluate recorded requests (flow log lines) against the configuration's rule sets offline and

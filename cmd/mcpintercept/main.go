@@ -90,6 +90,8 @@ commands:
   tools approve SERVER NAME [--kind K]     pin a changed or new definition, ending its quarantine (admin token)
   tools pin --from-live [--out FILE]       write a pin file of every definition seen, for review
                                            (tools flags: --config FILE | --admin URL --token-file FILE; see mcpintercept tools help)
+  node-agent --config FILE                 Kubernetes node agent: intercept each selected pod's MCP traffic in
+                                           its own network namespace (fed by mcpintercept-cni and the pod list)
   version                                  print the build's version (also --version)
 
 mechanisms: `+mechanismList()+`
@@ -117,6 +119,8 @@ var commands = map[string]func(args []string, stdout, stderr io.Writer) int{
 	"observe": cmdObserve,
 	"policy":  cmdPolicy,
 	"version": cmdVersion,
+
+	"node-agent": cmdNodeAgent,
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {

@@ -6,7 +6,7 @@ _mcpintercept() {
 	prev=${COMP_WORDS[COMP_CWORD-1]}
 	cmd=${COMP_WORDS[1]}
 	sub=${COMP_WORDS[2]}
-	local commands="run check cleanup declare ca exec observe policy audit tools version help"
+	local commands="run check cleanup declare ca exec observe policy audit tools node-agent version help"
 	local mechanisms="nftables-tproxy iptables-redirect ebpf dns external"
 
 	if [ "$COMP_CWORD" -eq 1 ]; then
@@ -50,6 +50,7 @@ _mcpintercept() {
 	case $cmd in
 	run | declare) flags="--config --mechanism --help" ;;
 	check) flags="--config --mechanism --strict --ports --help" ;;
+	node-agent) flags="--config --help" ;;
 	cleanup | version) flags="--help" ;;
 	exec)
 		# After --, the command's own words.
