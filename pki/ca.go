@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"software.sslmate.com/src/go-pkcs12"
 )
 
 // File names inside a CA directory. They are fixed so that `ca export`, `run` and an operator's
@@ -362,15 +364,29 @@ func load(dir string) (*CA, error) {
 }
 
 // ExportFormats lists what Export accepts, in the order error messages and help text show them.
-var ExportFormats = []string{"pem", "der"}
+var ExportFormats = []string{"pem", "der", "p12"}
+
+// P12Password is the password of the PKCS#12 file Export("p12") writes. The file holds only the
+// public CA certificate, so the password protects nothing; it is the customary "changeit" because
+// the macOS keychain and some Windows tools refuse a PKCS#12 file with an empty password.
+const P12Password = pkcs12.DefaultPassword
 
 // Export returns the CA certificate (never the key) for installation in client trust stores.
+// "p12" is a PKCS#12 trust store holding that one certificate (no key bag), password P12Password,
+// in the legacy 3DES/SHA-1 encoding: the one macOS keychains and Windows before Server 2019 read
+// (the AES encoding of newer tools is refused there), and its weakness hides nothing public.
 func (ca *CA) Export(format string) ([]byte, error) {
 	switch strings.ToLower(format) {
 	case "pem":
 		return bytes.Clone(ca.CertPEM), nil
 	case "der":
 		return bytes.Clone(ca.Cert.Raw), nil
+	case "p12":
+		b, err := pkcs12.LegacyDES.EncodeTrustStore([]*x509.Certificate{ca.Cert}, P12Password)
+		if err != nil {
+			return nil, fmt.Errorf("pki: encode pkcs#12: %w", err)
+		}
+		return b, nil
 	}
 	return nil, fmt.Errorf("pki: unknown export format %q (valid: %s)", format, strings.Join(ExportFormats, ", "))
 }

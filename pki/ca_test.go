@@ -13,7 +13,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"software.sslmate.com/src/go-pkcs12"
 )
+
+func mustExport(t *testing.T, ca *CA, format string) []byte {
+	t.Helper()
+	b, err := ca.Export(format)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
 
 func mode(t *testing.T, path string) os.FileMode {
 	t.Helper()
@@ -275,6 +286,22 @@ func TestExport(t *testing.T) {
 			return block.Bytes, nil
 		}},
 		{"der", "der", func(b []byte) ([]byte, error) { return b, nil }},
+		{"p12", "p12", func(b []byte) ([]byte, error) {
+			// A trust store decodes only when every bag is a trusted certificate bag: a key bag
+			// (or any other) fails it.
+			certs, err := pkcs12.DecodeTrustStore(b, P12Password)
+			if err != nil {
+				return nil, err
+			}
+			if len(certs) != 1 {
+				return nil, fmt.Errorf("%d certificates, want 1", len(certs))
+			}
+			// Decoding it as a key-and-certificate file must find no key.
+			if key, _, _, err := pkcs12.DecodeChain(b, P12Password); err == nil || key != nil {
+				return nil, fmt.Errorf("DecodeChain found a key (%T, err %v)", key, err)
+			}
+			return certs[0].Raw, nil
+		}},
 		{"upper case", "PEM", func(b []byte) ([]byte, error) {
 			block, _ := pem.Decode(b)
 			if block == nil {
@@ -308,9 +335,12 @@ func TestExport(t *testing.T) {
 			}
 		})
 	}
-	_, err = ca.Export("p12")
-	if err == nil || !strings.Contains(err.Error(), "pem, der") {
-		t.Errorf("Export(p12) = %v, want an error listing pem, der", err)
+	_, err = ca.Export("pfx")
+	if err == nil || !strings.Contains(err.Error(), "pem, der, p12") {
+		t.Errorf("Export(pfx) = %v, want an error listing pem, der, p12", err)
+	}
+	if _, err := pkcs12.DecodeTrustStore(mustExport(t, ca, "p12"), "wrong"); err == nil {
+		t.Error("the p12 export decoded with a wrong password: it is not protected by P12Password")
 	}
 }
 

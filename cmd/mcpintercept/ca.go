@@ -13,10 +13,10 @@ import (
 )
 
 // cmdCA is `ca init [--config FILE | --dir DIR] [--force]` and `ca export [--config FILE | --dir
-// DIR] [--format pem|der]`.
+// DIR] [--format pem|der|p12]`.
 func cmdCA(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "init" && args[0] != "export") {
-		fmt.Fprintln(stderr, "usage: mcpintercept ca init [--config FILE | --dir DIR] [--force]\n       mcpintercept ca export [--config FILE | --dir DIR] [--format pem|der]")
+		fmt.Fprintln(stderr, "usage: mcpintercept ca init [--config FILE | --dir DIR] [--force]\n       mcpintercept ca export [--config FILE | --dir DIR] [--format pem|der|p12]")
 		return exitUsage
 	}
 	sub := args[0]
@@ -29,7 +29,7 @@ func cmdCA(args []string, stdout, stderr io.Writer) int {
 	if sub == "init" {
 		fs.BoolVar(force, "force", false, "replace an existing CA (clients trusting it must be re-provisioned)")
 	} else {
-		fs.StringVar(format, "format", "pem", "certificate encoding: "+strings.Join(pki.ExportFormats, " or "))
+		fs.StringVar(format, "format", "pem", "certificate encoding: "+strings.Join(pki.ExportFormats, ", ")+" (p12: PKCS#12 trust store, password "+pki.P12Password+")")
 	}
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
 		return exitUsage

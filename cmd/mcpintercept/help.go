@@ -35,16 +35,20 @@ Print the conformance declaration (JSON): the build's version, the mechanism in 
 original destination is recovered, the levels and TLS dispositions the routes put in effect, and
 the authentication, tool-integrity and tracing statements. Without --config: the whole build.`,
 	"ca": `usage: mcpintercept ca init [--config FILE | --dir DIR] [--force]
-       mcpintercept ca export [--config FILE | --dir DIR] [--format pem|der]
+       mcpintercept ca export [--config FILE | --dir DIR] [--format pem|der|p12]
 
 Create or export the appliance CA that terminate routes mint leaf certificates from.`,
 	"ca init": `usage: mcpintercept ca init [--config FILE | --dir DIR] [--force]
 
 Create the appliance CA (ECDSA P-256; ca.pem 0644, ca-key.pem 0600) in a 0700 directory. Refuses
 to replace an existing CA unless --force (clients trusting it must then be re-provisioned).`,
-	"ca export": `usage: mcpintercept ca export [--config FILE | --dir DIR] [--format pem|der]
+	"ca export": `usage: mcpintercept ca export [--config FILE | --dir DIR] [--format pem|der|p12]
 
-Print the CA certificate (never the key) to stdout, for clients to trust.`,
+Print the CA certificate (never the key) to stdout, for clients to trust. pem (default) and der
+are the certificate itself; p12 is a PKCS#12 trust store holding only the certificate, for the
+Windows and macOS certificate stores: password "changeit" (the file holds nothing secret; the
+macOS keychain refuses an empty one), legacy 3DES/SHA-1 encoding, which both read. Redirect it to
+a file: mcpintercept ca export --format p12 > mcpintercept-ca.p12`,
 	"exec": `usage: mcpintercept exec [--config FILE] [--level 1|2] [--user NAME|UID] -- CMD [ARGS...]
 
 Run CMD with every TCP connect of it and its children steered through the appliance (eBPF on a

@@ -75,7 +75,7 @@ commands:
                                            print the conformance declaration (JSON)
   ca init [--config FILE | --dir DIR] [--force]
                                            create the appliance CA (key 0600) used by terminate routes
-  ca export [--config FILE | --dir DIR] [--format pem|der]
+  ca export [--config FILE | --dir DIR] [--format pem|der|p12]
                                            print the CA certificate, for clients to trust
   exec [--config FILE] [--level 1|2] [--user NAME|UID] -- CMD [ARGS...]
                                            run CMD with its TCP connects steered through the appliance

@@ -27,7 +27,7 @@ _mcpintercept() {
 		return
 		;;
 	--format)
-		COMPREPLY=($(compgen -W "pem der" -- "$cur"))
+		COMPREPLY=($(compgen -W "pem der p12" -- "$cur"))
 		return
 		;;
 	--level)
