@@ -120,6 +120,8 @@ type Appliance struct {
 	// token GET /observe and /ui require.
 	live       *liveView
 	stopHealth func()
+	// running is the configuration the last reload applied (nil: cfg), for /config_dump.
+	running atomic.Pointer[config.Config]
 
 	mu        sync.Mutex // orders Reload, Start and Stop
 	sets      CompiledRuleSets
@@ -201,6 +203,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		a.serveAudit()
 		a.serveTools()
 		a.serveObserve()
+		a.serveConfigDump()
 		a.admin.Start()
 	}
 
@@ -466,6 +469,7 @@ func (a *Appliance) Reload(path string) error {
 	a.eng.SetRouting(routing)
 	a.setKeep(next)
 	a.sets = sets
+	a.running.Store(next)
 	a.log.Info("reloaded routes and rules", "routes", len(routing.Routes), "rule_sets", len(sets))
 	return nil
 }
