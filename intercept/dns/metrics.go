@@ -29,6 +29,9 @@ type Metrics struct {
 	// of each pool now.
 	PoolNearFull *prometheus.CounterVec
 	PoolUse      []prometheus.GaugeFunc
+	// Collisions counts names bound away from their first hash slot (dns.vip_assignment: hash;
+	// family: v4, v6): the names on which replicas may disagree.
+	Collisions *prometheus.CounterVec
 
 	table atomic.Pointer[VIPTable]
 }
@@ -65,6 +68,10 @@ func NewMetrics(vips func() int) *Metrics {
 			Name: "mcpintercept_dns_pool_near_full_total",
 			Help: "Times a VIP pool crossed 90% bound (family v4, v6)."},
 			[]string{"family"}),
+		Collisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpintercept_dns_vip_collisions_total",
+			Help: "Names given a VIP other than their first hash slot, because another name held or quarantined it (dns.vip_assignment: hash; family v4, v6); replicas agree on such a name only when they bound the contested names in the same order."},
+			[]string{"family"}),
 	}
 	for _, fam := range []string{"v4", "v6"} {
 		v6 := fam == "v6"
@@ -97,18 +104,21 @@ func (m *Metrics) poolShare(v6 bool) float64 {
 
 func (m *Metrics) recycled(reason string) { m.Recycled.WithLabelValues(reason).Inc() }
 
-func (m *Metrics) nearFull(v6 bool) {
-	fam := "v4"
+func (m *Metrics) nearFull(v6 bool) { m.PoolNearFull.WithLabelValues(family(v6)).Inc() }
+
+func (m *Metrics) collided(v6 bool) { m.Collisions.WithLabelValues(family(v6)).Inc() }
+
+func family(v6 bool) string {
 	if v6 {
-		fam = "v6"
+		return "v6"
 	}
-	m.PoolNearFull.WithLabelValues(fam).Inc()
+	return "v4"
 }
 
 // Register adds the counters to reg.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
 	cs := []prometheus.Collector{m.Queries, m.VIPs, m.VIPsBound, m.CacheHits, m.CacheMisses, m.UpstreamDeny,
-		m.QuotaRefused, m.Recycled, m.PoolNearFull}
+		m.QuotaRefused, m.Recycled, m.PoolNearFull, m.Collisions}
 	for _, g := range m.PoolUse {
 		cs = append(cs, g)
 	}

@@ -66,7 +66,16 @@ const (
 type vipObserver interface {
 	recycled(reason string)
 	nearFull(v6 bool)
+	collided(v6 bool)
 }
+
+// VIP assignment strategies (dns.vip_assignment). Sequential starts at a hash of the name and
+// walks the pool; Hash probes a sequence of slots that depends only on the name and the pool
+// (hash.go), so that replicas that never talk to each other give a name the same VIP.
+const (
+	AssignSequential = "sequential"
+	AssignHash       = "hash"
+)
 
 // VIPTable binds names to virtual IPs, one per family and name. A VIP is never re-mapped while
 // its name is live (answered, dialled or carrying a flow within hold) nor while a flow accepted
@@ -92,6 +101,8 @@ type VIPTable struct {
 	now          func() time.Time
 	log          *slog.Logger
 	obs          vipObserver
+	hash         bool // dns.vip_assignment: hash
+	collidedOnce bool // the first collision was logged
 
 	byName map[string]*vipEntry
 	byAddr map[netip.Addr]*vipEntry
@@ -148,8 +159,10 @@ type VIPOptions struct {
 	// makes sense with more than one).
 	Patterns int
 	StateDir string // "" keeps the table in memory
-	Now      func() time.Time
-	Log      *slog.Logger
+	// Assignment is AssignSequential ("" too) or AssignHash.
+	Assignment string
+	Now        func() time.Time
+	Log        *slog.Logger
 }
 
 // NearFull is the share of a pool above which the table logs and counts a warning (once per
@@ -196,8 +209,13 @@ const vipJournal = "vips.jsonl"
 // Bindings whose VIP lies outside the configured pools (the pools changed) are dropped, and
 // logged.
 func OpenVIPTable(opt VIPOptions) (*VIPTable, error) {
+	switch opt.Assignment {
+	case "", AssignSequential, AssignHash:
+	default:
+		return nil, fmt.Errorf("dns: unknown VIP assignment %q (valid: %s, %s)", opt.Assignment, AssignSequential, AssignHash)
+	}
 	t := &VIPTable{v4: opt.V4.Masked(), v6: opt.V6.Masked(), hold: opt.Hold, quarantine: opt.Quarantine,
-		max: opt.MaxNames, now: opt.Now, log: opt.Log,
+		max: opt.MaxNames, now: opt.Now, log: opt.Log, hash: opt.Assignment == AssignHash,
 		byName: map[string]*vipEntry{}, byAddr: map[netip.Addr]*vipEntry{}, lru: list.New(),
 		byClient: map[string]*list.List{}, byPattern: map[string]*list.List{}}
 	if !opt.V4.IsValid() {
@@ -725,7 +743,7 @@ func (t *VIPTable) sweepLocked(now time.Time) {
 // at a bounded number of places.
 func (t *VIPTable) allocLocked(name string, pool netip.Prefix, v6 bool, now time.Time) (netip.Addr, error) {
 	for attempt := 0; attempt < 2; attempt++ {
-		if a, ok := t.searchLocked(name, pool); ok {
+		if a, ok := t.findLocked(name, pool, v6); ok {
 			return a, nil
 		}
 		t.sweepLocked(now) // a quarantine may have ended
@@ -736,7 +754,7 @@ func (t *VIPTable) allocLocked(name string, pool netip.Prefix, v6 bool, now time
 		return netip.Addr{}, err
 	}
 	if ok {
-		if a, ok := t.searchLocked(name, pool); ok {
+		if a, ok := t.findLocked(name, pool, v6); ok {
 			return a, nil
 		}
 	}
@@ -744,6 +762,14 @@ func (t *VIPTable) allocLocked(name string, pool netip.Prefix, v6 bool, now time
 }
 
 const maxProbes = 1 << 16
+
+// findLocked is the configured strategy's search for a free address of pool.
+func (t *VIPTable) findLocked(name string, pool netip.Prefix, v6 bool) (netip.Addr, bool) {
+	if t.hash {
+		return t.hashSearchLocked(name, pool, v6)
+	}
+	return t.searchLocked(name, pool)
+}
 
 func (t *VIPTable) searchLocked(name string, pool netip.Prefix) (netip.Addr, bool) {
 	hostBits := pool.Addr().BitLen() - pool.Bits()
