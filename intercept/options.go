@@ -54,6 +54,8 @@ type DNSOptions struct {
 	// PeekTimeout and MaxClientHello bound the SNI check of a TLS flow to a VIP.
 	PeekTimeout    time.Duration
 	MaxClientHello int
+	// VIPAssignment is dns.vip_assignment: dns.AssignSequential ("" too) or dns.AssignHash.
+	VIPAssignment string
 }
 
 // listenTargets picks the steering target per family: the first listen address of that family
