@@ -39,6 +39,7 @@ func dnsOptions(cfg *config.Config) intercept.DNSOptions {
 		CacheSize: d.CacheSize, ClientRate: d.ClientRate, ClientBurst: d.ClientBurst,
 		Timeout:     d.Timeout.Duration,
 		PeekTimeout: cfg.TLS.PeekTimeout.Duration, MaxClientHello: cfg.TLS.MaxClientHello,
+		VIPAssignment: d.VIPAssignment,
 	}
 }
 

@@ -309,7 +309,18 @@ type DNSConfig struct {
 	ClientBurst int     `yaml:"client_burst"`
 	// Timeout bounds one upstream exchange.
 	Timeout Duration `yaml:"timeout"`
+	// VIPAssignment is how a new name's VIP is chosen: sequential (the
+	// default) or hash, a function of the name and the pool, so that
+	// replicas behind ECMP or a load balancer give a name the same VIP
+	// (docs/scale-out.md).
+	VIPAssignment string `yaml:"vip_assignment"`
 }
+
+// dns.vip_assignment values.
+const (
+	DNSVIPSequential = "sequential"
+	DNSVIPHash       = "hash"
+)
 
 // DNSPools are the VIP pools; at least one is required with mechanism dns.
 // Without V6, AAAA queries for intercepted names are answered NODATA.

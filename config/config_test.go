@@ -688,6 +688,8 @@ func TestParseErrors(t *testing.T) {
 			{6, "dns.listen[1]", "duplicate of dns.listen[0]"}, {7, "dns.names[1]", "duplicate of dns.names[0]"},
 			{8, "dns.pools.v4", "is not IPv4"}, {8, "dns.pools.v6", "too small"},
 			{9, "dns.upstream[0]", "port must be between 1 and 65535"}, {11, "dns.quarantine", "must be longer than dns.ttl + limits.idle_timeout"}}},
+		{name: "dns vip_assignment", src: minimal + "dns:\n  vip_assignment: random\n", want: []wantErr{
+			{5, "dns.vip_assignment", `unknown value "random" (valid: sequential, hash)`}}},
 		{name: "dns quotas", src: minimal + "dns:\n  max_names: 100\n  client_quota: -1\n  pattern_quota: 101\n", want: []wantErr{
 			{6, "dns.client_quota", "must be between 0 and"}, {7, "dns.pattern_quota", "must not exceed dns.max_names (100)"}}},
 		{name: "empty mechanism", src: "mechanism: \"\"\n" + minimal, want: []wantErr{{1, "mechanism", "must not be empty (valid: nftables-tproxy"}}},
@@ -1384,6 +1386,7 @@ func TestFullExampleUsesEveryKey(t *testing.T) {
 		{"dns.client_rate", c.DNS.ClientRate, d.DNS.ClientRate},
 		{"dns.client_burst", c.DNS.ClientBurst, d.DNS.ClientBurst},
 		{"dns.timeout", c.DNS.Timeout, d.DNS.Timeout},
+		{"dns.vip_assignment", c.DNS.VIPAssignment, d.DNS.VIPAssignment},
 		{"upstream_deny", c.UpstreamDeny, d.UpstreamDeny},
 		{"upstream_tls.extra_cas", c.Upstream.ExtraCAs, d.Upstream.ExtraCAs},
 		{"upstream_tls.handshake_timeout", c.Upstream.HandshakeTimeout, d.Upstream.HandshakeTimeout},

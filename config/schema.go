@@ -73,6 +73,8 @@ var configTable = table[Config]{
 		def(DefaultDNSClientBurst),
 	key("dns.timeout", "bound of one upstream exchange", func(c *Config) *Duration { return &c.DNS.Timeout }, duration).
 		def(Duration{DefaultDNSTimeout}).checked(durationBetween(10*time.Millisecond, time.Minute)),
+	key("dns.vip_assignment", "how a new name's VIP is chosen: sequential or hash (the same on every replica)", func(c *Config) *string { return &c.DNS.VIPAssignment }, str).
+		def(DNSVIPSequential).checked(func(s string) string { return checkOneOf(s, DNSVIPSequential, DNSVIPHash) }),
 
 	key("upstream_deny", "prefixes the appliance never dials", func(c *Config) *[]netip.Prefix { return &c.UpstreamDeny }, list(parsePrefix)).
 		defBy(func(*Config) ([]netip.Prefix, bool) { return slices.Clone(DefaultUpstreamDeny), true }).

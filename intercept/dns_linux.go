@@ -66,7 +66,8 @@ func (d *dnsMechanism) Open(ctx context.Context, reg prometheus.Registerer, log 
 	dc := d.o
 	t, err := dns.OpenVIPTable(dns.VIPOptions{V4: dc.V4, V6: dc.V6, Hold: dc.Hold,
 		Quarantine: dc.Quarantine, MaxNames: dc.MaxNames, ClientQuota: dc.ClientQuota,
-		PatternQuota: dc.PatternQuota, Patterns: len(dc.Names), StateDir: dc.StateDir, Log: log})
+		PatternQuota: dc.PatternQuota, Patterns: len(dc.Names), StateDir: dc.StateDir,
+		Assignment: dc.VIPAssignment, Log: log})
 	if err != nil {
 		return err
 	}
