@@ -23,6 +23,12 @@
 #                                          exporting to e2e/peers/otlpsink (discards, answers 200)
 #   ... tracing, collector down            the same with the endpoint on a port nothing listens
 #                                          on: spans dropped (counted), the traffic unaffected
+#   ... observe, no reader / stalled reader  terminate + Level 2 in a third appliance run with the
+#                                          admin listener on (so every record also goes to the live
+#                                          view's hub): first with no /observe subscriber, then
+#                                          with one that subscribed and stopped reading (curl,
+#                                          SIGSTOP): it must be dropped
+#                                          (mcpintercept_observe_dropped_total), not slow the rows
 #   open loop at RATE req/s                p50/p99 measured from each request's due time; the
 #                                          "added p99" is the row's p99 minus direct's
 #
@@ -92,7 +98,7 @@ finish() {
 	stop_proxy
 	[ -n "$STEERED" ] && bench_unsteer
 	ip netns exec mcpi-appliance "$MCPI" cleanup >/dev/null 2>&1 || true
-	for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
+	for p in $(jobs -p); do kill "$p" 2>/dev/null || true; kill -CONT "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	scripts/lab.sh down >/dev/null 2>&1 || true
 	rm -rf "$WORK"
@@ -221,6 +227,14 @@ routes:
 		if "$bin" check --config "$WORK/routes${id}_trace.yaml" >/dev/null 2>&1; then
 			printf -v "TRACE$id" 1
 		fi
+		# The live view (issue 22): the same routes with the admin listener on; its token in
+		# tool_integrity.dir.
+		printf '%s\n' "$base" "$l2" "$RULES" "tool_integrity: {dir: $WORK/tools$id}" |
+			sed 's/^admin: .*/admin: {listen: "127.0.0.1:9466"}/' >"$WORK/routes${id}_observe.yaml"
+		printf -v "OBSERVE$id" 0
+		if "$bin" check --config "$WORK/routes${id}_observe.yaml" >/dev/null 2>&1 && "$bin" observe --help >/dev/null 2>&1; then
+			printf -v "OBSERVE$id" 1
+		fi
 		return
 	fi
 	printf '%s\n' "$base" "$l2" "$RULES" >"$WORK/routes$id.yaml"
@@ -305,6 +319,7 @@ mcpi_rows() {
 	fi
 	mcpi_trace_rows "$round" "$bin" "$id" "$sfx" "" "terminate + Level 2 + tracing$sfx"
 	mcpi_trace_rows "$round" "$bin" "$id" "$sfx" down "tracing, collector down$sfx"
+	mcpi_observe_rows "$round" "$bin" "$id" "$sfx"
 }
 
 # mcpi_plain_rows ROUND BINARY ID SUFFIX: the rows of one appliance run with $WORK/routesID.yaml.
@@ -344,6 +359,49 @@ mcpi_trace_rows() {
 	local d
 	d=$(ip netns exec mcpi-appliance curl -s --max-time 5 http://127.0.0.1:9465/metrics | awk '$1 == "mcpintercept_spans_dropped_total" {print $2}')
 	echo "${d:-?}" >>"$WORK/dropped${id}_$kind"
+	stop_proxy
+}
+
+# mcpi_observe_rows ROUND BINARY ID SUFFIX: terminate + Level 2 (port 8444) in an appliance run
+# with the admin listener on ($WORK/routesID_observe.yaml): the rows with no /observe subscriber,
+# then the same rows with a subscriber that stopped reading. After each stalled row the
+# appliance's mcpintercept_observe_dropped_total and _subscribers go to $WORK/observeID.
+OBS_ADMIN=http://127.0.0.1:9466
+obs_metric() { ip netns exec mcpi-appliance curl -s --max-time 5 "$OBS_ADMIN/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+mcpi_observe_rows() {
+	local round=$1 bin=$2 id=$3 sfx=$4 ovar="OBSERVE$3"
+	local quiet="terminate + Level 2, observe, no reader$sfx" stalled="terminate + Level 2, observe, stalled reader$sfx"
+	[ "${!ovar:-0}" = 1 ] && { want "$quiet" || want "$stalled"; } || return 0
+	start_proxy "$WORK/app${id}_observe.log" msg=ready ip netns exec mcpi-appliance "$bin" run --config "$WORK/routes${id}_observe.yaml" --mechanism nftables-tproxy
+	[ -s "$WORK/appliance-ca$id.pem" ] || ip netns exec mcpi-appliance "$bin" ca export --dir "$WORK/ca$id" >"$WORK/appliance-ca$id.pem"
+	CA=$WORK/appliance-ca$id.pem
+	local token group reader
+	token=$(cat "$WORK/tools$id/admin.token")
+	for group in tls rate-tls; do
+		row "$round" "$group" "$quiet" "$TLSURL:8444/mcp"
+	done
+	for group in tls rate-tls; do
+		want "$stalled" || continue
+		# A reader that asks for the stream and stops reading it (`ip netns exec` execs curl,
+		# so $! is curl). SIGSTOP once the appliance counts it as a subscriber.
+		ip netns exec mcpi-appliance curl -sN -o /dev/null -H "Authorization: Bearer $token" "$OBS_ADMIN/observe" &
+		reader=$!
+		for i in $(seq 1 100); do
+			[ "$(obs_metric mcpintercept_observe_subscribers)" = 1 ] && break
+			sleep 0.1
+		done
+		[ "$(obs_metric mcpintercept_observe_subscribers)" = 1 ] || echo "bench: $stalled: the reader did not subscribe (see $WORK/app${id}_observe.log)" >&2
+		kill -STOP "$reader"
+		local d0
+		d0=$(obs_metric mcpintercept_observe_dropped_total)
+		row "$round" "$group" "$stalled" "$TLSURL:8444/mcp"
+		# Dropped during the row (0 or 1), and whether it is still subscribed (stalled, its
+		# records queued or discarded, the data path not waiting).
+		echo "round $round $group: dropped $(($(obs_metric mcpintercept_observe_dropped_total) - ${d0:-0})), still subscribed $(obs_metric mcpintercept_observe_subscribers)" >>"$WORK/observe$id"
+		kill "$reader" 2>/dev/null || true
+		kill -CONT "$reader" 2>/dev/null || true
+		wait "$reader" 2>/dev/null || true
+	done
 	stop_proxy
 }
 
@@ -421,11 +479,12 @@ def agg(k):
             "late": sum(x["r"].get("late", 0) for x in xs)}
 
 print(f"\n== fast origin, closed loop: median of {sys.argv[3]} rounds")
-print(f"{'path':<40}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'x direct':>10}{'x relay':>9}{'cpu %':>8}{'cpu us/req':>11}")
+print(f"{'path':<46}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'x direct':>10}{'x relay':>9}{'cpu %':>8}{'cpu us/req':>11}")
 relay = {"plain": ("plain", "Go relay splice"), "tls": ("tls", "Go relay splice (TLS)")}
 vs_relay = {"mcpintercept opaque", "passthrough", "Level 1 plaintext", "terminate + Level 1",
             "Level 2 plaintext", "terminate + Level 2", "terminate + Level 2 + audit",
-            "terminate + Level 2 + tracing", "tracing, collector down"}
+            "terminate + Level 2 + tracing", "tracing, collector down",
+            "terminate + Level 2, observe, no reader", "terminate + Level 2, observe, stalled reader"}
 for fam, base_label in (("plain", "direct"), ("tls", "direct TLS")):
     base = agg((fam, base_label)) if (fam, base_label) in by else None
     rk = relay[fam]
@@ -439,14 +498,14 @@ for fam, base_label in (("plain", "direct"), ("tls", "direct TLS")):
         cpu = f"{a['cpu']:>8.0f}" if a["cpu"] is not None else f"{'-':>8}"
         us = f"{a['us']:>11.1f}" if a["us"] is not None else f"{'-':>11}"
         err = f"{a['errors']}" + (f" ({a['failed']} runs failed)" if a["failed"] else "")
-        print(f"{k[1]:<40}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{err:>8}{ratio:>10.2f}{xr}{cpu}{us}")
+        print(f"{k[1]:<46}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{err:>8}{ratio:>10.2f}{xr}{cpu}{us}")
     if fam == "plain" and l2note:
-        print(f"{'Level 2 plaintext':<40}skipped: {l2note}")
+        print(f"{'Level 2 plaintext':<46}skipped: {l2note}")
     if fam == "tls" and l2note:
-        print(f"{'terminate + Level 2':<40}skipped: {l2note}")
+        print(f"{'terminate + Level 2':<46}skipped: {l2note}")
     print()
 print(f"== open loop at {rate} req/s ({sys.argv[3]} rounds, medians): latency from each request's due time")
-print(f"{'path':<40}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'late':>7}{'added p50':>11}{'added p99':>11}{'cpu %':>8}")
+print(f"{'path':<46}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'late':>7}{'added p50':>11}{'added p99':>11}{'cpu %':>8}")
 for fam, base_label in (("rate-plain", "direct"), ("rate-tls", "direct TLS")):
     base = agg((fam, base_label)) if (fam, base_label) in by else None
     for k in order:
@@ -456,9 +515,12 @@ for fam, base_label in (("rate-plain", "direct"), ("rate-tls", "direct TLS")):
         cpu = f"{a['cpu']:>8.0f}" if a["cpu"] is not None else f"{'-':>8}"
         ap50 = f"{a['p50'] - base['p50']:>11.0f}" if base and k[1] != base_label else f"{'':>11}"
         ap99 = f"{a['p99'] - base['p99']:>11.0f}" if base and k[1] != base_label else f"{'':>11}"
-        print(f"{k[1]:<40}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{a['late']:>7}{ap50}{ap99}{cpu}")
+        print(f"{k[1]:<46}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{a['late']:>7}{ap50}{ap99}{cpu}")
 if l2note:
-    print(f"{'Level 2':<40}skipped: {l2note}")
+    print(f"{'Level 2':<46}skipped: {l2note}")
+f = os.path.join(os.path.dirname(sys.argv[1]), "observe")
+if os.path.exists(f):
+    print("stalled observe reader: " + "; ".join(l for l in open(f).read().split("\n") if l))
 for kind, what in (("", "tracing (sink up)"), ("down", "tracing, collector down")):
     f = os.path.join(os.path.dirname(sys.argv[1]), f"dropped_{kind}")
     if os.path.exists(f):
