@@ -13,6 +13,7 @@ VERSION ?= $(shell packaging/build.sh version 2>/dev/null || echo devel)
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/mcpintercept ./cmd/mcpintercept
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/mcpintercept-cni ./cmd/mcpintercept-cni
 
 # Installs what a fresh Debian machine lacks (apt, npm, Go modules); quick when all is present.
 deps:

@@ -139,7 +139,11 @@ func serveConn(ctx context.Context, c net.Conn, h Handler, log *slog.Logger, rea
 		}
 	}
 	if err != nil {
-		log.Warn("cni socket: bad request", "err", err)
+		level := slog.LevelWarn
+		if errors.Is(err, errEmpty) {
+			level = slog.LevelDebug
+		}
+		log.Log(ctx, level, "cni socket: bad request", "err", err)
 		resp = Response{OK: false, Error: err.Error()}
 	}
 	b, merr := encodeLine(resp)
@@ -151,6 +155,10 @@ func serveConn(ctx context.Context, c net.Conn, h Handler, log *slog.Logger, rea
 		log.Debug("cni socket: write response", "err", err)
 	}
 }
+
+// errEmpty is a connection closed without a byte: a liveness probe (the plugin's STATUS), not
+// worth a warning.
+var errEmpty = errors.New("connection closed before a message")
 
 // readLine reads one newline-terminated line of at most MaxMessageBytes (newline included).
 func readLine(r io.Reader) ([]byte, error) {
@@ -169,7 +177,7 @@ func readLine(r io.Reader) ([]byte, error) {
 			continue
 		case errors.Is(err, io.EOF):
 			if len(line) == 0 {
-				return nil, errors.New("connection closed before a message")
+				return nil, errEmpty
 			}
 			return nil, errors.New("truncated message (no newline)")
 		case errors.Is(err, os.ErrDeadlineExceeded):
