@@ -137,6 +137,11 @@ func HashVIP(pool netip.Prefix, name string) (netip.Addr, bool) {
 // A name bound away from its slot_0 is a collision (counted; the first one logged); a search
 // that finds nothing is not (the pool is full, and a retry after recycling counts once).
 func (t *VIPTable) hashSearchLocked(name string, pool netip.Prefix, v6 bool) (netip.Addr, bool) {
+	return t.hashProbeLocked(name, pool, v6, true)
+}
+
+// hashProbeLocked is the search; count false only looks (Adopt's check).
+func (t *VIPTable) hashProbeLocked(name string, pool netip.Prefix, v6, count bool) (netip.Addr, bool) {
 	p, ok := newHashPool(pool, name)
 	if !ok {
 		return netip.Addr{}, false
@@ -148,7 +153,9 @@ func (t *VIPTable) hashSearchLocked(name string, pool netip.Prefix, v6 bool) (ne
 		return first, true
 	}
 	found := func(a netip.Addr) (netip.Addr, bool) {
-		t.collisionLocked(name, first, holder, v6)
+		if count {
+			t.collisionLocked(name, first, holder, v6)
+		}
 		return a, true
 	}
 	for i := uint32(1); i < hashProbes; i++ {
@@ -186,4 +193,41 @@ func (t *VIPTable) collisionLocked(name string, slot netip.Addr, holder *vipEntr
 	}
 	t.log.Warn("dns: VIP hash collision: the name's first slot is taken, so replicas may answer it differently (counted in mcpintercept_dns_vip_collisions_total; logged once; widen the pool to make collisions rarer)",
 		"name", name, "slot", slot, "holder", holder.Name, "holder_state", state)
+}
+
+// Adopt binds name to vip when this replica never answered name but another replica did: a
+// flow to vip arrived here, and the client named name (its TLS SNI). It binds only what a query
+// for name would bind here now (name unbound in vip's family, and vip exactly what the hash
+// search gives it), so a client cannot pick a VIP for a name, only claim the one every replica
+// derives; the binding is charged to c like a query's. ok reports that name now holds vip
+// (true too when it already did). Only the hash assignment adopts.
+func (t *VIPTable) Adopt(vip netip.Addr, name string, c Claim) (ok bool, err error) {
+	if !t.hash {
+		return false, nil
+	}
+	vip, name = vip.Unmap(), CanonicalName(name)
+	v6 := vip.Is6()
+	pool := t.v4
+	if v6 {
+		pool = t.v6
+	}
+	if name == "" || !pool.IsValid() || !pool.Contains(vip) {
+		return false, nil
+	}
+	t.mu.Lock()
+	if e := t.byName[name]; e != nil && e.addr(v6).IsValid() {
+		t.mu.Unlock()
+		return e.addr(v6) == vip, nil
+	}
+	want, found := t.hashProbeLocked(name, pool, v6, false)
+	t.mu.Unlock()
+	if !found || want != vip {
+		return false, nil
+	}
+	// Another query may bind in between; then name holds what it was given, and ok says so.
+	got, _, err := t.LookupFor(name, v6, c)
+	if err != nil {
+		return false, err
+	}
+	return got == vip, nil
 }

@@ -369,3 +369,49 @@ func TestVIPAssignmentOption(t *testing.T) {
 		})
 	}
 }
+
+// TestVIPHashAdopt: a replica that never answered a name binds it when a flow to the VIP
+// another replica derived for it arrives naming it, and only then: not another name's VIP, not
+// a VIP off the name's sequence, not under sequential, and within the client's quota.
+func TestVIPHashAdopt(t *testing.T) {
+	pool := pfx("198.18.0.0/24")
+	a, _ := hashTable(t, VIPOptions{V4: pool, ClientQuota: 2, PatternQuota: 100})
+	b, _ := hashTable(t, VIPOptions{V4: pool, ClientQuota: 2, PatternQuota: 100})
+	va := lookup4(t, a, "x.mcp.test") // replica A answered
+	other := lookup4(t, a, "y.mcp.test")
+	for _, tc := range []struct {
+		name   string
+		vip    netip.Addr
+		sni    string
+		wantOK bool
+	}{
+		{name: "another name's VIP", vip: other, sni: "x.mcp.test"},
+		{name: "outside the pool", vip: netip.MustParseAddr("10.0.0.1"), sni: "x.mcp.test"},
+		{name: "the derived VIP", vip: va, sni: "X.Mcp.Test.", wantOK: true},
+		{name: "again (bound already)", vip: va, sni: "x.mcp.test", wantOK: true},
+		{name: "a bound name, another VIP", vip: other, sni: "x.mcp.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, err := b.Adopt(tc.vip, tc.sni, Claim{Client: "10.0.0.9"})
+			if err != nil || ok != tc.wantOK {
+				t.Fatalf("Adopt(%s, %s) = %v, %v; want %v", tc.vip, tc.sni, ok, err, tc.wantOK)
+			}
+		})
+	}
+	if n, ok := b.Name(va); !ok || n != "x.mcp.test" {
+		t.Fatalf("B's name for %s = %q %v", va, n, ok)
+	}
+	if _, ok := b.Name(other); ok {
+		t.Fatal("B bound y.mcp.test's VIP without being asked")
+	}
+	// The client's quota (2) holds for adoption as for queries.
+	lookup := func(n string) { b.LookupFor(n, false, Claim{Client: "10.0.0.9"}) }
+	lookup("z.mcp.test")
+	if ok, err := b.Adopt(other, "y.mcp.test", Claim{Client: "10.0.0.9"}); ok || !errors.Is(err, ErrQuota) {
+		t.Fatalf("adoption over quota = %v, %v", ok, err)
+	}
+	seq, _ := OpenVIPTable(VIPOptions{V4: pool, Hold: time.Hour, Quarantine: time.Hour})
+	if ok, _ := seq.Adopt(va, "x.mcp.test", Claim{}); ok {
+		t.Fatal("sequential adopted")
+	}
+}
