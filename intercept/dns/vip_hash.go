@@ -231,3 +231,13 @@ func (t *VIPTable) Adopt(vip netip.Addr, name string, c Claim) (ok bool, err err
 	}
 	return got == vip, nil
 }
+
+// ClaimFor is the claim a query from client for name would carry (its quota key, IPv6 per /64,
+// and the pattern of patterns that intercepts name); ok is false when no pattern does.
+func ClaimFor(patterns *NamePatterns, client netip.Addr, name string) (c Claim, ok bool) {
+	p := patterns.Pattern(CanonicalName(name))
+	if p == "" {
+		return Claim{}, false
+	}
+	return Claim{Client: clientKey(client), Pattern: p}, true
+}

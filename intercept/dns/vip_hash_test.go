@@ -415,3 +415,24 @@ func TestVIPHashAdopt(t *testing.T) {
 		t.Fatal("sequential adopted")
 	}
 }
+
+func TestClaimFor(t *testing.T) {
+	p := NewNamePatterns([]string{"mcp.test", "*.mcp.test"})
+	for _, tc := range []struct {
+		name, client, sni string
+		want              Claim
+		ok                bool
+	}{
+		{name: "exact", client: "10.0.0.9", sni: "MCP.test.", want: Claim{Client: "10.0.0.9", Pattern: "mcp.test"}, ok: true},
+		{name: "wildcard, v6 per /64", client: "fd00::1:2", sni: "a.mcp.test", want: Claim{Client: "fd00::/64", Pattern: "*.mcp.test"}, ok: true},
+		{name: "not intercepted", client: "10.0.0.9", sni: "other.test"},
+		{name: "no SNI", client: "10.0.0.9", sni: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, ok := ClaimFor(p, netip.MustParseAddr(tc.client), tc.sni)
+			if c != tc.want || ok != tc.ok {
+				t.Fatalf("ClaimFor = %+v %v, want %+v %v", c, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
