@@ -46,6 +46,7 @@ type naLab struct {
 	pods    map[string]*naPod
 	order   []string // pods in the order they were made, for the cleanup
 	uids    int
+	agents  []*naAgent // stopped after the pods' DELs, so that the DELs reach a running agent
 }
 
 // naPod is one pod: its Kubernetes object and, once added, its network namespace and address.
@@ -94,13 +95,17 @@ func naSetup(t *testing.T) *naLab {
 	l := &naLab{t: t, dir: dir, pods: map[string]*naPod{}}
 	t.Cleanup(func() {
 		for i := len(l.order) - 1; i >= 0; i-- {
-			p := l.pods[l.order[i]]
-			if p.added {
+			if p := l.pods[l.order[i]]; p.added {
 				if err := l.del(p); err != nil {
 					t.Errorf("cleanup: CNI DEL %s: %v", p.Name, err)
 				}
 			}
-			exec.Command("ip", "netns", "delete", p.netns).Run()
+		}
+		for _, a := range l.agents {
+			a.stopTerm(t)
+		}
+		for _, name := range l.order {
+			exec.Command("ip", "netns", "delete", l.pods[name].netns).Run()
 		}
 		exec.Command("ip", "link", "delete", naBridge).Run()
 		os.RemoveAll(dir)
@@ -296,7 +301,7 @@ func (l *naLab) startAgent(flows string) *naAgent {
 	}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	a := &naAgent{proc: p, flows: l.file(flows)}
-	l.t.Cleanup(func() { a.stopTerm(l.t) })
+	l.agents = append(l.agents, a)
 	deadline := time.Now().Add(90 * time.Second)
 	client := &http.Client{Timeout: 2 * time.Second}
 	for {

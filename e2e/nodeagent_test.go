@@ -48,7 +48,7 @@ func TestNodeAgent(t *testing.T) {
 		if got := st.has("table inet mcpintercept"); got != c.enrolled {
 			t.Errorf("%s: table inet mcpintercept present %v, want %v\n%s", c.pod.Name, got, c.enrolled, st.counts())
 		}
-		if c.enrolled && (len(st.IPRules) == 0 || len(st.Routes) == 0 || len(st.Listening) == 0) {
+		if c.enrolled && (len(st.Rules) == 0 || len(st.IPRules) == 0 || len(st.Routes) == 0 || len(st.Listening) == 0) {
 			t.Errorf("%s enrolled without its ip rule, route or listener:\n%s", c.pod.Name, st.counts())
 		}
 		if !c.enrolled {
@@ -83,8 +83,11 @@ func TestNodeAgent(t *testing.T) {
 	if denied.Error == nil || denied.Error.Code != -31000 || denied.Error.Data.Intermediary != "mcpintercept" || denied.Error.Data.Rule != "deny-untrusted-pods" {
 		t.Errorf("node echo from client-b (mcp-tier=untrusted): %+v; want JSON-RPC error -31000 naming mcpintercept and deny-untrusted-pods", denied)
 	}
-	if r := naGoCall(t, clientB, url, "echo", `{"text":"go from client-b"}`); !r.IsError && r.TransportError == "" {
+	if r, err := naGoCall(clientB, url, "echo", `{"text":"go from client-b"}`); err == nil && !r.IsError && r.TransportError == "" {
 		t.Errorf("go echo from client-b succeeded: %+v", r)
+	}
+	if r, err := naGoCall(clientA, url, "echo", `{"text":"go from client-a"}`); err != nil || r.IsError || r.Text != "go from client-a" {
+		t.Errorf("go echo from client-a: %+v, %v; want the echo", r, err)
 	}
 	if ok := naNodeCall(t, clientA, url, "echo", `{"text":"from client-a"}`); ok.Error != nil || ok.IsError || ok.Text != "from client-a" {
 		t.Errorf("node echo from client-a (mcp-tier=trusted): %+v; want the echo", ok)
@@ -126,6 +129,7 @@ func TestNodeAgent(t *testing.T) {
 	// Kill the agent. With failure: open, client-a's steering lapses after the heartbeat and
 	// its connections go straight to the server; an ADD meanwhile is spooled and succeeds.
 	rulesA, rulesB := stA.counts(), stB.counts()
+	t.Logf("client-a's steering before the agent is killed:\n%s", rulesA)
 	agent.kill()
 	clientD := l.pod("client-d", "agents", map[string]string{"mcp-tier": "trusted"})
 	l.add(clientD)
@@ -228,14 +232,17 @@ func naNodeCall(t *testing.T, p *naPod, url, tool, args string) nodeCall {
 	return c
 }
 
-func naGoCall(t *testing.T, p *naPod, url, tool, args string) toolResult {
-	t.Helper()
+// naGoCall calls one tool with the Go SDK client; a JSON-RPC error is its non-zero exit.
+func naGoCall(p *naPod, url, tool, args string) (toolResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, _, _ := naExec(ctx, p, repoRoot, bin("mcpclient"), "-url", url, "-tool", tool, "-args", args)
+	out, errOut, err := naExec(ctx, p, repoRoot, bin("mcpclient"), "-url", url, "-tool", tool, "-args", args)
 	var r toolResult
 	json.Unmarshal([]byte(strings.TrimSpace(out)), &r)
-	return r
+	if err != nil {
+		return r, fmt.Errorf("%v: %s %s", err, out, errOut)
+	}
+	return r, nil
 }
 
 // TestNodeAgentScale measures the agent with 100 pods enrolled (issue 23's closing note): its
