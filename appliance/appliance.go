@@ -80,6 +80,9 @@ type Options struct {
 	NoAdmin bool
 	// Observe, when set, also receives every flow record (exec's live lines and summary).
 	Observe engine.FlowSink
+	// HoldReady keeps /readyz at 503 after Start until SetReady (the node agent: ready once it
+	// has adopted its pods).
+	HoldReady bool
 	// Quiet leaves out the life-cycle lines (ready, stopping, steering removed): exec prints its
 	// own. Warnings and errors are logged regardless.
 	Quiet bool
@@ -366,7 +369,7 @@ func (a *Appliance) Start(ctx context.Context) error {
 			a.served <- struct{}{}
 		}(l)
 	}
-	if a.admin != nil {
+	if a.admin != nil && !a.opt.HoldReady {
 		a.admin.SetReady(true)
 	}
 	args := []any{"mechanism", a.mech.Name(), "listen", strings.Join(a.listenAddrs(), ","),
@@ -380,6 +383,13 @@ func (a *Appliance) Start(ctx context.Context) error {
 	// watch, once it is.
 	a.stopHealth = a.watchHealth()
 	return nil
+}
+
+// SetReady turns /readyz to 200 (Options.HoldReady).
+func (a *Appliance) SetReady() {
+	if a.admin != nil {
+		a.admin.SetReady(true)
+	}
 }
 
 // Ready is closed once Start has installed the steering and the listeners serve.

@@ -113,6 +113,13 @@ func (n *nftablesTProxy) installTable(v4, v6 netip.Addr) error {
 	}
 
 	if o.Local {
+		var alive *nftables.Set
+		if o.Heartbeat > 0 {
+			alive = &nftables.Set{Table: t, Name: aliveSet, KeyType: nftables.TypeInetService, HasTimeout: true}
+			if err := c.AddSet(alive, []nftables.SetElement{{Key: be16(o.Port), Timeout: o.Heartbeat}}); err != nil {
+				return fmt.Errorf("add set %s: %w", aliveSet, err)
+			}
+		}
 		out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeRoute,
 			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityMangle})
 		outPorts := c.AddChain(&nftables.Chain{Name: "output_ports", Table: t})
@@ -120,6 +127,11 @@ func (n *nftablesTProxy) installTable(v4, v6 netip.Addr) error {
 		// Replies of the appliance's transparent sockets to clients must never be re-routed
 		// into TPROXY, even when a client's address and port fall inside the steered set.
 		add(out, cat(ctReply(), []expr.Any{ret})...)
+		if alive != nil {
+			// Fail open: without a live heartbeat element nothing is marked, so flows go direct.
+			add(out, &expr.Immediate{Register: 1, Data: be16(o.Port)},
+				&expr.Lookup{SourceRegister: 1, SetName: alive.Name, SetID: alive.ID, Invert: true}, ret)
+		}
 		for _, p := range o.Destinations {
 			if (p.Addr().Is4() && v4.IsValid()) || (p.Addr().Is6() && v6.IsValid()) {
 				add(out, cat(tcpOnly(), daddrMatch(p), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: outPorts.Name}})...)
@@ -130,6 +142,35 @@ func (n *nftablesTProxy) installTable(v4, v6 netip.Addr) error {
 		}
 	}
 	return c.Flush()
+}
+
+// aliveSet is the set whose element keeps fail-open steering alive (Options.Heartbeat).
+const aliveSet = "alive"
+
+// Beat refreshes the heartbeat element (Options.Heartbeat): flushed and re-added in one
+// transaction, so its timeout starts again. It acts in the calling thread's network namespace.
+func (n *nftablesTProxy) Beat() error {
+	if n.o.Heartbeat <= 0 || !n.o.Local {
+		return nil
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	t := &nftables.Table{Name: NftTableName, Family: nftables.TableFamilyINet}
+	set, err := c.GetSetByName(t, aliveSet)
+	if err != nil {
+		return fmt.Errorf("nftables: heartbeat set: %w", err)
+	}
+	c.FlushSet(set)
+	if err := c.SetAddElements(set, []nftables.SetElement{{Key: be16(n.o.Port), Timeout: n.o.Heartbeat}}); err != nil {
+		return fmt.Errorf("nftables: heartbeat: %w", err)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: heartbeat: %w", err)
+	}
+	return nil
 }
 
 // deleteNftTables removes every table named ours, in any family. It reports what it removed.
@@ -257,4 +298,24 @@ func tproxyTo(a netip.Addr, port uint16) []expr.Any {
 		&expr.Immediate{Register: 2, Data: be16(port)},
 		&expr.TProxy{Family: fam, TableFamily: unix.NFPROTO_INET, RegAddr: 1, RegPort: 2},
 	}
+}
+
+// CheckNftTable reports whether our table (inet mcpintercept) is installed in the calling thread's
+// network namespace (the node agent's CNI CHECK of a pod).
+func CheckNftTable() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("nftables: list tables: %w", err)
+	}
+	for _, t := range tables {
+		if t.Name == NftTableName {
+			return nil
+		}
+	}
+	return fmt.Errorf("nftables table inet %s is missing", NftTableName)
 }

@@ -21,6 +21,12 @@ type Options struct {
 	Ports        []PortRange
 	// Local steers the host's own processes too (an output chain).
 	Local bool
+	// Heartbeat, when positive, makes nftables-tproxy's output steering fail open: it marks
+	// flows only while an element of the table's set "alive" lives, which Install adds and Beat
+	// refreshes with this timeout. A process that dies without removing its steering (SIGKILL)
+	// so stops steering once the timeout has passed, instead of leaving flows steered to a
+	// listener that is gone (the node agent's failure: open).
+	Heartbeat time.Duration
 	// Mark tags steered packets for policy routing (RouteTable, RulePriority); BypassMark is on
 	// every upstream dial of the appliance and is never steered.
 	Mark, BypassMark         uint32

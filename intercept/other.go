@@ -41,3 +41,6 @@ func deleteNftTables() ([]string, error) { return nil, nil }
 func removeRouting() ([]string, error)   { return nil, nil }
 func removeIptables() ([]string, error)  { return nil, nil }
 func CleanupEBPF() ([]string, error)     { return nil, nil }
+
+// CheckNftTable needs Linux.
+func CheckNftTable() error { return errNotLinux }

@@ -1,12 +1,75 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"mcpintercept/appliance"
+	"mcpintercept/nodeagent"
 )
 
-// cmdNodeAgent runs the Kubernetes node agent (package nodeagent).
+// cmdNodeAgent runs the Kubernetes node agent (package nodeagent) until SIGINT or SIGTERM;
+// SIGHUP reloads routes and rule sets.
 func cmdNodeAgent(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "node-agent: not built yet")
-	return 1
+	fs := flag.NewFlagSet("node-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf commonFlags
+	fs.StringVar(&cf.config, "config", "", "configuration file (YAML) with a node_agent section")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mcpintercept node-agent: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if cf.config == "" {
+		fmt.Fprintln(stderr, "mcpintercept node-agent: --config FILE is required")
+		return exitUsage
+	}
+	if needsLinux("node-agent", stderr) {
+		return exitRuntime
+	}
+	cfg, ok := loadConfig(&cf, stderr)
+	if !ok || !preflight(cfg, stderr) {
+		return exitUsage
+	}
+	signal.Ignore(syscall.SIGPIPE)
+	log := appliance.NewLoggerFormat(cfg.Log.Level, cfg.Log.Format, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	agent, err := nodeagent.New(ctx, cfg, nodeagent.Options{Log: log, Stdout: stdout})
+	if err != nil {
+		var ce *appliance.ConfigError
+		if errors.As(err, &ce) {
+			reportRuleErrors(stderr, err)
+			return exitUsage
+		}
+		log.Error("stopped", "err", err)
+		return exitRuntime
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				agent.Reload() // logs what it did, or why it kept the running configuration
+			}
+		}
+	}()
+	if err := agent.Run(ctx); err != nil {
+		log.Error("stopped", "err", err)
+		return exitRuntime
+	}
+	return exitOK
 }
