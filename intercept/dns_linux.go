@@ -13,6 +13,7 @@ import (
 	"mcpintercept/intercept/dns"
 	"mcpintercept/intercept/upstream"
 	"mcpintercept/origin"
+	"mcpintercept/tlsmitm"
 )
 
 // dnsMechanism is the dns mechanism: its DNS server answers the configured names with VIPs, and
@@ -167,6 +168,9 @@ func (d *dnsMechanism) Origin(c *net.TCPConn) (origin.Origin, error) {
 	}
 	name, ok := d.table.Name(dst.Addr())
 	if !ok {
+		name, ok = d.adopt(c, dst.Addr())
+	}
+	if !ok {
 		return origin.Origin{}, dns.UnboundVIP(dst.Addr())
 	}
 	o.Host = name
@@ -176,6 +180,46 @@ func (d *dnsMechanism) Origin(c *net.TCPConn) (origin.Origin, error) {
 		return origin.Origin{}, err
 	}
 	return o, nil
+}
+
+// adopt binds the name a TLS client sends as its SNI to vip, which this replica never gave out,
+// when the hash assignment gives that name vip here too: another replica answered the query
+// (dns.vip_assignment: hash). A client without SNI, or naming what dns.names does not
+// intercept, or a VIP off the name's hash sequence, is refused as before (unbound_vip).
+func (d *dnsMechanism) adopt(c *net.TCPConn, vip netip.Addr) (string, bool) {
+	if d.o.VIPAssignment != dns.AssignHash {
+		return "", false
+	}
+	sni := peekSNI(c, d.o.PeekTimeout, d.o.MaxClientHello)
+	client, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+	claim, ok := dns.ClaimFor(dns.NewNamePatterns(d.o.Names), client.Addr(), sni)
+	if !ok {
+		return "", false
+	}
+	ok, err := d.table.Adopt(vip, sni, claim)
+	if err != nil {
+		d.log.Warn("dns: adopting a VIP another replica answered", "vip", vip, "name", dns.CanonicalName(sni), "err", err)
+	}
+	if !ok {
+		return "", false
+	}
+	d.log.Debug("dns: adopted a VIP another replica answered", "vip", vip, "name", dns.CanonicalName(sni))
+	return dns.CanonicalName(sni), true
+}
+
+// peekSNI is the SNI of the client's ClientHello, peeked without consuming it ("" when the
+// client sends no TLS, or none in time).
+func peekSNI(c *net.TCPConn, timeout time.Duration, maxHello int) string {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	c.SetReadDeadline(time.Now().Add(timeout))
+	defer c.SetReadDeadline(time.Time{})
+	h, _, _ := tlsmitm.Peek(&peekReader{c: c}, maxHello)
+	if h == nil {
+		return ""
+	}
+	return h.SNI
 }
 
 // ResolveVIP implements upstream.NameResolver: the name behind vip and its addresses upstream now.
