@@ -57,7 +57,7 @@ bench: deps build
 # Every fuzz target for FUZZTIME each (the committed corpora also run in `make test`).
 FUZZTIME ?= 30s
 fuzz:
-	@set -e; for t in config:FuzzParse config:FuzzParsePartial tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
+	@set -e; for t in config:FuzzParse config:FuzzParsePartial nodeagent:FuzzParseObject nodeagent/cniproto:FuzzDecodeRequest intercept/dns:FuzzHashAssign tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
 		exchange/httptok:FuzzForEachToken exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
 		mcp:FuzzDecodeHeaderValue mcp:FuzzRedactURI level1:FuzzGuards policy:FuzzCompile \
 		mcp:FuzzDecode mcp:FuzzSkipString audit:FuzzDecodeRecord auth:FuzzParse level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
