@@ -312,7 +312,7 @@ type DNSConfig struct {
 	// VIPAssignment is how a new name's VIP is chosen: sequential (the
 	// default) or hash, a function of the name and the pool, so that
 	// replicas behind ECMP or a load balancer give a name the same VIP
-	// (docs/scale-out.md).
+	// (README, "Scale-out").
 	VIPAssignment string `yaml:"vip_assignment"`
 }
 
