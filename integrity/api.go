@@ -40,11 +40,15 @@
 // The guard remembers, per definition and viewer, the hash the viewer was shown last and when.
 // A divergence is two definitions served side by side: a viewer is shown a hash while another
 // viewer's latest sight within DivergenceWindow is another hash shown after this one was first
-// shown (without a pause). A server that changes a definition for everyone — the old hash, then
-// only the new one: a rug pull — is a change, however soon after the last sight of the old one;
-// a server that shows client A one definition and client B another is caught as soon as it
-// shows the first again (A lists again, or a third client is shown it). The divergence is
-// recorded (once per pair of hashes) naming both viewers and hashes; with on_divergence:
+// shown (without a pause). The pinned hash counts as shown before anything in the window, so
+// one side may be the pin or not: a viewer shown another hash and then a viewer shown the pinned
+// one is a divergence at once. A server that changes a definition for everyone — the old hash,
+// then only the new one: a rug pull — is a change, however soon after the last sight of the old
+// one; a server that shows client A the pinned definition and client B another is, at B's
+// sight, indistinguishable from a rug pull, and is caught as soon as it shows the pinned one
+// again (A lists again, or a third client is shown it). A change names the viewer it was shown
+// to. The divergence is recorded (once per pair of hashes) naming both viewers and hashes, in
+// its detail too (the record's reason); with on_divergence:
 // quarantine the definition is then quarantined for everyone ("definitions of <kind> <name>
 // diverged between clients"), across restarts, until Approve, which also forgets the sights of
 // other hashes. Forget (list_changed) forgets a server's sights.

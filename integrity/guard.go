@@ -443,7 +443,7 @@ func (rg *RouteGuard) judge(sp **serverState, srv Server, viewer string, d Def, 
 		ds.evChanged = hp
 		fields := diffFields(ds.pinFields, a.fields)
 		ob.add(Event{Kind: EventChanged, Server: srv.Key, DefKind: key.kind, Name: key.name,
-			OldHash: ds.pinHash.String(), NewHash: a.hashStr, Fields: fields, Quarantined: true,
+			OldHash: ds.pinHash.String(), NewHash: a.hashStr, Fields: fields, Quarantined: true, Viewers: []string{viewer},
 			Detail: fmt.Sprintf("%s %s changed since it was pinned: %s", key.kind, key.name, fieldDetail(ds.pinFields, a.fields, fields))})
 	}
 	g.views.see(ds, viewer, a, now)
@@ -451,7 +451,13 @@ func (rg *RouteGuard) judge(sp **serverState, srv Server, viewer string, d Def, 
 	// hash after this one was first shown (the server went back and forth). A server that
 	// changes a definition for everyone (a rug pull: the old hash shown, then only the new one)
 	// is a change, not a divergence, however soon after the old sight.
-	if o := ds.other(a.hash); o != nil && o.at > ds.firstShown(a.hash) {
+	//
+	// The pinned hash counts as shown before anything the window holds (the server served it
+	// when it was pinned, reviewed or learned), whether or not a sight of it is still in the
+	// window: another hash shown to one viewer and then the pinned one to another is the server
+	// going back and forth, i.e. targeting the first viewer. Without this, a server that shows
+	// a targeted client its variant first and everyone else the pin is only ever a change.
+	if o := ds.other(a.hash); o != nil && (o.at > ds.firstShown(a.hash) || ds.src != srcNone && a.hash == ds.pinHash) {
 		quarantine := rg.r.QuarantineDivergence && !ds.diverged
 		pk := pairKey(o.a.hash, a.hash)
 		if !slices.Contains(ds.pairs, pk) {
@@ -463,7 +469,8 @@ func (rg *RouteGuard) judge(sp **serverState, srv Server, viewer string, d Def, 
 			ob.add(Event{Kind: EventDivergence, Server: srv.Key, DefKind: key.kind, Name: key.name,
 				OldHash: o.a.hashStr, NewHash: a.hashStr, Fields: fields, Viewers: []string{o.viewer, viewer},
 				Quarantined: quarantine,
-				Detail:      fmt.Sprintf("%s %s diverged between clients: %s", key.kind, key.name, fieldDetail(o.a.fields, a.fields, fields))})
+				Detail: fmt.Sprintf("%s %s diverged between clients: %s was shown %s, %s %s; %s", key.kind, key.name,
+					o.viewer, o.a.hash.short(), viewer, a.hash.short(), fieldDetail(o.a.fields, a.fields, fields))})
 		} else if quarantine {
 			// recorded by a route that only logs; this one quarantines
 			ob.warns = append(ob.warns, Event{Kind: EventDivergence, Server: srv.Key, DefKind: key.kind, Name: key.name,

@@ -270,14 +270,19 @@ func TestDivergence(t *testing.T) {
 			if !vs[0].Quarantined || vs[0].Reason != "tool definition changed since it was pinned" {
 				t.Errorf("client-c %+v", vs[0])
 			}
-			// within it, v2 to client-d and then v1 to client-c again: served side by side, a
-			// divergence (v2 alone after v1 would be another change).
+			// within it, the pinned v2 to client-d: v2 was served before v1 (it is the pin), so v1
+			// to client-c and then v2 to client-d is two definitions served side by side, a
+			// divergence (issue 29: whether or not one side is the pin); v1 to client-c again
+			// is the same pair, not recorded twice.
 			clk.Add(time.Second)
 			_, evs = rg.Observe(srvA, "client-d", []Def{v2}, true)
-			wantKinds(t, evs)
+			wantKinds(t, evs, EventDivergence)
+			if dv := evs[0]; !slices.Equal(dv.Viewers, []string{"client-c", "client-d"}) || dv.OldHash != h1 || dv.NewHash != h2 {
+				t.Errorf("divergence against the pin %+v", dv)
+			}
 			clk.Add(time.Second)
 			_, evs = rg.Observe(srvA, "client-c", []Def{v1}, true)
-			wantKinds(t, evs, EventDivergence)
+			wantKinds(t, evs)
 			// Forget (list_changed): sights dropped, no divergence until shown again
 			rg.Forget(srvA)
 			_, evs = rg.Observe(srvA, "client-e", []Def{v1}, true)
