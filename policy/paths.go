@@ -234,6 +234,10 @@ func addAbsent(d *Decision, paths []fieldPath, in *Input, key string) bool {
 // resolveString reads a path whose value is a string. absent is the index of the first missing
 // segment, or -1; ok is false when the path is absent or does not lead to a string.
 func (p *fieldPath) resolveString(in *Input) (s string, absent int, ok bool) {
+	if len(in.Vars.Unknown) > 0 {
+		// An unknown field is not absent: CEL reads it and fails (unknownField).
+		return "", -1, false
+	}
 	var cur any = in.root(p.root)
 	if _, isMap := cur.(map[string]any); p.fast != nil && !isMap {
 		if s, ok := p.fast.str(cur); ok {

@@ -587,7 +587,13 @@ func (s *Set) evaluate(in *Input) Decision {
 			continue
 		}
 		if r.when != nil {
+			in.lazy.unknownTested = ""
 			out, _, err := r.when.Eval(act)
+			if err == nil && in.lazy.unknownTested != "" {
+				// has() of an unknown field answered "set"; the rule read a fact nobody can
+				// establish, so it fails rather than decide on a guess.
+				err = unknownField(in.lazy.unknownTested)
+			}
 			if err != nil {
 				if msg, failed := s.noteError(&d, r, in, err); failed && ruleFailed(&d, r, in, msg) {
 					return d

@@ -23,6 +23,12 @@ type field struct {
 	typ   *types.Type
 	level Level
 	doc   string
+	// prov is who may set the field's value (see Provenance); every field of a variable has one,
+	// and a test holds each ProvClient field against a server that writes it into its own message.
+	prov Provenance
+	// path is "var.name" for a field of a variable ("" for a nested object's field); Vars.Unknown
+	// names fields by it.
+	path string
 	// get reads the field from the typed facts; ok false means absent. It returns ref.Val for
 	// scalars, so the interpreter boxes a value once rather than twice.
 	get func(obj any) (any, bool)
@@ -75,14 +81,56 @@ func (e missingField) Error() string { return noSuchKey + string(e) }
 
 func (f *field) getFrom(obj any) (any, error) {
 	if v, ok := f.lookup(obj); ok {
+		if u, isUnknown := v.(unknownField); isUnknown {
+			return nil, u
+		}
 		return v, nil
 	}
 	return nil, missingField(f.name)
 }
 
+// isSet is has(). An unknown field is set (the fact exists, its value cannot be established),
+// and testing it marks the evaluation: the rule then fails to evaluate whatever it returned, so
+// that neither has() nor !has() can make an unknown client look like one that sent nothing.
 func (f *field) isSet(obj any) bool {
-	_, ok := f.lookup(obj)
+	v, ok := f.lookup(obj)
+	if u, isUnknown := v.(unknownField); ok && isUnknown {
+		if in := inputOf(obj); in != nil {
+			in.lazy.unknownTested = string(u)
+		}
+	}
 	return ok
+}
+
+// unknownField is the value of a field named in Vars.Unknown: a fact the caller cannot establish
+// for this message (Level 2 cannot tell which client a server→client request goes to). Unlike an
+// absent field, which makes a rule not match, reading it is an evaluation error: the rule fails
+// (on_rule_error), never silently skipped.
+type unknownField string
+
+func (e unknownField) Error() string {
+	return string(e) + " cannot be established for this message (unknown, not absent)"
+}
+
+// withUnknown wraps the getter of a variable's field f: a field the Input names in Vars.Unknown
+// reads as unknownField.
+func withUnknown(f *field, get func(any) (any, bool)) func(any) (any, bool) {
+	return func(o any) (any, bool) {
+		if in := inputOf(o); in != nil && len(in.Vars.Unknown) > 0 && in.isUnknown(f.path) {
+			return unknownField(f.path), true
+		}
+		return get(o)
+	}
+}
+
+// isUnknown reports whether path is one of Vars.Unknown.
+func (in *Input) isUnknown(path string) bool {
+	for _, u := range in.Vars.Unknown {
+		if u == path {
+			return true
+		}
+	}
+	return false
 }
 
 // Views of an Input, one per variable: what the activation hands the interpreter. Being the
@@ -391,6 +439,19 @@ var scalarSlots uint8
 func newObject(varName, typeName string, fields ...*field) *object {
 	o := &object{varName: varName, typ: types.NewObjectType(typeName), fields: fields, byName: map[string]*field{}}
 	for _, f := range fields {
+		if varName != "" {
+			f.path = varName + "." + f.name
+			f.get = withUnknown(f, f.get)
+			if f.str != nil {
+				str, path := f.str, f.path
+				f.str = func(o any) (string, bool) {
+					if in := inputOf(o); in != nil && len(in.Vars.Unknown) > 0 && in.isUnknown(path) {
+						return "", false // resolveString leaves unknowns to CEL, which fails
+					}
+					return str(o)
+				}
+			}
+		}
 		if varName != "" && (f.str != nil || f.typ == types.IntType) {
 			scalarSlots++
 			f.slot = scalarSlots
@@ -532,6 +593,9 @@ func (p *provider) NativeToValue(v any) ref.Val {
 		return types.NewStringInterfaceMap(p, materialize(rpcErrorObj, v))
 	case *Claims:
 		return types.NewStringInterfaceMap(p, materialize(claimsObj, v))
+	case unknownField:
+		// Read through mcp["client_info"] or a materialized variable: still an error.
+		return types.NewErr("%s", v.Error())
 	}
 	return p.Registry.NativeToValue(v)
 }

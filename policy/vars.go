@@ -31,6 +31,11 @@ type Vars struct {
 	HTTP   *Request
 	MCP    *Message
 	Auth   *Auth
+	// Unknown names fields ("mcp.client_info") that exist for this message but whose value the
+	// caller cannot establish: Level 2 cannot tell which client a server→client request goes to.
+	// A rule that reads one (has() included) fails to evaluate (Input.FailOpen decides), where an
+	// absent field only makes it not match.
+	Unknown []string
 }
 
 // Auth is the `auth` variable: the credential a request carried, as the appliance's token check
@@ -211,6 +216,8 @@ type lazy struct {
 	headers          map[string]string
 	tags             [scalarWays]uint8 // slot+1 of the field cached in vals; 0: none
 	vals             [scalarWays]any   // nil: absent
+	// unknownTested is the unknown field a presence test (has) read during the current rule.
+	unknownTested string
 }
 
 const scalarWays = 8
