@@ -46,11 +46,11 @@ var provenance = map[string]Provenance{
 	"http.method": ProvClient, "http.path": ProvClient, "http.headers": ProvClient,
 	"mcp.version": ProvClient, "mcp.session": ProvClient, "mcp.tool": ProvClient, "mcp.retry": ProvClient,
 	"mcp.client_info": ProvClient,
-	"mcp.method": ProvSender, "mcp.name": ProvSender, "mcp.id": ProvSender, "mcp.kind": ProvSender,
+	"mcp.method":      ProvSender, "mcp.name": ProvSender, "mcp.id": ProvSender, "mcp.kind": ProvSender,
 	"mcp.arguments": ProvSender,
 	"mcp.direction": ProvAppliance, "mcp.tool_findings": ProvAppliance, "mcp.tool_pinned": ProvAppliance,
 	"mcp.tool_changed": ProvAppliance,
-	"mcp.mode": ProvServer, "mcp.error": ProvServer, "mcp.result": ProvServer,
+	"mcp.mode":         ProvServer, "mcp.error": ProvServer, "mcp.result": ProvServer,
 	"auth.present": ProvClient, "auth.scheme": ProvClient, "auth.verified": ProvAppliance, "auth.claims": ProvToken,
 }
 

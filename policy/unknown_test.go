@@ -8,8 +8,8 @@ import (
 // unknownBody serves a client_info the caller has (or nil).
 type unknownBody struct{ ci map[string]any }
 
-func (unknownBody) Arguments() map[string]any     { return nil }
-func (unknownBody) Result() any                   { return nil }
+func (unknownBody) Arguments() map[string]any    { return nil }
+func (unknownBody) Result() any                  { return nil }
 func (b unknownBody) ClientInfo() map[string]any { return b.ci }
 
 // TestUnknownIsARuleError: a field named in Vars.Unknown is not absent. Every way a rule can read
