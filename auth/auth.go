@@ -67,7 +67,7 @@ type Introspection struct{ URL, ClientID, ClientSecret string }
 // Result is the judgement of one request's Authorization header.
 type Result struct {
 	Present bool
-	Scheme  string // "bearer", "basic", ... lowercased ("" when absent)
+	Scheme  string // "bearer", "dpop", "basic", ... lowercased, "other" when unknown ("" when absent)
 	// Verified: the signature was checked against a configured issuer, or
 	// the introspection endpoint vouched for the token.
 	Verified bool
@@ -75,7 +75,7 @@ type Result struct {
 	// Reason says why the token was refused, or why it could not be
 	// checked (Kind empty, error not ErrRefused); never contains the token.
 	Reason string
-	Kind   string // on refusal: audience|signature|expired|issuer|opaque|malformed|oversized
+	Kind   string // on refusal: audience|signature|expired|issuer|opaque|malformed|oversized|scheme|carrier
 }
 
 // Claims are the token claims policy and records may use.
@@ -94,6 +94,11 @@ const (
 	KindOpaque    = "opaque"
 	KindMalformed = "malformed"
 	KindOversized = "oversized"
+	// KindScheme: an Authorization scheme the appliance does not judge (not
+	// Bearer or DPoP), on a route that checks tokens.
+	KindScheme = "scheme"
+	// KindCarrier: a token where MCP clients never put one (the URI query).
+	KindCarrier = "carrier"
 )
 
 const (
@@ -204,9 +209,14 @@ func (c *Checker) Check(ctx context.Context, authorization []string, canonical s
 	if err != nil {
 		return refuse(r, KindMalformed, "%v", err)
 	}
-	if scheme != "bearer" {
-		return r, nil // no audience to check
+	if !judgedSchemes[scheme] {
+		// A scheme whose credentials are not judged is not forwarded unjudged either: a
+		// server may read a token from it all the same (a bare JWT, "Token x"). The name
+		// said is a known scheme's or "other", never the client's bytes.
+		return refuse(r, KindScheme, "authorization scheme %s is not checked: only Bearer and DPoP tokens pass a route that checks tokens", scheme)
 	}
+	// A DPoP-bound token (RFC 9449) is an access token like a bearer one: its audience is
+	// judged the same way. Its proof (the DPoP header) is the server's to check.
 	return c.checkBearer(ctx, r, cred, canonicalize(canonical))
 }
 

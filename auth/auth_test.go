@@ -89,8 +89,11 @@ func TestUnverified(t *testing.T) {
 		{"expired but unverified", bearer(sign(t, rk, map[string]any{"aud": canon, "exp": past})), "", ""},
 		{"HS256 read for its audience", bearer(hs256(t, []byte("shared-secret-of-the-backend-0123456789"), claims(canon))), "", ""},
 		{"scheme case", []string{"bEaReR " + sign(t, rk, claims(canon))}, "", ""},
-		{"basic passes", []string{"Basic dXNlcjpwYXNzd29yZA=="}, "", ""},
-		{"bare token", []string{sign(t, rk, claims("https://a.example/mcp"))}, "", ""},
+		{"basic refused", []string{"Basic dXNlcjpwYXNzd29yZA=="}, KindScheme, "authorization scheme basic is not checked"},
+		{"bare token refused", []string{sign(t, rk, claims("https://a.example/mcp"))}, KindScheme, "authorization scheme other"},
+		{"dpop judged", []string{"DPoP " + sign(t, rk, claims("https://a.example/mcp"))}, KindAudience, "≠"},
+		{"dpop passes", []string{"dpop " + sign(t, rk, claims(canon))}, "", ""},
+		{"bearer and a tab", []string{"Bearer\t" + sign(t, rk, claims("https://a.example/mcp"))}, KindAudience, "≠"},
 		{"other audience", bearer(sign(t, rk, claims("https://a.example/mcp"))), KindAudience,
 			"token audience https://a.example/mcp ≠ https://b.example/mcp"},
 		{"query is not normalized away", bearer(sign(t, rk, claims("https://b.example/mcp?x=1"))), KindAudience, "≠"},
@@ -254,8 +257,9 @@ func TestMaxHeader(t *testing.T) {
 	c, _ := newTestChecker(t, Options{MaxHeader: 100})
 	r, err := judge(t, c, []string{"Basic " + strings.Repeat("A", 95)}, canon)
 	expect(t, r, err, KindOversized, "authorization header over 100 bytes")
+	// At the limit the header is read: Basic is then refused for its scheme, not its size.
 	r, err = judge(t, c, []string{"Basic " + strings.Repeat("A", 94)}, canon)
-	expect(t, r, err, "", "")
+	expect(t, r, err, KindScheme, "authorization scheme basic")
 }
 
 func TestQuoteClaimBounds(t *testing.T) {

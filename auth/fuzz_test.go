@@ -9,7 +9,7 @@ import (
 
 var kinds = map[string]bool{
 	KindAudience: true, KindSignature: true, KindExpired: true, KindIssuer: true,
-	KindOpaque: true, KindMalformed: true, KindOversized: true,
+	KindOpaque: true, KindMalformed: true, KindOversized: true, KindScheme: true, KindCarrier: true,
 }
 
 // FuzzParse feeds arbitrary Authorization headers to a checker without

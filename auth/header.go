@@ -3,6 +3,8 @@ package auth
 import (
 	"errors"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // knownSchemes are the schemes reported by name; anything else is "other",
@@ -14,28 +16,119 @@ var knownSchemes = map[string]bool{
 	"scram-sha-1": true, "scram-sha-256": true, "vapid": true, "privatetoken": true,
 }
 
+// judgedSchemes are the schemes whose credentials are access tokens the
+// appliance judges: Bearer (RFC 6750) and DPoP (RFC 9449 §7.1, a
+// sender-constrained access token whose audience matters just as much). On a
+// checked route every other scheme is refused (Checker.Check): a server that
+// reads a token from it (a bare JWT, "Token x", a Basic password that is a
+// JWT) would otherwise be handed a credential nobody judged.
+var judgedSchemes = map[string]bool{"bearer": true, "dpop": true}
+
 // splitHeader separates the auth scheme from its credentials (RFC 9110
-// §11.4). A bearer credential must be a b64token (RFC 6750 §2.1): a server
-// that reads a looser syntax differently from us would be judged on a
-// token we did not see.
+// §11.4), splitting as the most lenient server does: the Go SDK splits with
+// strings.Fields (every Unicode space, over UTF-8), Python's str.split()
+// over a value decoded as Latin-1 also splits on \x1c-\x1f and the lone
+// bytes 0x85 and 0xa0, a JavaScript /\s+/ also on U+FEFF, and every one of
+// them reads the scheme case-insensitively. Anything these separators
+// surround is the scheme and the credentials; a judged scheme's credentials
+// must then be one b64token (RFC 6750 §2.1), which holds no separator, so
+// that every server that reads a token from the value reads this one: the
+// TypeScript SDK (split(' '), second element), the Python SDK ("bearer "
+// prefix, the rest) and the Go SDK (exactly two fields) alike. A value that
+// has anything more is refused rather than guessed.
 func splitHeader(h string) (scheme, cred string, err error) {
-	h = strings.Trim(h, " \t")
+	h = trimSeparators(h)
 	if h == "" {
 		return "", "", errors.New("empty authorization header")
 	}
-	name, rest, _ := strings.Cut(h, " ")
+	i, n := nextSeparator(h)
+	name, rest := h, ""
+	if i >= 0 {
+		name, rest = h[:i], trimSeparators(h[i+n:])
+	}
 	scheme = strings.ToLower(name)
-	if !knownSchemes[scheme] {
+	if !knownSchemes[scheme] || !isToken(name) {
 		scheme = "other"
 	}
-	if scheme != "bearer" {
+	if !judgedSchemes[scheme] {
 		return scheme, "", nil
 	}
-	cred = strings.TrimLeft(rest, " ")
-	if !isB64Token(cred) {
-		return scheme, "", errors.New("bearer credentials are not a b64token")
+	if !isB64Token(rest) {
+		return scheme, "", errors.New(scheme + " credentials are not one b64token")
 	}
-	return scheme, cred, nil
+	return scheme, rest, nil
+}
+
+// separatorAt reports the length of the separator that starts s (0: none).
+// A valid UTF-8 rune is a separator when Go's unicode.IsSpace or
+// JavaScript's \s says so; a lone byte when Python's str.isspace says so of
+// it decoded as Latin-1 (\t-\r, \x1c-\x1f, space, 0x85, 0xa0).
+func separatorAt(s string) int {
+	c := s[0]
+	if c < utf8.RuneSelf {
+		if c == ' ' || ('\t' <= c && c <= '\r') || (0x1c <= c && c <= 0x1f) {
+			return 1
+		}
+		return 0
+	}
+	if r, n := utf8.DecodeRuneInString(s); n > 1 && (unicode.IsSpace(r) || r == '\ufeff') {
+		return n
+	}
+	if c == 0x85 || c == 0xa0 {
+		return 1
+	}
+	return 0
+}
+
+// nextSeparator is the index and length of the first separator in s, or -1.
+func nextSeparator(s string) (int, int) {
+	for i := 0; i < len(s); i++ {
+		if n := separatorAt(s[i:]); n > 0 {
+			return i, n
+		}
+	}
+	return -1, 0
+}
+
+// trimSeparators removes separators from both ends of s.
+func trimSeparators(s string) string {
+	for len(s) > 0 {
+		n := separatorAt(s)
+		if n == 0 {
+			break
+		}
+		s = s[n:]
+	}
+	for len(s) > 0 {
+		cut := 0
+		// The last separator may be up to utf8.UTFMax bytes long: the longest wins, so that
+		// U+00A0 goes whole rather than as its lone last byte.
+		for k := min(utf8.UTFMax, len(s)); k >= 1; k-- {
+			if separatorAt(s[len(s)-k:]) == k {
+				cut = k
+				break
+			}
+		}
+		if cut == 0 {
+			break
+		}
+		s = s[:len(s)-cut]
+	}
+	return s
+}
+
+// isToken: RFC 9110 §5.6.2 token characters only (an auth-scheme is a token).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf || !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func isB64Token(s string) bool {

@@ -17,10 +17,11 @@ import (
 	"mcpintercept/policy"
 )
 
-// TokenChecker judges the Authorization values of one request against the server's canonical
-// URI; *auth.Checker is the one the appliance builds per route.
+// TokenChecker judges every token carrier of one request (Authorization, the target's query,
+// cookies) against the server's canonical URI; *auth.Checker is the one the appliance builds per
+// route.
 type TokenChecker interface {
-	Check(ctx context.Context, authorization []string, canonical string) (auth.Result, error)
+	CheckRequest(ctx context.Context, cr auth.Credentials, canonical string) (auth.Result, error)
 }
 
 // tokenRule is the record's rule of a request the token check refused.
@@ -31,7 +32,7 @@ type tokenMetrics struct{ refused *prometheus.CounterVec }
 
 func newTokenMetrics(reg prometheus.Registerer) *tokenMetrics {
 	m := &tokenMetrics{refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "mcpintercept_token_refused_total", Help: "Requests refused before forwarding because of their bearer token, by route and kind (audience, signature, expired, issuer, opaque, malformed, oversized)."},
+		Name: "mcpintercept_token_refused_total", Help: "Requests refused before forwarding because of their token, by route and kind (audience, signature, expired, issuer, opaque, malformed, oversized, scheme, carrier, authority)."},
 		[]string{"route", "kind"})}
 	if reg != nil {
 		m.refused = registered(reg, m.refused)
@@ -74,13 +75,19 @@ func (e *Engine) tokenStage(c *chainOf) exchange.Stage {
 
 // RequestHead implements exchange.Stage.
 func (s *tokenStage) RequestHead(ctx context.Context, x *exchange.Exchange) exchange.Result {
-	values := headerValues(x.Req, "Authorization")
-	if len(values) == 0 {
+	host, reason := s.host(x.Req)
+	if reason != "" {
+		s.metrics.refused.WithLabelValues(s.route, kindAuthority).Inc()
+		return s.refuse(x, http.StatusMisdirectedRequest, reason)
+	}
+	cr := auth.Credentials{Authorization: headerValues(x.Req, "Authorization"), Target: x.Req.Target,
+		Cookies: headerValues(x.Req, "Cookie")}
+	if cr.Empty() {
 		// auth.present is false, not absent: the route reads tokens and this request has none.
 		x.Set(policy.AuthKey{}, noAuth)
 		return exchange.Continue
 	}
-	res, err := s.check.Check(ctx, values, auth.CanonicalURI(s.scheme, s.host(x.Req), s.port, requestPath(x.Req.Target)))
+	res, err := s.check.CheckRequest(ctx, cr, auth.CanonicalURI(s.scheme, host, s.port, requestPath(x.Req.Target)))
 	if res.Present {
 		x.Set(policy.AuthKey{}, authVars(res))
 	}
@@ -102,33 +109,78 @@ func (s *tokenStage) RequestHead(ctx context.Context, x *exchange.Exchange) exch
 		// not forwarded unchecked either.
 		return s.refuse(x, http.StatusServiceUnavailable, "token check failed: "+err.Error())
 	}
-	reason := res.Reason
-	if reason == "" {
+	if res.Reason != "" {
+		reason = res.Reason
+	} else {
 		reason = "token refused"
 	}
 	return s.refuse(x, http.StatusUnauthorized, reason)
 }
 
-// host is the name the client addressed: the TLS server name, else the Host header, else the
-// original destination's address.
-func (s *tokenStage) host(req *exchange.Head) string {
-	if s.sni != "" {
-		return s.sni
-	}
-	if h, ok := req.Get("Host"); ok && h != "" {
-		if name, _, found := strings.Cut(h, ":"); found && !strings.HasPrefix(h, "[") {
-			return name
+// kindAuthority is the refusal kind of a request whose absolute-form target names another server
+// than its Host.
+const kindAuthority = "authority"
+
+// host is the name the request goes to, for its canonical URI: the TLS server name, else Host,
+// else an absolute-form target's host, else the original destination's address. A non-empty
+// reason refuses the request.
+//
+// An absolute-form target (POST http://victim.test/mcp with Host: mcp.test) is where RFC 9112
+// §3.2.2 sends the request: a server that receives one MUST use its authority and ignore Host, and
+// Go's net/http does (r.Host is the target's); but Node's req.headers.host and frameworks that
+// build URLs from Host read Host. Judging either one leaves the other open, so a target whose
+// scheme or authority (host and port, user info aside) is not Host's is refused instead: then
+// both name the server the token is judged for. It costs no honest client anything: RFC 9112
+// §3.2 has a client send a Host identical to the target's authority. On a terminated flow the
+// SNI names the server; Level 1's guard already ties Host and the target's host to it, and the
+// target must agree with Host here too.
+func (s *tokenStage) host(req *exchange.Head) (string, string) {
+	h, hasHost := req.Get("Host")
+	if scheme, authority, ok := auth.TargetAuthority(req.Target); ok {
+		switch {
+		case scheme != s.scheme:
+			return "", "absolute-form target scheme " + quoteHost(scheme) + " is not this route's (" + s.scheme + "): the request could go to another server than the token is judged for"
+		case hasHost && !auth.SameAuthority(s.scheme, authority, h):
+			return "", "absolute-form target authority " + quoteHost(authority) + " is not Host " + quoteHost(h) + ": the request could go to another server than the token is judged for"
+		case !hasHost:
+			h, hasHost = authority, true
 		}
-		return strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(h, "]", 2)[0], "["), "]")
 	}
-	return s.dstHost
+	if s.sni != "" {
+		return s.sni, ""
+	}
+	if hasHost && h != "" {
+		if name, _, found := strings.Cut(h, ":"); found && !strings.HasPrefix(h, "[") {
+			return name, ""
+		}
+		return strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(h, "]", 2)[0], "["), "]"), ""
+	}
+	return s.dstHost, ""
+}
+
+// quoteHost bounds a client-chosen authority for a refusal's reason.
+func quoteHost(s string) string {
+	const max = 100
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '"' || r == '\\' {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 // refuse answers before anything is forwarded: 401 with the RFC 6750 challenge (a client reads
 // error_description), and at Level 2 a JSON-RPC error naming the appliance, as its denials are.
 // Level 1 writes no JSON-RPC body.
 func (s *tokenStage) refuse(x *exchange.Exchange, status int, reason string) exchange.Result {
-	headers := []exchange.Header{{Name: "WWW-Authenticate", Value: `Bearer error="invalid_token", error_description="` + quoteParam(reason) + `"`}}
+	var headers []exchange.Header
+	if status != http.StatusMisdirectedRequest {
+		// 421 (another authority) is not the token's fault: no challenge.
+		headers = append(headers, exchange.Header{Name: "WWW-Authenticate", Value: `Bearer error="invalid_token", error_description="` + quoteParam(reason) + `"`})
+	}
 	var body []byte
 	if s.level >= 2 {
 		headers = append(headers, exchange.Header{Name: "Content-Type", Value: "application/json"})

@@ -25,11 +25,11 @@ type fakeChecker struct {
 	asked []string
 }
 
-func (f *fakeChecker) Check(_ context.Context, values []string, canonical string) (auth.Result, error) {
+func (f *fakeChecker) CheckRequest(_ context.Context, cr auth.Credentials, canonical string) (auth.Result, error) {
 	f.mu.Lock()
 	f.asked = append(f.asked, canonical)
 	f.mu.Unlock()
-	if values[0] == "Bearer good" && strings.HasPrefix(canonical, "http://mcp.test:") && strings.HasSuffix(canonical, "/mcp") {
+	if len(cr.Authorization) == 1 && cr.Authorization[0] == "Bearer good" && strings.HasPrefix(canonical, "http://mcp.test:") && strings.HasSuffix(canonical, "/mcp") {
 		return auth.Result{Present: true, Scheme: "bearer", Claims: auth.Claims{Sub: "alice"}}, nil
 	}
 	return auth.Result{Present: true, Scheme: "bearer", Kind: auth.KindAudience,
