@@ -34,17 +34,21 @@ var judgedSchemes = map[string]bool{"bearer": true, "dpop": true}
 // must then be one b64token (RFC 6750 §2.1), which holds no separator, so
 // that every server that reads a token from the value reads this one: the
 // TypeScript SDK (split(' '), second element), the Python SDK ("bearer "
-// prefix, the rest) and the Go SDK (exactly two fields) alike. A value that
-// has anything more is refused rather than guessed.
+// prefix, the rest) and the Go SDK (exactly two fields) alike. Only SP and
+// HTAB may follow the token, as every HTTP parser strips them from a field
+// value: another trailing separator would stay in the token a server reads
+// (Go's strings.Fields does not split on a lone 0xa0 byte), so it is refused
+// rather than trimmed. A value that has anything more is refused rather
+// than guessed.
 func splitHeader(h string) (scheme, cred string, err error) {
-	h = trimSeparators(h)
+	h = strings.TrimRight(trimLeftSeparators(h), " \t")
 	if h == "" {
 		return "", "", errors.New("empty authorization header")
 	}
 	i, n := nextSeparator(h)
 	name, rest := h, ""
 	if i >= 0 {
-		name, rest = h[:i], trimSeparators(h[i+n:])
+		name, rest = h[:i], trimLeftSeparators(h[i+n:])
 	}
 	scheme = strings.ToLower(name)
 	if !knownSchemes[scheme] || !isToken(name) {
@@ -90,29 +94,14 @@ func nextSeparator(s string) (int, int) {
 	return -1, 0
 }
 
-// trimSeparators removes separators from both ends of s.
-func trimSeparators(s string) string {
+// trimLeftSeparators removes the separators s starts with.
+func trimLeftSeparators(s string) string {
 	for len(s) > 0 {
 		n := separatorAt(s)
 		if n == 0 {
 			break
 		}
 		s = s[n:]
-	}
-	for len(s) > 0 {
-		cut := 0
-		// The last separator may be up to utf8.UTFMax bytes long: the longest wins, so that
-		// U+00A0 goes whole rather than as its lone last byte.
-		for k := min(utf8.UTFMax, len(s)); k >= 1; k-- {
-			if separatorAt(s[len(s)-k:]) == k {
-				cut = k
-				break
-			}
-		}
-		if cut == 0 {
-			break
-		}
-		s = s[:len(s)-cut]
 	}
 	return s
 }
