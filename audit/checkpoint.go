@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -117,9 +118,34 @@ func verifierKey(skey, name string) (string, error) {
 	return vkey, nil
 }
 
-// signCheckpoint returns the signed note for h.
-func signCheckpoint(signer note.Signer, h head, at time.Time) ([]byte, error) {
+// startExtension prefixes the checkpoint's extension line that names where
+// the log it commits to begins: "start <seq> <base64 hash of record seq-1>".
+// Without it a checkpoint's head proves the records it covers only as far
+// back as they happen to remain, so deleting the oldest segments (as
+// retention does) could not be told from an attack. With it, the signer
+// states that every record from seq up to the count is in the log, and that
+// the records before seq were removed on purpose, the last of them hashing
+// to the anchor (64 zero bits for seq 1).
+const startExtension = "start "
+
+// base is where the log begins: its first seq, and the hash of the record
+// before it (zeroHash for seq 1).
+type base struct {
+	seq    uint64
+	anchor [sha256.Size]byte
+}
+
+// genesis is the base of a log nothing was ever removed from.
+var genesis = base{seq: 1}
+
+// signCheckpoint returns the signed note for h on the base st.
+func signCheckpoint(signer note.Signer, h head, st base, at time.Time) ([]byte, error) {
 	body := tlog.Checkpoint{Origin: signer.Name(), Size: h.seq, Hash: h.hash[:]}.Marshal()
+	body = append(body, startExtension...)
+	body = strconv.AppendUint(body, st.seq, 10)
+	body = append(body, ' ')
+	body = base64.StdEncoding.AppendEncode(body, st.anchor[:])
+	body = append(body, '\n')
 	body = append(body, timeExtension...)
 	body = at.UTC().AppendFormat(body, timeLayout)
 	body = append(body, '\n')
@@ -136,7 +162,17 @@ type Checkpoint struct {
 	Size   uint64 // count of records it commits to
 	Head   [sha256.Size]byte
 	Time   time.Time // zero when the note has no time line
+	// Start is the first seq the checkpoint commits to: every record from
+	// Start to Size is in the log it signs. 0 for a checkpoint written before
+	// start lines existed, which names no start.
+	Start uint64
+	// Anchor is the hash of record Start-1 (zero for Start 1).
+	Anchor [sha256.Size]byte
 }
+
+// from is the first seq c commits to. An old checkpoint without a start
+// line commits to the whole chain its head ends: from seq 1.
+func (c Checkpoint) from() uint64 { return max(c.Start, 1) }
 
 // OpenCheckpoint verifies the signature of a checkpoint note with the
 // verifier key line vkey and parses it.
@@ -154,14 +190,77 @@ func OpenCheckpoint(msg []byte, vkey string) (Checkpoint, error) {
 	}
 	c := Checkpoint{Origin: cp.Origin, Size: cp.Size}
 	copy(c.Head[:], cp.Hash)
+	if err := parseExtensions(&c, ext); err != nil {
+		return Checkpoint{}, err
+	}
+	return c, nil
+}
+
+// parseExtensions reads the extension lines of a checkpoint note's body (all
+// after the hash line) into c. The note is signed, so its lines are the
+// signer's; still, each known line must have exactly one spelling and appear
+// at most once, so that two readers never see different checkpoints in one
+// note. Unknown lines are skipped: a later version may add some.
+func parseExtensions(c *Checkpoint, ext []byte) error {
+	sawTime, sawStart := false, false
 	for line := range strings.Lines(string(ext)) {
-		if t, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), timeExtension); ok {
-			if c.Time, err = time.Parse(timeLayout, t); err != nil {
-				return Checkpoint{}, fmt.Errorf("checkpoint time: %w", err)
+		line, ok := strings.CutSuffix(line, "\n")
+		if !ok {
+			return errors.New("checkpoint extension line without its newline")
+		}
+		if t, ok := strings.CutPrefix(line, timeExtension); ok {
+			if sawTime {
+				return errors.New("checkpoint has two time lines")
+			}
+			sawTime = true
+			at, err := time.Parse(timeLayout, t)
+			if err != nil || at.Format(timeLayout) != t {
+				return fmt.Errorf("checkpoint time %q is not %s", t, timeLayout)
+			}
+			c.Time = at
+			continue
+		}
+		if v, ok := strings.CutPrefix(line, startExtension); ok {
+			if sawStart {
+				return errors.New("checkpoint has two start lines")
+			}
+			sawStart = true
+			if err := parseStart(c, v); err != nil {
+				return err
 			}
 		}
 	}
-	return c, nil
+	return nil
+}
+
+// parseStart reads "<seq> <base64 anchor>": seq in canonical decimal, at
+// least 1 and at most one past the count (a start after the head would
+// commit to records that do not exist), the anchor zero exactly for seq 1.
+func parseStart(c *Checkpoint, v string) error {
+	seqText, anchorText, ok := strings.Cut(v, " ")
+	if !ok {
+		return fmt.Errorf("checkpoint start %q is not \"<seq> <anchor>\"", v)
+	}
+	seq, err := strconv.ParseUint(seqText, 10, 64)
+	if err != nil || seq == 0 || strconv.FormatUint(seq, 10) != seqText {
+		return fmt.Errorf("checkpoint start seq %q is not a positive decimal", seqText)
+	}
+	if seq-1 > c.Size {
+		return fmt.Errorf("checkpoint start %d lies after its %d records", seq, c.Size)
+	}
+	anchor, err := base64.StdEncoding.Strict().DecodeString(anchorText)
+	if err != nil || len(anchor) != sha256.Size || base64.StdEncoding.EncodeToString(anchor) != anchorText {
+		return fmt.Errorf("checkpoint start anchor %q is not the base64 of %d bytes", anchorText, sha256.Size)
+	}
+	copy(c.Anchor[:], anchor)
+	if (seq == 1) != (c.Anchor == zeroHash) {
+		return fmt.Errorf("checkpoint start %d with anchor %s: only seq 1 has the zero anchor", seq, anchorText)
+	}
+	if seq-1 == c.Size && c.Anchor != c.Head {
+		return fmt.Errorf("checkpoint starts after its last record, %d, but its anchor is not that record's hash", c.Size)
+	}
+	c.Start = seq
+	return nil
 }
 
 // splitCheckpoints cuts checkpoints.log into its notes; each note ends with

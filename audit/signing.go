@@ -23,21 +23,21 @@ func (s *Store) checkpointLoop() {
 	}
 }
 
-// checkpoint signs the durable head unless the latest persisted checkpoint
-// already covers it, then writes it as the checkpoint file and appends it to
+// checkpoint signs the durable head and the start unless the latest
+// persisted checkpoint already names both, then writes it as the checkpoint file and appends it to
 // checkpoints.log. The signed note is served even when writing it fails, so
 // it can still be shipped off the box.
 func (s *Store) checkpoint() error {
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
 	s.state.Lock()
-	h, done := s.current, s.cpHead
+	h, done, st, doneSt := s.current, s.cpHead, s.start, s.cpStart
 	haveCP := s.cp != nil
 	s.state.Unlock()
-	if haveCP && h == done {
+	if haveCP && h == done && st == doneSt {
 		return nil
 	}
-	msg, err := signCheckpoint(s.signer, h, time.Now())
+	msg, err := signCheckpoint(s.signer, h, st, time.Now())
 	if err != nil {
 		return err
 	}
@@ -51,7 +51,7 @@ func (s *Store) checkpoint() error {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	s.state.Lock()
-	s.cpHead = h
+	s.cpHead, s.cpStart = h, st
 	s.state.Unlock()
 	return nil
 }

@@ -50,6 +50,8 @@ type Store struct {
 	lastErr error      // why the store is not ready; nil when it is
 	cp      []byte     // the latest signed checkpoint
 	cpHead  head       // what the latest persisted checkpoint covers
+	start   base       // where the log begins, as the checkpoints state it
+	cpStart base       // the start the latest persisted checkpoint names
 
 	w writer // owned by the writer goroutine (and by Open and Close outside it)
 
@@ -82,8 +84,9 @@ type writer struct {
 
 // Open opens the store in cfg.Dir, creating the directory (0700) and the
 // signing key on first use, recovering the chain's head from the newest
-// segment and truncating an incomplete final line a crash left (it was
-// never acknowledged).
+// segment and cutting off an incomplete final line a crash left (it was
+// never acknowledged; it is saved beside the segment). It refuses a log its
+// own signed checkpoint shows was cut, at the end or at the start.
 func Open(cfg Config, log *slog.Logger) (*Store, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("open audit store: no directory")
@@ -107,12 +110,18 @@ func Open(cfg Config, log *slog.Logger) (*Store, error) {
 		cpStop:     make(chan struct{}),
 		cpDone:     make(chan struct{}),
 	}
-	if err := s.recover(); err != nil {
+	cp, msg := s.latestCheckpoint()
+	if err := s.recover(cp); err != nil {
 		return nil, fmt.Errorf("open audit store: %w", err)
 	}
-	if err := s.checkAgainstCheckpoint(); err != nil {
+	st, err := s.chooseStart(cp)
+	if err != nil {
 		s.closeSegment()
 		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	s.start = st
+	if cp != nil {
+		s.cp, s.cpHead, s.cpStart = msg, head{seq: cp.Size, hash: cp.Head}, base{seq: cp.Start, anchor: cp.Anchor}
 	}
 	s.current = s.w.head
 	if err := s.checkpoint(); err != nil {
@@ -123,43 +132,209 @@ func Open(cfg Config, log *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-// recover finds the head in the newest segment that holds a record.
-func (s *Store) recover() error {
+// latestCheckpoint returns the newest checkpoint this store signed that is
+// still on the box (the checkpoint file, else the last of checkpoints.log):
+// the one with the most records and, among those, the latest start. Notes
+// that do not verify are skipped; nil when none does.
+func (s *Store) latestCheckpoint() (*Checkpoint, []byte) {
+	var best *Checkpoint
+	var bestMsg []byte
+	consider := func(what string, msg []byte) {
+		cp, err := OpenCheckpoint(msg, s.vkey)
+		if err != nil {
+			s.log.Warn("audit checkpoint does not verify; ignored", "checkpoint", what, "err", err)
+			return
+		}
+		if best == nil || cp.Size > best.Size || cp.Size == best.Size && cp.from() > best.from() {
+			best, bestMsg = &cp, msg
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(s.cfg.Dir, checkpointFile)); err == nil {
+		consider(checkpointFile, data)
+	}
+	if data, err := os.ReadFile(filepath.Join(s.cfg.Dir, checkpointsLog)); err == nil {
+		for i, msg := range splitCheckpoints(data) {
+			consider(fmt.Sprintf("%s note %d", checkpointsLog, i+1), msg)
+		}
+	}
+	return best, bestMsg
+}
+
+// recover finds the head in the newest segment that holds a record. It
+// checks the log against cp before it changes anything: a log shorter than
+// the checkpoint it signed had records removed, and truncating a torn line
+// or appending would bury the evidence, so it refuses and leaves every file
+// as it is. A torn final line no checkpoint covers was never acknowledged
+// (Append returns after the sync that makes its newline durable): it is
+// saved beside the segment and cut off.
+func (s *Store) recover(cp *Checkpoint) error {
 	segs, err := listSegments(s.cfg.Dir)
 	if err != nil {
 		return err
 	}
-	s.w.head = head{}
+	var empty []segment // newest segments holding no record, to remove
+	var found *segment
+	var t tail
+	torn := "" // the segment ending in an incomplete line, if one does
 	for i := len(segs) - 1; i >= 0; i-- {
 		seg := segs[i]
-		path := filepath.Join(s.cfg.Dir, seg.name)
-		t, err := readTail(path, seg.first)
+		t, err = readTail(filepath.Join(s.cfg.Dir, seg.name), seg.first)
 		if err != nil {
 			return err
 		}
-		if t.torn > 0 {
-			s.log.Warn("audit segment ended in an incomplete record, never acknowledged; truncated",
-				"segment", seg.name, "bytes", t.torn)
-			if err := os.Truncate(path, t.durable); err != nil {
-				return fmt.Errorf("truncate torn record: %w", err)
-			}
+		if t.torn > 0 && torn == "" {
+			torn = seg.name
 		}
 		if t.records == 0 {
 			// Only the newest can be empty: rotation creates a segment with
-			// its first write.
-			s.log.Warn("audit segment holds no record; removed", "segment", seg.name)
-			if err := os.Remove(path); err != nil {
-				return fmt.Errorf("remove empty segment: %w", err)
-			}
+			// its first write, which a crash may have torn.
+			empty = append(empty, seg)
 			continue
 		}
-		s.w.head = t.head
-		if t.durable < s.cfg.SegmentBytes {
-			return s.reopenSegment(seg.name, t.durable)
+		found = &segs[i]
+		break
+	}
+	h := t.head
+	if found == nil {
+		h = head{}
+		if cp != nil && cp.Start == cp.Size+1 {
+			// Retention removed every record (the segment after them was
+			// created but never written): the checkpoint holds the head.
+			h = head{seq: cp.Size, hash: cp.Head}
 		}
+	}
+	if cp != nil {
+		if err := checkHead(cp, h, torn); err != nil {
+			return err
+		}
+	}
+	for _, seg := range empty {
+		path := filepath.Join(s.cfg.Dir, seg.name)
+		if err := s.saveTorn(path, 0); err != nil {
+			return err
+		}
+		s.log.Warn("audit segment holds no record; removed", "segment", seg.name)
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove empty segment: %w", err)
+		}
+	}
+	s.w.head = h
+	if found == nil {
 		return nil
 	}
+	path := filepath.Join(s.cfg.Dir, found.name)
+	if t.torn > 0 {
+		if err := s.saveTorn(path, t.durable); err != nil {
+			return err
+		}
+	}
+	if t.durable < s.cfg.SegmentBytes {
+		return s.reopenSegment(found.name, t.durable)
+	}
 	return nil
+}
+
+// checkHead refuses a log whose head h falls short of the signed checkpoint
+// cp, or differs from it at its count. torn names a segment that ends in an
+// incomplete line ("" when none does).
+func checkHead(cp *Checkpoint, h head, torn string) error {
+	switch {
+	case cp.Size > h.seq && torn != "":
+		return fmt.Errorf("the last line of %s (after record %d) lacks its newline, but the signed checkpoint covers %d records: "+
+			"an acknowledged record was cut, not torn by a crash (run audit verify; nothing was changed)", torn, h.seq, cp.Size)
+	case cp.Size > h.seq:
+		return fmt.Errorf("the log ends at record %d but its checkpoint covers %d: records were removed (run audit verify)", h.seq, cp.Size)
+	case cp.Size == h.seq && cp.Head != h.hash:
+		return fmt.Errorf("record %d does not match its checkpoint (run audit verify)", cp.Size)
+	}
+	return nil
+}
+
+// saveTorn keeps the incomplete final line of the segment at path in a file
+// beside it (which verify and query ignore) before cutting it off, so that
+// what recovery removes can still be looked at.
+func (s *Store) saveTorn(path string, durable int64) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read torn record: %w", err)
+	}
+	if int64(len(data)) <= durable {
+		return nil
+	}
+	aside := fmt.Sprintf("%s.torn-%d", path, time.Now().UnixMilli())
+	if err := writeAtomic(aside, data[durable:], 0o600); err != nil {
+		return fmt.Errorf("save torn record: %w", err)
+	}
+	s.log.Warn("audit segment ended in an incomplete record no checkpoint covers (never acknowledged); saved aside and truncated",
+		"segment", filepath.Base(path), "bytes", int64(len(data))-durable, "saved", filepath.Base(aside))
+	if err := os.Truncate(path, durable); err != nil {
+		return fmt.Errorf("truncate torn record: %w", err)
+	}
+	return nil
+}
+
+// chooseStart decides the base the store's checkpoints commit to, from the
+// first segment left and the latest checkpoint cp. The store never signs a
+// later start than its last checkpoint named unless its own retention moved
+// it: a log whose oldest records went missing otherwise is refused, since
+// signing its new start would vouch for the removal.
+func (s *Store) chooseStart(cp *Checkpoint) (base, error) {
+	segs, err := listSegments(s.cfg.Dir)
+	if err != nil {
+		return base{}, err
+	}
+	if len(segs) == 0 {
+		if s.w.head.seq == 0 {
+			return genesis, nil
+		}
+		return base{seq: cp.Start, anchor: cp.Anchor}, nil // all retained away; recover took the head from cp
+	}
+	first := segs[0].first
+	switch {
+	case cp == nil && first > 1:
+		return base{}, fmt.Errorf("the log starts at record %d and no signed checkpoint names a start after record 1: "+
+			"records 1 to %d were removed (run audit verify)", first, first-1)
+	case cp == nil:
+		// Open signs a checkpoint before the first record, so the
+		// checkpoints were lost or deleted; nothing tells how long the log
+		// was. A checkpoint kept off the box still does (audit verify).
+		s.log.Warn("audit log has records but no checkpoint on the box verifies; continuing from the log as it is (run audit verify with a checkpoint kept off the box)")
+		return genesis, nil
+	case first == 1 && cp.Start <= 1:
+		return genesis, nil
+	case cp.Start == 0:
+		// Written before checkpoints named their start: take the log's
+		// first record as it is, once.
+		anchor, err := firstPrev(filepath.Join(s.cfg.Dir, segs[0].name))
+		if err != nil {
+			return base{}, err
+		}
+		s.log.Warn("audit checkpoint names no start (an older version wrote it); the log's first record is taken as its start",
+			"start", first)
+		return base{seq: first, anchor: anchor}, nil
+	case first > cp.Start:
+		return base{}, fmt.Errorf("the log starts at record %d but the signed checkpoint commits to it from record %d: "+
+			"records %d to %d were removed outside retention (run audit verify)", first, cp.Start, cp.Start, first-1)
+	}
+	return base{seq: cp.Start, anchor: cp.Anchor}, nil
+}
+
+// firstPrev returns the prev of the first record of the segment at path.
+func firstPrev(path string) ([32]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("read segment: %w", err)
+	}
+	defer f.Close()
+	l, err := newLineReader(f).next()
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("read %s: first record: %w", filepath.Base(path), err)
+	}
+	r, err := DecodeRecord(l.text)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("read %s line 1: %w (run audit verify)", filepath.Base(path), err)
+	}
+	return parseHash(r.Prev)
 }
 
 func (s *Store) reopenSegment(name string, size int64) error {
@@ -168,33 +343,6 @@ func (s *Store) reopenSegment(name string, size int64) error {
 		return fmt.Errorf("open segment: %w", err)
 	}
 	s.w.f, s.w.name, s.w.durable = f, name, size
-	return nil
-}
-
-// checkAgainstCheckpoint refuses to continue a log shorter than the
-// checkpoint it signed: its tail was removed, and appending would bury the
-// evidence under new records.
-func (s *Store) checkAgainstCheckpoint() error {
-	data, err := os.ReadFile(filepath.Join(s.cfg.Dir, checkpointFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read checkpoint: %w", err)
-	}
-	cp, err := OpenCheckpoint(data, s.vkey)
-	if err != nil {
-		s.log.Warn("audit checkpoint does not verify; a new one replaces it", "err", err)
-		return nil
-	}
-	if cp.Size > s.w.head.seq {
-		return fmt.Errorf("the log ends at record %d but its checkpoint covers %d: records were removed (run audit verify)", s.w.head.seq, cp.Size)
-	}
-	if cp.Size == s.w.head.seq && cp.Head != s.w.head.hash {
-		return fmt.Errorf("record %d does not match its checkpoint (run audit verify)", cp.Size)
-	}
-	s.cpHead = head{seq: cp.Size, hash: cp.Head}
-	s.cp = data
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -70,7 +71,19 @@ type Report struct {
 	Checkpoints int   // signed checkpoints checked against the log
 	Skipped     int   // checkpoints older than the oldest retained record
 	TornBytes   int64 // an incomplete final line a crash left (never acknowledged)
-	Problem     *Problem
+	// Covered is the highest count of records a valid checkpoint signs;
+	// Uncovered the records after it, which no checkpoint protects yet.
+	Covered, Uncovered uint64
+	// GivenCovers is the count of records opts.Checkpoint signs (0 without one).
+	GivenCovers uint64
+	// From is the first seq the log is proven from: the start that the
+	// given checkpoint (else the newest on the box) commits to; every record
+	// from it on must be present. FromSource names that checkpoint; both are
+	// empty when no signed checkpoint exists, and then only a log that starts
+	// at seq 1 verifies.
+	From       uint64
+	FromSource string
+	Problem    *Problem
 }
 
 // OK reports whether the log verified.
@@ -80,6 +93,27 @@ func (r *Report) OK() bool { return r.Problem == nil }
 type signed struct {
 	Checkpoint
 	source string
+	given  bool // opts.Checkpoint, kept off the box
+}
+
+// checkpoints are the signed checkpoints Verify found.
+type checkpoints struct {
+	bySize map[uint64]signed // by count: the head each commits to
+	// anchors holds, by seq, the hash a checkpoint's start line names for
+	// the record before its start.
+	anchors map[uint64]signed
+	given   *signed
+	newest  *signed // on the box: most records, then the latest start
+}
+
+// root is the checkpoint whose start Verify enforces: the one kept off the
+// box when given, since whoever can delete segments on the box can also
+// reach the key there and sign a later start; else the newest on the box.
+func (c *checkpoints) root() *signed {
+	if c.given != nil {
+		return c.given
+	}
+	return c.newest
 }
 
 // Verify checks the log in dir: every line's canonical form, seq continuity,
@@ -103,7 +137,14 @@ func Verify(dir string, opts VerifyOptions) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	v := &verifier{dir: dir, segs: segs, cps: cps}
+	v := &verifier{dir: dir, segs: segs, cps: cps.bySize, anchors: cps.anchors, all: cps, from: 1}
+	if root := cps.root(); root != nil {
+		v.from = root.from()
+		v.rep.From, v.rep.FromSource = v.from, root.source
+	}
+	if cps.given != nil {
+		v.rep.GivenCovers = cps.given.Size
+	}
 	return v.run()
 }
 
@@ -119,11 +160,12 @@ func publicKey(dir, given string) (string, error) {
 }
 
 // loadCheckpoints verifies every checkpoint it can find and indexes them by
-// count.
-func loadCheckpoints(dir, vkey string, given []byte) (map[uint64]signed, *Problem, error) {
+// count and by the seq their start anchors.
+func loadCheckpoints(dir, vkey string, given []byte) (*checkpoints, *Problem, error) {
 	type source struct {
-		name string
-		msg  []byte
+		name  string
+		msg   []byte
+		given bool
 	}
 	var srcs []source
 	logData, err := os.ReadFile(filepath.Join(dir, checkpointsLog))
@@ -131,33 +173,60 @@ func loadCheckpoints(dir, vkey string, given []byte) (map[uint64]signed, *Proble
 		return nil, nil, fmt.Errorf("read checkpoints: %w", err)
 	}
 	for i, msg := range splitCheckpoints(logData) {
-		srcs = append(srcs, source{fmt.Sprintf("%s note %d", checkpointsLog, i+1), msg})
+		srcs = append(srcs, source{name: fmt.Sprintf("%s note %d", checkpointsLog, i+1), msg: msg})
 	}
 	latest, err := os.ReadFile(filepath.Join(dir, checkpointFile))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("read checkpoint: %w", err)
 	}
 	if latest != nil {
-		srcs = append(srcs, source{checkpointFile + " file", latest})
+		srcs = append(srcs, source{name: checkpointFile + " file", msg: latest})
 	}
 	if given != nil {
-		srcs = append(srcs, source{"given checkpoint", given})
+		srcs = append(srcs, source{name: "given checkpoint", msg: given, given: true})
 	}
 	if _, err := note.NewVerifier(vkey); err != nil {
 		return nil, nil, fmt.Errorf("parse public key: %w", err)
 	}
-	cps := make(map[uint64]signed)
+	cps := &checkpoints{bySize: make(map[uint64]signed), anchors: make(map[uint64]signed)}
+	// heads is every hash a checkpoint commits a record to, by seq: two that
+	// differ mean the key signed two histories.
+	type claim struct {
+		hash [32]byte
+		what string
+	}
+	heads := make(map[uint64]claim)
+	commit := func(seq uint64, hash [32]byte, what string) *Problem {
+		if old, ok := heads[seq]; ok && old.hash != hash {
+			return &Problem{Kind: BadSignature, Seq: seq, Detail: fmt.Sprintf(
+				"%s and %s are both validly signed but name different hashes for record %d (the key signed two histories)",
+				old.what, what, seq)}
+		}
+		heads[seq] = claim{hash, what}
+		return nil
+	}
 	for _, src := range srcs {
 		cp, err := OpenCheckpoint(src.msg, vkey)
 		if err != nil {
 			return nil, &Problem{Kind: BadSignature, Detail: fmt.Sprintf("%s: %v", src.name, err)}, nil
 		}
-		if old, ok := cps[cp.Size]; ok && old.Head != cp.Head {
-			return nil, &Problem{Kind: BadSignature, Seq: cp.Size, Detail: fmt.Sprintf(
-				"%s and %s are both validly signed for %d records but name different heads (the key signed two histories)",
-				old.source, src.name, cp.Size)}, nil
+		sc := signed{cp, src.name, src.given}
+		if p := commit(cp.Size, cp.Head, src.name); p != nil {
+			return nil, p, nil
 		}
-		cps[cp.Size] = signed{cp, src.name}
+		cps.bySize[cp.Size] = sc
+		if cp.Start > 1 {
+			if p := commit(cp.Start-1, cp.Anchor, src.name+" (its start)"); p != nil {
+				return nil, p, nil
+			}
+			cps.anchors[cp.Start-1] = sc
+		}
+		switch {
+		case src.given:
+			cps.given = &sc
+		case cps.newest == nil || cp.Size > cps.newest.Size || cp.Size == cps.newest.Size && cp.from() > cps.newest.from():
+			cps.newest = &sc
+		}
 	}
 	return cps, nil, nil
 }
@@ -175,9 +244,18 @@ type entry struct {
 }
 
 type verifier struct {
-	dir  string
-	segs []segment
-	cps  map[uint64]signed
+	dir     string
+	segs    []segment
+	cps     map[uint64]signed
+	anchors map[uint64]signed
+	all     *checkpoints
+	// from is the first seq that must be present (see Report.From).
+	from uint64
+
+	// torn is the incomplete final line, where it is.
+	torn     []byte
+	tornSeg  string
+	tornLine int
 
 	segIdx int
 	lr     *lineReader
@@ -237,11 +315,18 @@ func (v *verifier) check(last, cur *entry) *Problem {
 		}
 		v.rep.Checkpoints++
 	}
+	if cp, ok := v.anchors[cur.seq]; ok && cp.Anchor != cur.hash {
+		return &Problem{Kind: Changed, Segment: cur.seg, Line: cur.line, Seq: cur.seq,
+			Detail: fmt.Sprintf("the record does not hash to the anchor that the signed checkpoint %s names for its start, seq %d", cp.source, cp.Start)}
+	}
 	return nil
 }
 
 func (v *verifier) checkStart(cur *entry) *Problem {
 	v.rep.Start = cur.seq
+	if cur.seq > v.from {
+		return v.startMissing(cur)
+	}
 	if cur.seq == 1 {
 		if cur.prev != zeroHash {
 			return &Problem{Kind: Changed, Segment: cur.seg, Line: cur.line, Seq: cur.seq,
@@ -258,7 +343,42 @@ func (v *verifier) checkStart(cur *entry) *Problem {
 		}
 		v.rep.Checkpoints++
 	}
+	if cp, ok := v.anchors[cur.seq-1]; ok && cp.Anchor != cur.prev {
+		return &Problem{Kind: Changed, Segment: cur.seg, Line: cur.line, Seq: cur.seq,
+			Detail: fmt.Sprintf("prev differs from the anchor that the signed checkpoint %s names for its start", cp.source)}
+	}
 	return v.checkBefore(cur)
+}
+
+// startMissing explains a log that begins after the start its root
+// checkpoint commits to: its oldest records were deleted, whatever a later
+// signature on the box says.
+func (v *verifier) startMissing(cur *entry) *Problem {
+	missing := fmt.Sprintf("records %d to %d are missing", v.from, cur.seq-1)
+	if cur.seq-1 == v.from {
+		missing = fmt.Sprintf("record %d is missing", v.from)
+	}
+	var why string
+	root := v.all.root()
+	switch {
+	case root == nil:
+		why = "and no signed checkpoint names a later start, as retention's would: they were deleted"
+	case root.Start == 0:
+		why = fmt.Sprintf("but the signed checkpoint for %d records (%s) commits to the log from seq 1 "+
+			"(it is of the older format, without a start line; a log that retention cut before the upgrade verifies only against a checkpoint signed since)",
+			root.Size, root.source)
+	default:
+		why = fmt.Sprintf("but the signed checkpoint for %d records (%s) commits to every record from seq %d", root.Size, root.source, root.Start)
+	}
+	if root != nil && root.given {
+		if nb := v.all.newest; nb != nil && nb.from() >= cur.seq {
+			why += fmt.Sprintf("; %s on the box names seq %d as the start, as retention after the given checkpoint would, "+
+				"but a signature made on the box after it proves nothing against whoever holds the box: verify against a checkpoint shipped since",
+				nb.source, nb.from())
+		}
+	}
+	return &Problem{Kind: Deleted, Segment: cur.seg, Line: cur.line, Seq: v.from,
+		Detail: fmt.Sprintf("%s: the log starts at seq %d, %s", missing, cur.seq, why)}
 }
 
 // checkBefore counts the checkpoints that cover only records no longer
@@ -318,7 +438,8 @@ func (v *verifier) brokenLink(last, cur *entry) *Problem {
 		Detail: fmt.Sprintf("prev is not the hash of seq %d", last.seq)}
 }
 
-// finish compares the end of the log with the checkpoints.
+// finish compares the end of the log with the checkpoints and counts the
+// records none covers.
 func (v *verifier) finish(last *entry) Report {
 	var end uint64
 	if last != nil {
@@ -329,17 +450,47 @@ func (v *verifier) finish(last *entry) Report {
 		if cp.Size > end && (worst == nil || cp.Size > worst.Size) {
 			worst = &cp
 		}
+		v.rep.Covered = max(v.rep.Covered, cp.Size)
 	}
 	if worst != nil {
-		p := &Problem{Kind: Truncated, Seq: end + 1,
-			Detail: fmt.Sprintf("the log ends at seq %d but the signed checkpoint for %d records (%s) covers more: records %d to %d were cut",
-				end, worst.Size, worst.source, end+1, worst.Size)}
-		if last != nil {
-			p.Segment = last.seg
-		}
-		return v.fail(p)
+		return v.fail(v.cut(last, end, worst))
+	}
+	if v.rep.Records > 0 && end > v.rep.Covered {
+		v.rep.Uncovered = end - max(v.rep.Covered, v.rep.Start-1)
+	}
+	if last == nil && v.from > 1 {
+		// Nothing is left, though no checkpoint covers more than was
+		// retained: the records after the start were never written.
+		v.rep.Start = v.from
 	}
 	return v.rep
+}
+
+// cut explains a log that ends before the signed checkpoint worst.
+func (v *verifier) cut(last *entry, end uint64, worst *signed) *Problem {
+	p := &Problem{Kind: Truncated, Seq: end + 1,
+		Detail: fmt.Sprintf("the log ends at seq %d but the signed checkpoint for %d records (%s) covers more: records %d to %d were cut",
+			end, worst.Size, worst.source, end+1, worst.Size)}
+	if last != nil {
+		p.Segment = last.seg
+	}
+	if v.torn == nil {
+		return p
+	}
+	// A crash tears only a line that was never acknowledged, and no
+	// checkpoint covers such a line: this one was cut.
+	p.Segment, p.Line = v.tornSeg, v.tornLine
+	if r, err := DecodeRecord(v.torn); err == nil && r.Seq == end+1 {
+		p.Detail = fmt.Sprintf("the line of seq %d lacks its newline, but the signed checkpoint for %d records (%s) covers it: "+
+			"an acknowledged record was cut, not torn by a crash", end+1, worst.Size, worst.source)
+		if worst.Size > end+1 {
+			p.Detail += fmt.Sprintf(", and records %d to %d are gone", end+2, worst.Size)
+		}
+		return p
+	}
+	p.Detail = fmt.Sprintf("the log ends at seq %d in an incomplete line of %d bytes, but the signed checkpoint for %d records (%s) covers more: "+
+		"records %d to %d were cut, not torn by a crash", end, len(v.torn), worst.Size, worst.source, end+1, worst.Size)
+	return p
 }
 
 // peek returns the entry after the current one without consuming it.
@@ -415,6 +566,7 @@ func (v *verifier) openSegment() error {
 // log, where a crash leaves one.
 func (v *verifier) endSegment(name string) *Problem {
 	torn, no := v.lr.torn, v.lr.no
+	text := bytes.Clone(v.lr.buf)
 	v.closeFile()
 	if torn == 0 {
 		return nil
@@ -424,6 +576,7 @@ func (v *verifier) endSegment(name string) *Problem {
 			Detail: fmt.Sprintf("incomplete line of %d bytes before the next segment", torn)}
 	}
 	v.rep.TornBytes = torn
+	v.torn, v.tornSeg, v.tornLine = text, name, no+1
 	return nil
 }
 

@@ -142,7 +142,7 @@ func TestVerifyRefusesForeignCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign, err := signCheckpoint(signer, head{seq: 10}, timeNowForTest())
+	foreign, err := signCheckpoint(signer, head{seq: 10}, genesis, timeNowForTest())
 	if err != nil {
 		t.Fatal(err)
 	}
