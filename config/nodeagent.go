@@ -30,9 +30,13 @@ type NodeAgentConfig struct {
 	// NamespaceLabel enrols every pod of a namespace carrying it: key=value, or a key alone
 	// (any value).
 	NamespaceLabel string `yaml:"namespace_label"`
-	// PodAnnotation enrols a pod whose annotation is "enabled" (and leaves out one whose value
-	// is "disabled", whatever its namespace says).
+	// PodAnnotation enrols a pod whose annotation is "enabled". Its value "disabled" leaves a
+	// pod of a selected namespace out only when AllowPodOptOut is set.
 	PodAnnotation string `yaml:"pod_annotation"`
+	// AllowPodOptOut lets a pod's annotation "disabled" take it out of its namespace's
+	// interception. Off by default: the annotation is the workload owner's to write, the
+	// namespace label the operator's, so a workload must not be able to exempt itself.
+	AllowPodOptOut bool `yaml:"allow_pod_opt_out"`
 	// Port is the transparent listener's port inside each pod's network namespace.
 	Port uint16 `yaml:"port"`
 	// Failure is what an enrolled pod's traffic does while the agent is not running:
@@ -79,8 +83,9 @@ var nodeAgentKeys = table[Config]{
 	key("node_agent.node_name", "this node's name (empty: $NODE_NAME)", func(c *Config) *string { return &c.NodeAgent.NodeName }, str),
 	key("node_agent.namespace_label", "label (key=value, or key) that enrols a namespace's pods", func(c *Config) *string { return &c.NodeAgent.NamespaceLabel }, str).
 		def(DefaultNamespaceLabel).checked(checkLabelSelector),
-	key("node_agent.pod_annotation", "annotation that enrols (enabled) or leaves out (disabled) one pod", func(c *Config) *string { return &c.NodeAgent.PodAnnotation }, str).
+	key("node_agent.pod_annotation", "annotation that enrols one pod (enabled), or with allow_pod_opt_out leaves it out (disabled)", func(c *Config) *string { return &c.NodeAgent.PodAnnotation }, str).
 		def(DefaultPodAnnotation).checked(checkLabelKey),
+	key("node_agent.allow_pod_opt_out", "whether the pod annotation disabled overrides the namespace label (the workload owner writes annotations)", func(c *Config) *bool { return &c.NodeAgent.AllowPodOptOut }, boolean),
 	intKey("node_agent.port", "port of the transparent listener inside each pod", func(c *Config) *uint16 { return &c.NodeAgent.Port }, checkPort).
 		def(DefaultNodeAgentPort),
 	key("node_agent.failure", "an enrolled pod's traffic while the agent is down: open or closed", func(c *Config) *string { return &c.NodeAgent.Failure }, str).

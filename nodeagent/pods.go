@@ -40,29 +40,37 @@ type Source interface {
 }
 
 // Selector decides which pods are enrolled: node_agent.namespace_label on the pod's namespace,
-// or node_agent.pod_annotation "enabled" on the pod; the annotation "disabled" leaves a pod out
-// whatever its namespace says.
+// or node_agent.pod_annotation "enabled" on the pod. The annotation "disabled" leaves a pod of a
+// selected namespace out only with node_agent.allow_pod_opt_out: the annotation is written by
+// the workload owner, the namespace label by the operator, and a workload that could exempt
+// itself from inspection would make the namespace label advisory.
 type Selector struct {
 	LabelKey, LabelValue string
 	AnyValue             bool
 	Annotation           string
+	AllowOptOut          bool
 }
 
 // SelectorOf is cfg's selector.
 func SelectorOf(cfg config.NodeAgentConfig) Selector {
 	k, v, anyValue := cfg.NamespaceSelector()
-	return Selector{LabelKey: k, LabelValue: v, AnyValue: anyValue, Annotation: cfg.PodAnnotation}
+	return Selector{LabelKey: k, LabelValue: v, AnyValue: anyValue, Annotation: cfg.PodAnnotation, AllowOptOut: cfg.AllowPodOptOut}
 }
 
 // Selected reports whether p is enrolled, and why (for logs).
 func (s Selector) Selected(p *Pod, nsLabels map[string]string) (bool, string) {
-	switch strings.ToLower(p.Annotations[s.Annotation]) {
-	case "enabled":
-		return true, "annotation " + s.Annotation + "=enabled"
-	case "disabled":
+	ann := strings.ToLower(p.Annotations[s.Annotation])
+	v, ok := nsLabels[s.LabelKey]
+	nsSelected := ok && (s.AnyValue || v == s.LabelValue)
+	switch {
+	case ann == "disabled" && nsSelected && !s.AllowOptOut:
+		// Opting in is harmless (more inspection); opting out is the operator's call.
+		return true, "namespace label " + s.LabelKey + " (annotation " + s.Annotation + "=disabled ignored: node_agent.allow_pod_opt_out is false)"
+	case ann == "disabled":
 		return false, "annotation " + s.Annotation + "=disabled"
-	}
-	if v, ok := nsLabels[s.LabelKey]; ok && (s.AnyValue || v == s.LabelValue) {
+	case ann == "enabled":
+		return true, "annotation " + s.Annotation + "=enabled"
+	case nsSelected:
 		return true, "namespace label " + s.LabelKey
 	}
 	return false, "neither namespace label " + s.LabelKey + " nor annotation " + s.Annotation

@@ -71,10 +71,32 @@ func TestSelector(t *testing.T) {
 		{"namespace label other value", nil, off, false},
 		{"no label", nil, nil, false},
 		{"annotation enables", map[string]string{"mcpintercept.io/intercept": "enabled"}, nil, true},
-		{"annotation disables despite label", map[string]string{"mcpintercept.io/intercept": "disabled"}, on, false},
+		// The annotation is the workload owner's; the namespace label is the operator's. By default
+		// a pod cannot take itself out of its namespace's interception.
+		{"annotation disabled does not override the namespace label", map[string]string{"mcpintercept.io/intercept": "disabled"}, on, true},
+		{"annotation disabled in a namespace not selected", map[string]string{"mcpintercept.io/intercept": "disabled"}, nil, false},
+		{"annotation disabled, any case", map[string]string{"mcpintercept.io/intercept": "DISABLED"}, on, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got, why := sel.Selected(&Pod{Namespace: "n", Name: "p", Annotations: tt.ann}, tt.labels); got != tt.want {
+				t.Fatalf("Selected = %v (%s), want %v", got, why, tt.want)
+			}
+		})
+	}
+	optOut := SelectorOf(config.NodeAgentConfig{NamespaceLabel: config.DefaultNamespaceLabel, PodAnnotation: config.DefaultPodAnnotation, AllowPodOptOut: true})
+	for _, tt := range []struct {
+		name   string
+		ann    map[string]string
+		labels map[string]string
+		want   bool
+	}{
+		{"opt-out allowed: annotation disabled overrides the namespace label", map[string]string{"mcpintercept.io/intercept": "disabled"}, on, false},
+		{"opt-out allowed: namespace label without annotation", nil, on, true},
+		{"opt-out allowed: annotation enables", map[string]string{"mcpintercept.io/intercept": "enabled"}, nil, true},
+		{"opt-out allowed: other annotation value", map[string]string{"mcpintercept.io/intercept": "maybe"}, on, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, why := optOut.Selected(&Pod{Namespace: "n", Name: "p", Annotations: tt.ann}, tt.labels); got != tt.want {
 				t.Fatalf("Selected = %v (%s), want %v", got, why, tt.want)
 			}
 		})
