@@ -189,7 +189,11 @@ func Recorded(x *exchange.Exchange) bool {
 // message. It never answers on the server's behalf with a result: a refusal is a JSON-RPC error
 // whose data names the appliance.
 func (f *Flow) Stage() exchange.Stage {
-	return &stage{f: f, posts: make(chan struct{}, maxServerAnswers)}
+	owner := NewOwner("")
+	if f.Client != nil {
+		owner = NewOwner(f.Client.Address)
+	}
+	return &stage{f: f, posts: make(chan struct{}, maxServerAnswers), owner: owner}
 }
 
 // maxServerAnswers bounds the answers to refused server→client requests in flight per connection:
@@ -203,6 +207,10 @@ type stage struct {
 	posts chan struct{} // slots for answers to the server in flight
 	audit stageAudit
 	spans serverSpans // open spans of server→client requests (trace.go)
+	// owner charges this flow's sessions to its client; ident is the client info the client
+	// sent on this flow (identity.go).
+	owner *Owner
+	ident flowIdentity
 }
 
 func (s *stage) maxBody() int64 {
@@ -218,16 +226,21 @@ func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 	h := x.Req
 	st := &xstate{start: time.Now()}
 	x.Set(stateKey{}, st)
+	if repeatedHeader(h, "Mcp-Session-Id") {
+		// Servers disagree on which of two session ids counts (Go: the first; Node: both,
+		// joined): the session, and so the client's identity, would be another for each.
+		return s.refuseUnreadable(x, st, 400, "Mcp-Session-Id header repeated")
+	}
 	if v, ok := h.Get("Mcp-Session-Id"); ok && v != "" {
 		st.session = hashKey(v)
-	} else if s.f.Sessions.KnownEndpoint(h.Target) || legacySession(h.Target) != "" {
+	} else if s.f.Sessions.KnownEndpoint(s.owner, h.Target) || legacySession(h.Target) != "" {
 		// 2024-11-05: a POST to an endpoint a GET stream announced (whatever the server calls
 		// its session parameter: sessionId, the Go SDK's sessionid, …).
 		st.session, st.legacy = legacyKey(h.Target), h.Method == "POST"
 	}
 	if v, ok := h.Get("MCP-Protocol-Version"); ok {
 		st.version = v
-	} else if v, _ := s.f.Sessions.Lookup(st.session); v != "" {
+	} else if v, _ := s.f.Sessions.Lookup(s.owner, st.session); v != "" {
 		st.version = v
 	}
 	st.acceptSSE, st.acceptJSON = accepts(h)
@@ -368,6 +381,7 @@ func (s *stage) correlateRequest(x *exchange.Exchange, st *xstate, b *requestBod
 			// server asks of the client in this exchange (input requests, withheld capabilities).
 			st.clientInfo = m.ClientInfo()
 		}
+		s.noteClient(m)
 	}
 	for _, r := range st.reqs {
 		if r.Version == "" {
@@ -440,14 +454,14 @@ func (s *stage) rememberRequests(x *exchange.Exchange, st *xstate, b *requestBod
 	if st.legacy && st.initialize && st.session != "" {
 		// 2024-11-05: the session is the endpoint URL's, known now; no response will carry an
 		// Mcp-Session-Id, so the client's info is kept for its GET stream here.
-		s.f.Sessions.SetClientInfo(st.session, st.clientInfo)
+		s.f.Sessions.SetClientInfo(s.owner, st.session, st.clientInfo)
 	}
 	if st.session != "" {
 		// The answer may come on another connection: the 2024-11-05 GET stream, or a stream of
 		// the same session (a client matches a response to any of its outstanding requests).
 		for _, r := range st.reqs {
 			if r.Kind == mcp.KindRequest.String() {
-				s.f.Sessions.AddPending(st.session, r.key, Pending{Method: r.Method, Name: r.Name, Cursor: r.cursor, span: r.span})
+				s.f.Sessions.AddPending(s.owner, st.session, r.key, Pending{Method: r.Method, Name: r.Name, Cursor: r.cursor, span: r.span})
 				r.pended = true
 			}
 		}
@@ -538,10 +552,18 @@ func (s *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 		return exchange.Continue
 	}
 	h := x.Resp
+	if repeatedHeader(h, "Mcp-Session-Id") {
+		// A client would take the first (Go) or both joined (fetch) as its session: Level 2
+		// could not tell which session, and so which client, the stream's requests go to.
+		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
+			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "response refused: Mcp-Session-Id header repeated"})
+		x.Abort("level2: Mcp-Session-Id header repeated in the response")
+		return exchange.Stop
+	}
 	if st.initialize {
 		if v, ok := h.Get("Mcp-Session-Id"); ok && v != "" {
 			st.session = hashKey(v)
-			s.f.Sessions.SetClientInfo(st.session, st.clientInfo)
+			s.f.Sessions.SetClientInfo(s.owner, st.session, st.clientInfo)
 		}
 	}
 	ctv, _ := contentTypes(h)
@@ -647,12 +669,25 @@ func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 		// 2024-11-05: the stream announces where to POST; its session id ties the POSTs
 		// (other connections) to this stream. An endpoint event whose data is JSON is judged
 		// below like any other: the Go SDK's legacy client decodes every event after the first.
+		// Only the first endpoint event of a GET stream opens a session: any other would let a
+		// server open sessions without bound (and evict the client's), and a later one is read
+		// differently by clients (the TypeScript SDK moves its POSTs there, the Go SDK ignores
+		// it), so it is dropped.
+		if x.Req.Method != "GET" {
+			return exchange.Continue
+		}
+		if st.endpoint != "" {
+			ev.Drop()
+			s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
+				HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: a second endpoint event on the stream"})
+			return exchange.Continue
+		}
 		if ep := endpointTarget(x.Req.Target, ev.Data); ep != "" {
 			st.session, st.legacy, st.endpoint = legacyKey(ep), true, ep
-			s.f.Sessions.Open(st.session)
+			s.f.Sessions.Open(s.owner, st.session)
 			if s.f.Tools != nil {
 				// Its POSTs name this stream's server to tool integrity (toolServer).
-				s.f.Sessions.setStreamPath(st.session, x.Req.Target)
+				s.f.Sessions.setStreamPath(s.owner, st.session, x.Req.Target)
 			}
 		}
 		return exchange.Continue
@@ -705,7 +740,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			key := idKey(m)
 			req := st.byID[key]
 			if req != nil && st.session != "" {
-				s.f.Sessions.TakePending(st.session, key) // answered here
+				s.f.Sessions.TakePending(s.owner, st.session, key) // answered here
 			}
 			if req == nil {
 				// Not answering a request of this exchange: one of the session's requests made on
@@ -716,7 +751,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				r := s.newRecord(x, st, m, ServerToClient)
 				st.messages++
 				defer s.emit(r)
-				p, ok := s.f.Sessions.TakePending(st.session, key)
+				p, ok := s.f.Sessions.TakePending(s.owner, st.session, key)
 				if !ok && len(m.ID) > 0 {
 					r.Decision, r.Rule = policy.ActionDeny, "level2"
 					r.Reason = "response dropped: it answers no outstanding request of this client"
@@ -735,7 +770,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			if st.initialize && m.Kind == mcp.KindResponse {
 				if v := resultString(m.Result, "protocolVersion"); v != "" {
 					st.version = v
-					s.f.Sessions.SetVersion(st.session, v)
+					s.f.Sessions.SetVersion(s.owner, st.session, v)
 				}
 			}
 			d := s.evaluate(x, st, m, req, ServerToClient, req, nil)
@@ -797,6 +832,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				sp = s.startSpan(st, r, m, ServerToClient, traceParent(m, func() tracing.Parent { return exchangeParent(x, st) }), r.Time)
 			}
 			d := s.evaluate(x, st, m, r, ServerToClient, nil, extra)
+			d = s.inCall(x, st, m, d) // a redact (or deny) rule on the call covers its stream
 			if d.Action == policy.ActionAllow && m.Kind == mcp.KindRequest {
 				if err := s.authorizeServerRequest(ctx, x, st, m, r); err != nil {
 					d = policy.Decision{Action: policy.ActionDeny, Rule: "audit", Reason: "audit unavailable: " + oneLine(err.Error())}
@@ -1010,7 +1046,7 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Re
 	v := &st.vars
 	v.msg = policy.Message{Direction: dir, Kind: m.Kind.String(), Method: r.Method, Name: r.Name, ID: r.ID,
 		Version: st.version, Session: st.session}
-	v.body = messageBody{s: s, st: st, m: m}
+	v.body = messageBody{s: s, st: st, m: m, dir: dir}
 	v.msg.Body = &v.body
 	if m.Kind == mcp.KindError && m.Error != nil {
 		v.rpcErr = policy.RPCError{Code: m.Error.Code, Message: m.Error.Message}
@@ -1033,6 +1069,13 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Re
 	}
 	v.in = policy.Input{Vars: policy.Vars{Client: s.f.Client, Conn: s.f.Conn, HTTP: &v.http, MCP: &v.msg, Auth: policy.AuthFrom(x.Get(policy.AuthKey{}))},
 		FailOpen: s.f.FailOpen, ServerMessage: dir == ServerToClient}
+	if dir == ServerToClient && rs.Needs().ClientInfo {
+		// The client this message goes to cannot be told: a rule on its info fails rather
+		// than read a guess (or nothing, which would look like a client that sent none).
+		if _, known := s.clientIdentity(st); !known {
+			v.in.Vars.Unknown = unknownClient
+		}
+	}
 	d := rs.Evaluate(&v.in)
 	if d.Action == "" {
 		d.Action = policy.ActionAllow
@@ -1057,9 +1100,10 @@ type evalVars struct {
 
 // messageBody gives policy the members of m that cost a decode, when a rule reads them.
 type messageBody struct {
-	s  *stage
-	st *xstate
-	m  *mcp.Message
+	s   *stage
+	st  *xstate
+	m   *mcp.Message
+	dir string
 }
 
 func (b *messageBody) Arguments() map[string]any {
@@ -1076,17 +1120,22 @@ func (b *messageBody) Result() any {
 	return mcp.DecodeValue(b.m.Result)
 }
 
+// ClientInfo is the info of the client, only ever as the client sent it: a client message's own
+// (initialize, _meta), else the client's identity for this exchange, session or flow. A
+// server→client message's own _meta is never read: the server does not name the client.
 func (b *messageBody) ClientInfo() map[string]any {
-	if b.m.Kind != mcp.KindRequest && b.m.Kind != mcp.KindNotification {
+	if b.dir != ServerToClient && b.m.Kind != mcp.KindRequest && b.m.Kind != mcp.KindNotification {
 		return nil
 	}
-	if ci := b.m.ClientInfo(); ci != nil {
-		return ci
+	if b.dir != ServerToClient {
+		if ci := b.m.ClientInfo(); ci != nil {
+			return ci
+		}
 	}
-	if b.st.clientInfo != nil || b.s == nil {
+	if b.s == nil {
 		return b.st.clientInfo
 	}
-	_, ci := b.s.f.Sessions.Lookup(b.st.session)
+	ci, _ := b.s.clientIdentity(b.st)
 	return ci
 }
 
@@ -1177,6 +1226,17 @@ func batchAllowed(version string, h *exchange.Head) bool {
 }
 
 // ---- helpers ----
+
+// repeatedHeader reports whether h carries name more than once.
+func repeatedHeader(h *exchange.Head, name string) bool {
+	n := 0
+	for _, hd := range h.Headers {
+		if exchange.EqualFold(hd.Name, name) {
+			n++
+		}
+	}
+	return n > 1
+}
 
 func hashKey(v string) string {
 	sum := sha256.Sum256([]byte(v))

@@ -188,10 +188,8 @@ func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober 
 	}
 	p := &prober{s: s, x: x, st: st, rs: rs}
 	p.msg = policy.Message{Direction: dir, Kind: mcp.KindRequest.String(), Version: st.version, Session: st.session}
-	p.ci.ci = st.clientInfo
-	if p.ci.ci == nil {
-		_, p.ci.ci = s.f.Sessions.Lookup(st.session)
-	}
+	var known bool
+	p.ci.ci, known = s.clientIdentity(st)
 	p.msg.Body = &p.ci
 	p.http = policy.Request{Method: x.Req.Method, Path: pathOf(x.Req.Target)}
 	if info := mcp.InfoOf(x); info != nil {
@@ -199,6 +197,9 @@ func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober 
 	}
 	p.in = policy.Input{Vars: policy.Vars{Client: s.f.Client, Conn: s.f.Conn, HTTP: &p.http, MCP: &p.msg, Auth: policy.AuthFrom(x.Get(policy.AuthKey{}))},
 		FailOpen: s.f.FailOpen, Probe: true, ServerMessage: dir == ServerToClient}
+	if dir == ServerToClient && !known {
+		p.in.Vars.Unknown = unknownClient // as evaluate: a rule on an unknown client fails
+	}
 	return p
 }
 

@@ -494,10 +494,10 @@ func TestPendingSpansEndWhenForgotten(t *testing.T) {
 		return &openSpan{sp: tr.Start(tracing.Parent{}, tracing.KindClient, tracing.Call{Method: "ping"}, time.Now())}
 	}
 	for i := range maxPending + 2 {
-		ss.AddPending("a", fmt.Sprint(i), Pending{Method: "ping", span: start()})
+		ss.AddPending(nil, "a", fmt.Sprint(i), Pending{Method: "ping", span: start()})
 	}
-	ss.AddPending("b", "x", Pending{Method: "ping", span: start()}) // evicts session a
-	p, ok := ss.TakePending("b", "x")
+	ss.AddPending(nil, "b", "x", Pending{Method: "ping", span: start()}) // evicts session a
+	p, ok := ss.TakePending(nil, "b", "x")
 	if !ok {
 		t.Fatal("b's request not pending")
 	}
