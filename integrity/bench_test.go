@@ -92,3 +92,21 @@ func BenchmarkScan1MiB(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkScan1MiBText scans one definition with a 1 MiB description that is mostly not ASCII
+// (accented Latin, Cyrillic, Greek, CJK, Hangul, emoji): every rune takes the classification
+// past ASCII.
+func BenchmarkScan1MiBText(b *testing.B) {
+	body := strings.Repeat("Météo à Zürich, Москва, Αθήνα, 東京, 서울 ☀🌧 — le nom tel qu'il s'écrit. ", 1<<20/110)
+	raw := json.RawMessage(`{"name":"weather","description":"` + body + `"}`)
+	if f := Scan(raw, DefaultPatterns); f != nil {
+		b.Fatal(f)
+	}
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if f := Scan(raw, DefaultPatterns); f != nil {
+			b.Fatal(f)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package integrity
 import (
 	"bytes"
 	"encoding/json"
+	"math/bits"
 	"slices"
 	"strings"
 	"testing"
@@ -60,7 +61,8 @@ func FuzzCanonical(f *testing.F) {
 }
 
 // FuzzScan: Scan never panics; its findings are sorted and unique; a string with a U+200B
-// inserted, raw or escaped, always yields zero_width.
+// inserted, raw or escaped, always yields zero_width; one with a Default_Ignorable_Code_Point
+// (chosen by pos) inserted always yields that code point's finding.
 func FuzzScan(f *testing.F) {
 	f.Add([]byte(`{"description":"plain"}`), uint16(3))
 	f.Add([]byte(`{"description":"\u001b[31m<IMPORTANT>\udb40\udc41\u202e"}`), uint16(0))
@@ -91,6 +93,12 @@ func FuzzScan(f *testing.F) {
 		esc = append(esc, '}')
 		if got := check(esc); !slices.Contains(got, FindingZeroWidth) {
 			t.Fatalf("Scan(%q) = %v: no zero_width", esc, got)
+		}
+		di := defaultIgnorables[int(pos)%len(defaultIgnorables)]
+		want := findingNames[bits.TrailingZeros8(hiddenClass(di))]
+		quoted, _ = json.Marshal(map[string]string{"description": string(s[:p]) + string(di) + string(s[p:])})
+		if got := check(quoted); !slices.Contains(got, want) {
+			t.Fatalf("Scan(%q) = %v: U+%04X gives no %s", quoted, got, di, want)
 		}
 	})
 }

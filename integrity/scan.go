@@ -58,9 +58,16 @@ var DefaultPatterns = []Pattern{
 //   - "ansi": an ANSI escape sequence introducer, ESC followed by '[' (CSI) or ']' (OSC), or the
 //     8-bit CSI U+009B and OSC U+009D; it is reported instead of "control" for that ESC (an ESC
 //     followed by anything else is a "control");
-//   - "zero_width": U+200B–U+200D, U+2060–U+2064, U+FEFF, U+180E, and the variation selectors
-//     supplement U+E0100–U+E01EF (invisible, and used to smuggle bytes after an emoji);
-//   - "bidi": U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C;
+//   - "zero_width": every other Default_Ignorable_Code_Point (see ignorable.go: derived from
+//     the Unicode data, not a hand list): zero-width spaces and joiners (U+200B–U+200D,
+//     U+2060–U+2065, U+206A–U+206F, U+FEFF), soft hyphen U+00AD, combining grapheme joiner
+//     U+034F, Hangul fillers (U+115F, U+1160, U+3164, U+FFA0), Khmer inherent vowels,
+//     Mongolian selectors and vowel separator, variation selectors U+FE00–U+FE0F and
+//     U+E0100–U+E01EF (used to smuggle bytes after an emoji, so an emoji with U+FE0F counts
+//     too), shorthand format controls, musical beam and phrase controls U+1D173–U+1D17A, the
+//     unassigned ignorables; plus the interlinear annotation characters U+FFF9–U+FFFB, which
+//     hide or reveal text by renderer;
+//   - "bidi": the Bidi_Control characters U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069;
 //   - "tag": U+E0000–U+E007F;
 //   - "invalid_utf8": bytes that are not UTF-8, or an escaped lone surrogate.
 //
@@ -254,20 +261,14 @@ func (s *strScanner) rune(r rune) bool {
 			s.bits |= fControl
 		}
 		return false
-	case r < 0x061c:
+	case r < 0x10000:
+		if hiddenBMP[r>>6]&(1<<(r&63)) == 0 {
+			return true
+		}
+	case !hidden(r):
 		return true
 	}
-	switch {
-	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
-		s.bits |= fBidi
-	case r >= 0x200b && r <= 0x200d, r >= 0x2060 && r <= 0x2064, r == 0xfeff, r == 0x180e,
-		r >= 0xe0100 && r <= 0xe01ef:
-		s.bits |= fZeroWidth
-	case r >= 0xe0000 && r <= 0xe007f:
-		s.bits |= fTag
-	default:
-		return true
-	}
+	s.bits |= hiddenClass(r)
 	return false
 }
 
