@@ -423,7 +423,9 @@ func (w *redactWalker) objectCtx() mcp.Scope {
 // matches no pattern.
 func (w *redactWalker) uniqueKey(base string, taken map[string]bool) (string, bool) {
 	free := func(k string) bool {
-		return !taken[string(mcp.AppendFolded(nil, []byte(k)))] && !w.anyMatchString(k)
+		// Never a protocol member's name in any spelling: the strict decoder refuses a case
+		// variant of one where peers decode into structs, and an exact one means something.
+		return !taken[string(mcp.AppendFolded(nil, []byte(k)))] && !w.anyMatchString(k) && !mcp.FoldsToMember(k)
 	}
 	if free(base) {
 		return base, true
@@ -621,4 +623,34 @@ func encodeHeaderValue(v string) string {
 		return v
 	}
 	return "=?base64?" + base64.StdEncoding.EncodeToString([]byte(v)) + "?="
+}
+
+// inCall judges a server message sent on the stream (or in the body) that answers this
+// exchange's requests, a notification or a server→client request, also as a message of each of
+// those calls: the rules see it with the call's method, name and id (as they see the call's
+// result), so that a redact rule on tools/call covers the call's log and progress notifications
+// and the sampling or elicitation requests the server makes while answering it, not only its
+// result. The redactions of the call are added to d's; a call's denial drops the message as a
+// denial of its own would (its result would be withheld too). d is the message's own decision.
+func (s *stage) inCall(x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision) policy.Decision {
+	if d.Action != policy.ActionAllow {
+		return d
+	}
+	for _, req := range st.reqs {
+		if req.key == "" || req.Direction != ClientToServer {
+			continue // a notification of the client's has no answer, and so no stream
+		}
+		cd := s.evaluate(x, st, m, req, ServerToClient, req, nil)
+		for _, red := range cd.Redactions {
+			if !slices.Contains(d.Redactions, red) {
+				d.Redactions = append(d.Redactions, red)
+			}
+		}
+		if cd.Action == policy.ActionDeny {
+			d.Action, d.Rule = cd.Action, cd.Rule
+			d.Reason = "judged as part of " + req.Method + " " + req.Name + ": " + cd.Reason
+			return d
+		}
+	}
+	return d
 }

@@ -46,6 +46,15 @@ const (
 	ScopeParams                // envelope.params
 	ScopeMeta                  // envelope.params._meta
 	ScopeError                 // envelope.error
+	// ScopeTyped is an object a peer decodes into a protocol struct (a result, and the objects
+	// of params and results that are structs too): a lone key folding to any protocol member
+	// name (ProtocolMembers) but spelt otherwise is refused.
+	ScopeTyped
+	// ScopeIDMap is an object whose keys are ids (inputRequests, inputResponses): its keys are
+	// the sender's, its values are typed.
+	ScopeIDMap
+	// ScopeErrorData is envelope.error.data, of which the Go SDK client reads members.
+	ScopeErrorData
 )
 
 // Member names of the JSON-RPC envelope, in the order of envelope.spans.
@@ -72,7 +81,8 @@ var watched = [...][]string{
 		MetaProtocolVersion, MetaClientInfo, MetaClientCapabilities,
 		"progressToken", "traceparent", "tracestate",
 	},
-	ScopeError: {"code", "message", "data"},
+	ScopeError:     {"code", "message", "data"},
+	ScopeErrorData: {"elicitations", "supported"},
 }
 
 // watchedFolded holds the folded forms of watched, computed once.
@@ -89,7 +99,8 @@ var watchedFolded = func() [][][]byte {
 // Members returns the names the decoder reads in objects of scope s, spelt as it requires them:
 // a key there that folds to one of them (AppendFolded) but is spelt otherwise is refused with
 // ErrCaseVariantKey. A rewriter that renames keys must not produce one of them either, or the
-// message it writes no longer decodes. The slice is the caller's.
+// message it writes no longer decodes. The slice is the caller's. In ScopeParams and ScopeTyped
+// the protocol member names are watched too (see FoldsToMember).
 func (s Scope) Members() []string {
 	if int(s) >= len(watched) {
 		return nil
@@ -169,7 +180,7 @@ func (s *scanner) value(c Scope) error {
 	case b == '{':
 		return s.object(c)
 	case b == '[':
-		return s.array()
+		return s.array(c)
 	case b == '"':
 		_, err := s.str(nil, false)
 		return err
@@ -243,7 +254,12 @@ func (s *scanner) enter() error {
 	return nil
 }
 
-func (s *scanner) array() error {
+// array scans an array whose elements are typed when the array is a typed member's value (a
+// list's entries, content blocks); otherwise they are in no scope.
+func (s *scanner) array(c Scope) error {
+	if c != ScopeTyped {
+		c = ScopeNone
+	}
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -256,7 +272,7 @@ func (s *scanner) array() error {
 	}
 	for {
 		s.ws()
-		if err := s.value(ScopeNone); err != nil {
+		if err := s.value(c); err != nil {
 			return err
 		}
 		s.ws()
@@ -314,19 +330,18 @@ func (s *scanner) object(c Scope) error {
 		}
 		s.ents = append(s.ents, ent)
 		key := s.kbuf[ks:ke]
-		if c != ScopeNone {
+		if c != ScopeNone && c != ScopeIDMap {
 			if err := s.checkWatched(c, ent, keyOff); err != nil {
 				return err
 			}
 		}
-		child, member := childScope(c, key)
-
 		s.ws()
 		if s.pos >= len(s.data) || s.data[s.pos] != ':' {
 			return s.fail(ErrSyntax, "expected ':' after object key")
 		}
 		s.pos++
 		s.ws()
+		child, member := childScope(c, key, s.pos < len(s.data) && s.data[s.pos] == '{')
 		start := s.pos
 		if err := s.value(child); err != nil {
 			return err
@@ -403,6 +418,15 @@ func (s *scanner) checkKey(base int, ent keyEnt, index *map[string]struct{}, off
 func (s *scanner) checkWatched(c Scope, ent keyEnt, off int) error {
 	folded := s.fbuf[ent.fs:ent.fe]
 	key := s.kbuf[ent.ks:ent.ke]
+	if c == ScopeParams || c == ScopeTyped {
+		if m, ok := protocolFolded[string(folded)]; ok && m != string(key) {
+			s.pos = off
+			return s.fail(ErrCaseVariantKey, "%q is not the member %q", key, m)
+		}
+	}
+	if int(c) >= len(watchedFolded) {
+		return nil
+	}
 	for i, w := range watchedFolded[c] {
 		if string(w) == string(folded) && watched[c][i] != string(key) {
 			s.pos = off
@@ -429,8 +453,9 @@ func paramKey(key []byte) int {
 	return -1
 }
 
-// childScope gives the context of a member's value and, in an envelope, which member it is.
-func childScope(c Scope, key []byte) (Scope, int) {
+// childScope gives the context of a member's value (object says the value is an object) and, in
+// an envelope, which member it is.
+func childScope(c Scope, key []byte, object bool) (Scope, int) {
 	switch c {
 	case ScopeEnvelope:
 		for i, k := range envelopeKeys {
@@ -438,18 +463,60 @@ func childScope(c Scope, key []byte) (Scope, int) {
 				switch i {
 				case memParams:
 					return ScopeParams, i
+				case memResult:
+					return ScopeTyped, i
 				case memError:
 					return ScopeError, i
 				}
 				return ScopeNone, i
 			}
 		}
-	case ScopeParams:
-		if string(key) == "_meta" {
+	case ScopeParams, ScopeTyped:
+		if string(key) == "_meta" && c == ScopeParams {
 			return ScopeMeta, -1
 		}
+		return typedChild(key, object), -1
+	case ScopeMeta:
+		if string(key) == MetaClientInfo || string(key) == MetaClientCapabilities {
+			return ScopeTyped, -1
+		}
+	case ScopeError:
+		if string(key) == "data" {
+			return ScopeErrorData, -1
+		}
+	case ScopeErrorData:
+		if string(key) == "elicitations" {
+			return ScopeTyped, -1
+		}
+	case ScopeIDMap:
+		return ScopeTyped, -1
 	}
 	return ScopeNone, -1
+}
+
+// typedChild is the scope of the value of member key of a typed object: typed again when the
+// peers decode it into a struct, none when into a map or an any (free-form values whose keys are
+// the sender's, such as a tool's arguments or inputSchema), or when the member is not one of the
+// protocol's.
+func typedChild(key []byte, object bool) Scope {
+	switch string(key) {
+	case "_meta", "structuredContent", "inputSchema", "outputSchema", "requestedSchema", "data",
+		"experimental", "extensions", "metadata", "input", "progressToken", "requestId":
+		return ScopeNone
+	case "arguments", "content":
+		// A tool's or prompt's arguments and an elicitation result's content are maps; a
+		// prompt's argument list and a result's content blocks are arrays of structs.
+		if object {
+			return ScopeNone
+		}
+		return ScopeTyped
+	case "inputRequests", "inputResponses":
+		return ScopeIDMap
+	}
+	if protocolExact[string(key)] {
+		return ScopeTyped
+	}
+	return ScopeNone
 }
 
 // plainASCII marks the bytes a string holds as they are: printable ASCII but '"' and '\\'.
