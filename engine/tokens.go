@@ -90,6 +90,9 @@ func (s *tokenStage) RequestHead(ctx context.Context, x *exchange.Exchange) exch
 	res, err := s.check.CheckRequest(ctx, cr, auth.CanonicalURI(s.scheme, host, s.port, requestPath(x.Req.Target)))
 	if res.Present {
 		x.Set(policy.AuthKey{}, authVars(res))
+	} else {
+		// A cookie or a query is never the request's credential: auth.present stays false.
+		x.Set(policy.AuthKey{}, noAuth)
 	}
 	if err == nil {
 		// Only an accepted token names the caller in records: a refused one's claims may be
