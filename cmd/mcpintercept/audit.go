@@ -95,11 +95,37 @@ func cmdAuditVerify(args []string, stdout, stderr io.Writer) int {
 	if rep.Skipped > 0 {
 		fmt.Fprintf(stdout, ", %d older than the retained records", rep.Skipped)
 	}
-	if rep.TornBytes > 0 {
-		fmt.Fprintf(stdout, "; an incomplete final line of %d bytes (a crash, never acknowledged) was ignored", rep.TornBytes)
-	}
 	fmt.Fprintln(stdout)
+	printVerifyCoverage(stdout, &rep, len(opts.Checkpoint) > 0)
 	return exitIntact
+}
+
+// printVerifyCoverage says what an intact verify proves: from which seq the
+// log is complete (the start the trusted checkpoint commits to), and which
+// records no checkpoint covers yet, since among those a cut tail or a cut
+// newline cannot be told from a crash.
+func printVerifyCoverage(w io.Writer, rep *audit.Report, given bool) {
+	if rep.FromSource == "" {
+		fmt.Fprintln(w, "  start: no signed checkpoint found; nothing proves that records were not cut from the end")
+	} else {
+		fmt.Fprintf(w, "  start: every record from seq %d is present, as the %s commits to\n", rep.From, rep.FromSource)
+	}
+	switch {
+	case rep.Records == 0:
+	case rep.Uncovered == 0:
+		fmt.Fprintln(w, "  coverage: every record is covered by a signed checkpoint")
+	default:
+		fmt.Fprintf(w, "  coverage: %d record(s) (seq %d to %d) are covered by no checkpoint: a cut among them cannot be told from a crash\n",
+			rep.Uncovered, rep.End-rep.Uncovered+1, rep.End)
+	}
+	if given && rep.Covered > rep.GivenCovers && rep.Covered > rep.Start-1 {
+		from := max(rep.GivenCovers, rep.Start-1) + 1
+		fmt.Fprintf(w, "  off the box: the given checkpoint covers %d record(s); seq %d to %d are proven only by checkpoints on the box\n",
+			rep.GivenCovers, from, rep.Covered)
+	}
+	if rep.TornBytes > 0 {
+		fmt.Fprintf(w, "  an incomplete final line of %d bytes, which no checkpoint covers (a crash, never acknowledged), was ignored\n", rep.TornBytes)
+	}
 }
 
 func cmdAuditShow(args []string, stdout, stderr io.Writer) int {

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"mcpintercept/audit"
 )
@@ -116,5 +118,102 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, data, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Issue 29 items 10 and 11 through the command: deleting the oldest segments
+// and checkpoints.log, or cutting the last record's newline, fails against
+// the checkpoint shipped off the box; records no checkpoint covers are named.
+func TestAuditVerifyDeletedStartAndCutNewline(t *testing.T) {
+	tests := []struct {
+		name   string
+		tamper func(t *testing.T, dir string, segs []string)
+		code   int
+		out    []string
+	}{
+		{name: "intact", tamper: func(*testing.T, string, []string) {}, code: 0,
+			out: []string{"OK: 30 records (seq 1 to 30)", "from seq 1", "every record is covered"}},
+		{name: "first segments and checkpoints.log deleted", code: 1,
+			tamper: func(t *testing.T, dir string, segs []string) {
+				for _, s := range append(segs[:2:2], "checkpoints.log") {
+					if err := os.Remove(filepath.Join(dir, s)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			out: []string{"TAMPERED: deleted", "seq 1"}},
+		{name: "last newline cut", code: 1,
+			tamper: func(t *testing.T, dir string, segs []string) {
+				last := filepath.Join(dir, segs[len(segs)-1])
+				data, err := os.ReadFile(last)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(last, bytes.TrimSuffix(data, []byte("\n")), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			out: []string{"TAMPERED", "(seq 30)", "newline"}},
+		{name: "records after the last checkpoint", code: 0,
+			tamper: func(t *testing.T, dir string, segs []string) {
+				// The store runs on without signing (as in the second before
+				// its next checkpoint, or a crash then).
+				s, err := audit.Open(audit.Config{Dir: dir, SegmentBytes: 1500, CheckpointEvery: time.Hour}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close(context.Background()) })
+				for range 3 {
+					r := audit.Record{Kind: audit.KindAuthorization, Client: "10.0.0.1:5000", Decision: audit.Allow}
+					if _, err := s.Append(context.Background(), &r); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			out: []string{"OK: 33 records", "3 record(s) (seq 31 to 33) are covered by no checkpoint"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "audit")
+			s, err := audit.Open(audit.Config{Dir: dir, SegmentBytes: 1500}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 30 {
+				r := audit.Record{Kind: audit.KindAuthorization, Client: "10.0.0.1:5000", Server: "mcp.example",
+					Level: 2, Method: "tools/call", Tool: fmt.Sprintf("tool-with-a-longer-name-%d", i), Decision: audit.Allow, Rule: "r1"}
+				if _, err := s.Append(context.Background(), &r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			safe := t.TempDir()
+			pub, cp := filepath.Join(safe, "audit.pub"), filepath.Join(safe, "cp")
+			copyFile(t, filepath.Join(dir, "audit.pub"), pub)
+			copyFile(t, filepath.Join(dir, "checkpoint"), cp)
+			var segs []string
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), "audit-") {
+					segs = append(segs, e.Name())
+				}
+			}
+			if len(segs) < 3 {
+				t.Fatalf("%d segments, want at least 3", len(segs))
+			}
+			tt.tamper(t, dir, segs)
+			code, out, errOut := runCLI("audit", "verify", dir, "--pubkey", pub, "--checkpoint", cp)
+			t.Logf("exit %d:\n%s", code, out)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d: %s%s", code, tt.code, out, errOut)
+			}
+			for _, want := range tt.out {
+				if !strings.Contains(out, want) {
+					t.Fatalf("output lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }

@@ -62,8 +62,10 @@ the user who ran sudo.`,
 Check or list the durable audit log in DIR (audit.dir).`,
 	"audit verify": `usage: mcpintercept audit verify DIR [--pubkey FILE] [--checkpoint FILE]
 
-Check the audit log's hash chain and its signed checkpoints. Exit 0: intact; 1: tampered or
-unreadable; 2: usage.`,
+Check the audit log's hash chain and its signed checkpoints. Every record from the start that the
+--checkpoint (else the newest checkpoint in DIR) commits to, up to the last record any checkpoint
+covers, must be present; records no checkpoint covers yet are counted. Exit 0: intact; 1:
+tampered; 2: usage or unreadable.`,
 	"audit show": `usage: mcpintercept audit show DIR [--client IP[:PORT]] [--tool T] [--decision D] [--since RFC3339] [--until RFC3339] [--json]
 
 List the audit log's records, filtered.`,
