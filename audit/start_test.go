@@ -6,6 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	tlog "github.com/transparency-dev/formats/log"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // startLog writes 30 records across several small segments and closes the
@@ -180,5 +184,252 @@ func TestVerifyReportsUncovered(t *testing.T) {
 	rep = mustVerify(t, dir, VerifyOptions{PublicKey: pub, Checkpoint: shipped})
 	if rep.Records != 34 || rep.Uncovered != 4 || rep.TornBytes == 0 {
 		t.Fatalf("report %+v: want 34 records, 4 uncovered, a torn line", rep)
+	}
+}
+
+// retainedLog writes 30 records with retention keeping 3 segments; shipped
+// is the checkpoint after the first 4 records, before retention removed
+// anything, and the store's last one is in the checkpoint file.
+func retainedLog(t *testing.T) (dir, pub string, early []byte) {
+	t.Helper()
+	dir = t.TempDir()
+	s := openStore(t, Config{Dir: dir, SegmentBytes: 1500, RetainSegments: 3, CheckpointEvery: 1 << 40})
+	appendN(t, s, 0, 4)
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	early = s.Checkpoint()
+	appendN(t, s, 4, 26)
+	closeStore(t, s)
+	return dir, s.PublicKey(), early
+}
+
+func TestRetentionSignsTheStart(t *testing.T) {
+	dir, pub, early := retainedLog(t)
+	late, err := os.ReadFile(filepath.Join(dir, checkpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := listSegments(dir)
+	if len(segs) != 3 || segs[0].first == 1 {
+		t.Fatalf("segments %v: want 3 after retention", segs)
+	}
+	first := segs[0].first
+	cp, err := OpenCheckpoint(late, pub)
+	if err != nil || cp.Start != first || cp.Size != 30 {
+		t.Fatalf("last checkpoint %+v, %v: want start %d, 30 records", cp, err, first)
+	}
+
+	t.Run("verifies on the box and against a checkpoint shipped after retention", func(t *testing.T) {
+		for _, opts := range []VerifyOptions{{PublicKey: pub}, {PublicKey: pub, Checkpoint: late}} {
+			rep := mustVerify(t, dir, opts)
+			if rep.Start != first || rep.From != first || rep.Uncovered != 0 || rep.Covered != 30 {
+				t.Fatalf("report %+v: want the log proven from %d", rep, first)
+			}
+		}
+	})
+	t.Run("a checkpoint shipped before retention still commits to seq 1", func(t *testing.T) {
+		rep, err := Verify(dir, VerifyOptions{PublicKey: pub, Checkpoint: early})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Problem == nil || rep.Problem.Kind != Deleted || rep.Problem.Seq != 1 ||
+			!strings.Contains(rep.Problem.Detail, "on the box names seq") {
+			t.Fatalf("Verify against the early checkpoint: %v", rep.Problem)
+		}
+	})
+	t.Run("a segment deleted beyond retention", func(t *testing.T) {
+		dir2 := t.TempDir()
+		copyDir(t, dir, dir2)
+		os.Remove(filepath.Join(dir2, segs[0].name))
+		for _, opts := range []VerifyOptions{{PublicKey: pub}, {PublicKey: pub, Checkpoint: late}} {
+			rep, err := Verify(dir2, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Problem == nil || rep.Problem.Kind != Deleted || rep.Problem.Seq != first {
+				t.Fatalf("Verify: %v; want records from %d deleted", rep.Problem, first)
+			}
+		}
+		if _, err := Open(Config{Dir: dir2, SegmentBytes: 1500, RetainSegments: 3}, nil); err == nil || !strings.Contains(err.Error(), "outside retention") {
+			t.Fatalf("Open: %v", err)
+		}
+	})
+	t.Run("a changed anchor", func(t *testing.T) {
+		dir2 := t.TempDir()
+		copyDir(t, dir, dir2)
+		path := filepath.Join(dir2, segs[0].name)
+		data, _ := os.ReadFile(path)
+		flipHexDigit(data, bytes.Index(data, []byte(`"prev":"`))+len(`"prev":"`))
+		os.WriteFile(path, data, 0o600)
+		rep, err := Verify(dir2, VerifyOptions{PublicKey: pub, Checkpoint: late})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Problem == nil || rep.Problem.Kind != Changed || rep.Problem.Seq != first {
+			t.Fatalf("Verify: %v", rep.Problem)
+		}
+	})
+}
+
+// A checkpoint an older version wrote names no start: it commits to the log
+// from seq 1, and Open takes the log's first record as the start once.
+func TestOldFormatCheckpoint(t *testing.T) {
+	tests := []struct {
+		name     string
+		retain   int
+		verifies bool // against the old checkpoint kept off the box
+	}{
+		{name: "log from seq 1", verifies: true},
+		{name: "log cut by retention", retain: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, Config{Dir: dir, SegmentBytes: 1500, RetainSegments: tt.retain})
+			appendN(t, s, 0, 30)
+			closeStore(t, s)
+			cur, err := OpenCheckpoint(s.Checkpoint(), s.PublicKey())
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := oldCheckpoint(t, s.signer, head{seq: cur.Size, hash: cur.Head})
+			os.WriteFile(filepath.Join(dir, checkpointFile), old, 0o644)
+			os.WriteFile(filepath.Join(dir, checkpointsLog), append(old, '\n'), 0o644)
+			if c, err := OpenCheckpoint(old, s.PublicKey()); err != nil || c.Start != 0 {
+				t.Fatalf("old checkpoint: %+v, %v", c, err)
+			}
+
+			rep, err := Verify(dir, VerifyOptions{PublicKey: s.PublicKey(), Checkpoint: old})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.verifies != (rep.Problem == nil) {
+				t.Fatalf("Verify against the old checkpoint: %v", rep.Problem)
+			}
+			if !tt.verifies && !strings.Contains(rep.Problem.Detail, "older format") {
+				t.Fatalf("Verify: %v; want the old format named", rep.Problem)
+			}
+			// The new version takes the log as it is and signs its start.
+			s2 := openStore(t, Config{Dir: dir, SegmentBytes: 1500, RetainSegments: tt.retain})
+			closeStore(t, s2)
+			now, err := OpenCheckpoint(s2.Checkpoint(), s.PublicKey())
+			segs, _ := listSegments(dir)
+			if err != nil || now.Start != segs[0].first || now.Size != 30 {
+				t.Fatalf("checkpoint after the upgrade %+v, %v: want start %d", now, err, segs[0].first)
+			}
+			if rep := mustVerify(t, dir, VerifyOptions{PublicKey: s.PublicKey(), Checkpoint: s2.Checkpoint()}); rep.From != segs[0].first {
+				t.Fatalf("report %+v", rep)
+			}
+		})
+	}
+}
+
+// oldCheckpoint signs h as the version before start lines did.
+func oldCheckpoint(t *testing.T, signer note.Signer, h head) []byte {
+	t.Helper()
+	body := tlog.Checkpoint{Origin: signer.Name(), Size: h.seq, Hash: h.hash[:]}.Marshal()
+	body = append(body, timeExtension...)
+	body = time.Now().UTC().AppendFormat(body, timeLayout)
+	body = append(body, '\n')
+	msg, err := note.Sign(&note.Note{Text: string(body)}, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+// Retention may remove every record when the segment after them is created
+// and a crash comes before its first record: the checkpoint it signed holds
+// the head, and Open continues the chain from it.
+func TestOpenAfterRetentionRemovedEveryRecord(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, Config{Dir: dir})
+	appendN(t, s, 0, 5)
+	closeStore(t, s)
+	h := s.w.head
+	msg, err := signCheckpoint(s.signer, h, base{seq: h.seq + 1, anchor: h.hash}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, checkpointFile), msg, 0o644)
+	os.Remove(filepath.Join(dir, segmentName(1)))
+	os.WriteFile(filepath.Join(dir, segmentName(6)), nil, 0o600)
+	rep := mustVerify(t, dir, VerifyOptions{Checkpoint: msg})
+	if rep.Records != 0 || rep.From != 6 {
+		t.Fatalf("report %+v", rep)
+	}
+	s = openStore(t, Config{Dir: dir})
+	appendN(t, s, 5, 2)
+	closeStore(t, s)
+	rep = mustVerify(t, dir, VerifyOptions{Checkpoint: msg})
+	if rep.Start != 6 || rep.End != 7 || rep.From != 6 {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+// An empty segment that a crash left with a torn first line (rotation
+// creates a segment with its first write) is not a cut: nothing covers it.
+func TestOpenRemovesTornNewSegment(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, Config{Dir: dir})
+	appendN(t, s, 0, 3)
+	closeStore(t, s)
+	torn := filepath.Join(dir, segmentName(4))
+	os.WriteFile(torn, []byte(`{"args_hash":"sha`), 0o600)
+	if rep := mustVerify(t, dir, VerifyOptions{}); rep.TornBytes == 0 || rep.Uncovered != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	s = openStore(t, Config{Dir: dir})
+	appendN(t, s, 3, 1)
+	closeStore(t, s)
+	if saved, _ := filepath.Glob(torn + ".torn-*"); len(saved) != 1 {
+		t.Fatalf("saved %v", saved)
+	}
+	if rep := mustVerify(t, dir, VerifyOptions{}); rep.End != 4 || rep.TornBytes != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Open checks the log against the newest of the checkpoint file and the last
+// note of checkpoints.log, so deleting the file alone does not let a cut
+// tail through.
+func TestOpenChecksLastLoggedCheckpoint(t *testing.T) {
+	tests := []struct {
+		name  string
+		notes func(all []byte, last []byte) []byte // checkpoints.log left
+	}{
+		{name: "whole checkpoints.log", notes: func(all, _ []byte) []byte { return all }},
+		{name: "only its last note", notes: func(_, last []byte) []byte { return append(last, '\n') }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, seg, lines := tamperLog(t)
+			all, _ := os.ReadFile(filepath.Join(dir, checkpointsLog))
+			last, _ := os.ReadFile(filepath.Join(dir, checkpointFile))
+			os.WriteFile(filepath.Join(dir, checkpointsLog), tt.notes(all, last), 0o644)
+			os.Remove(filepath.Join(dir, checkpointFile))
+			writeLines(t, seg, lines[:8])
+			if _, err := Open(Config{Dir: dir}, nil); err == nil || !strings.Contains(err.Error(), "covers 10") {
+				t.Fatalf("Open of a cut log: %v", err)
+			}
+		})
 	}
 }

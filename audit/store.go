@@ -133,9 +133,11 @@ func Open(cfg Config, log *slog.Logger) (*Store, error) {
 }
 
 // latestCheckpoint returns the newest checkpoint this store signed that is
-// still on the box (the checkpoint file, else the last of checkpoints.log):
-// the one with the most records and, among those, the latest start. Notes
-// that do not verify are skipped; nil when none does.
+// still on the box: of the checkpoint file and the last note of
+// checkpoints.log (so deleting one of them is not enough), the one with the
+// most records and, among those, the latest start. Notes that do not verify
+// are skipped; nil when none does. Only the last note is read: the log grows
+// by one a second, and verify reads all of them anyway.
 func (s *Store) latestCheckpoint() (*Checkpoint, []byte) {
 	var best *Checkpoint
 	var bestMsg []byte
@@ -152,12 +154,52 @@ func (s *Store) latestCheckpoint() (*Checkpoint, []byte) {
 	if data, err := os.ReadFile(filepath.Join(s.cfg.Dir, checkpointFile)); err == nil {
 		consider(checkpointFile, data)
 	}
-	if data, err := os.ReadFile(filepath.Join(s.cfg.Dir, checkpointsLog)); err == nil {
-		for i, msg := range splitCheckpoints(data) {
-			consider(fmt.Sprintf("%s note %d", checkpointsLog, i+1), msg)
-		}
+	if msg, err := lastNote(filepath.Join(s.cfg.Dir, checkpointsLog)); err == nil && msg != nil {
+		consider("last note of "+checkpointsLog, msg)
 	}
 	return best, bestMsg
+}
+
+// lastNote returns the last note of checkpoints.log, nil when there is none.
+// Each note there is "<text>\n\n<signatures>\n" followed by one more
+// newline, so the last one begins after the blank line before its own.
+func lastNote(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	const window = 16 << 10 // a note is a few hundred bytes
+	off := max(fi.Size()-window, 0)
+	data := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(data, off); err != nil {
+		return nil, err
+	}
+	return lastNoteIn(data, off > 0), nil
+}
+
+// lastNoteIn returns the last note of data, the end of checkpoints.log;
+// partial says data may begin inside a note.
+func lastNoteIn(data []byte, partial bool) []byte {
+	data = bytes.TrimSuffix(data, []byte("\n"))
+	sep := bytes.LastIndex(data, []byte("\n\n"))
+	if sep < 0 {
+		return nil
+	}
+	begin := bytes.LastIndex(data[:sep], []byte("\n\n"))
+	switch {
+	case begin >= 0:
+		begin += 2
+	case partial:
+		return nil // a note longer than the window: not one this store wrote
+	default:
+		begin = 0 // the only note
+	}
+	return data[begin:]
 }
 
 // recover finds the head in the newest segment that holds a record. It

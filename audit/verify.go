@@ -447,7 +447,9 @@ func (v *verifier) finish(last *entry) Report {
 	}
 	var worst *signed
 	for _, cp := range v.cps {
-		if cp.Size > end && (worst == nil || cp.Size > worst.Size) {
+		// One that ends before the start the root commits to covers only
+		// records retention removed.
+		if cp.Size > end && cp.Size >= v.from && (worst == nil || cp.Size > worst.Size) {
 			worst = &cp
 		}
 		v.rep.Covered = max(v.rep.Covered, cp.Size)
