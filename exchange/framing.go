@@ -394,6 +394,11 @@ func (r *Reader) readHead(req bool) (*Head, error) {
 			if req || len(r.fields) == 0 {
 				return nil, malformed("obs-fold in header")
 			}
+			// A folded framing header is read differently by clients (undici takes
+			// "Transfer-Encoding: gzip,\r\n chunked" as not chunked, Go as chunked).
+			if f := r.fields[len(r.fields)-1]; framingName(buf[f.ns:f.ne]) {
+				return nil, malformed("obs-fold in " + lowerASCII(buf[f.ns:f.ne]))
+			}
 			vs, ve := trimOWS(buf, lineStart, end)
 			if !validValue(buf[vs:ve]) {
 				return nil, malformed("invalid character in header value")
@@ -413,6 +418,11 @@ func (r *Reader) readHead(req bool) (*Head, error) {
 			vs, ve := trimOWS(buf, lineStart+colon+1, end)
 			if !validValue(buf[vs:ve]) {
 				return nil, malformed("invalid character in header value")
+			}
+			// A tab anywhere in Transfer-Encoding, even as trimmable OWS: undici does not trim a
+			// trailing one ("chunked\t" is not chunked to it) while Go and this reader do.
+			if bytes.IndexByte(line[colon+1:], '\t') >= 0 && equalFold(string(line[:colon]), "transfer-encoding") {
+				return nil, malformed("tab in transfer-encoding")
 			}
 			r.fields = append(r.fields, fieldSpan{ns: lineStart, ne: lineStart + colon, vs: vs, ve: ve})
 		}
@@ -568,20 +578,71 @@ func (h *Head) scanFraming() (framing, error) {
 		case 17:
 			if equalFold(name, "transfer-encoding") {
 				f.teSeen = true
-				bad := false
-				forEachToken(v, func(t string) {
-					if f.chunkedLast {
-						bad = true // chunked must be the final coding, applied once
-					}
-					f.chunkedLast = equalFold(t, "chunked")
-				})
-				if bad {
-					return f, malformed("chunked is not the final transfer coding")
+				if err := scanCodings(v, &f.chunkedLast); err != nil {
+					return f, err
 				}
 			}
 		}
 	}
 	return f, nil
+}
+
+// scanCodings reads one Transfer-Encoding field value strictly: a list of tokens separated by
+// commas and spaces, nothing else. Clients disagree about everything beyond that (undici reads
+// "chunked," as not chunked and ",chunked" as chunked; Go refuses both; RFC 9110 §5.6.1 would
+// have a recipient skip empty elements), and a body read as chunked by one side and as running
+// to close by the other hides whatever the chunk-size lines frame. chunkedLast carries across
+// field lines: chunked must be the final coding, applied once.
+func scanCodings(v string, chunkedLast *bool) error {
+	if v == "" {
+		return malformed("empty transfer-encoding")
+	}
+	for v != "" {
+		var t string
+		if i := strings.IndexByte(v, ','); i >= 0 {
+			t, v = v[:i], v[i+1:]
+			if v == "" {
+				return malformed("empty element in transfer-encoding")
+			}
+		} else {
+			t, v = v, ""
+		}
+		t = strings.Trim(t, " ")
+		switch {
+		case t == "":
+			return malformed("empty element in transfer-encoding")
+		case !validTokenString(t):
+			// A parameter, a quoted string, obs-text, or two words: none is a coding all
+			// clients would read as the same one.
+			return malformed("transfer coding is not a token")
+		case *chunkedLast:
+			return malformed("chunked is not the final transfer coding")
+		}
+		*chunkedLast = equalFold(t, "chunked")
+	}
+	return nil
+}
+
+// framingName reports whether a header name is Content-Length or Transfer-Encoding.
+func framingName(name []byte) bool {
+	switch len(name) {
+	case len("content-length"):
+		return equalFold(string(name), "content-length")
+	case len("transfer-encoding"):
+		return equalFold(string(name), "transfer-encoding")
+	}
+	return false
+}
+
+// lowerASCII returns b in lower case, for an error message that names a header.
+func lowerASCII(b []byte) string {
+	out := []byte(string(b))
+	for i, c := range out {
+		if 'A' <= c && c <= 'Z' {
+			out[i] = c + 'a' - 'A'
+		}
+	}
+	return string(out)
 }
 
 func (h *Head) frameRequest() error {
@@ -623,6 +684,12 @@ func (h *Head) frameResponse(reqMethod string) error {
 		return malformed("content-length with transfer-encoding")
 	}
 	h10 := h.Proto == "HTTP/1.0"
+	if f.teSeen && h10 {
+		// RFC 9112 §6.1: Transfer-Encoding in an HTTP/1.0 message means faulty framing. Go's
+		// client reads such a body to close, undici de-chunks it: either reading hides what the
+		// other sees (chunk-size lines inside an SSE stream), so neither is guessed.
+		return malformed("transfer-encoding in http/1.0 response")
+	}
 	h.ContentLength = f.cl
 	switch {
 	case h.Status == 101:
@@ -631,11 +698,10 @@ func (h *Head) frameResponse(reqMethod string) error {
 		h.NoBody, h.Upgrade = true, true
 	case h.Status < 200 || h.Status == 204 || h.Status == 304 || reqMethod == "HEAD":
 		h.NoBody = true
-	case f.teSeen && f.chunkedLast && !h10:
+	case f.teSeen && f.chunkedLast:
 		h.Chunked = true
 	case f.teSeen:
-		// RFC 9112 §6.1/§6.3: a non-chunked final coding, or any coding in HTTP/1.0, leaves the
-		// body running to close.
+		// RFC 9112 §6.3: a non-chunked final coding leaves the body running to close.
 		h.CloseDelimited = true
 	case f.clSeen:
 	default:

@@ -524,3 +524,28 @@ func TestRequestFramingDifferential(t *testing.T) {
 	}
 	t.Logf("%d framings, %d read differently by exchange and net/http", len(cases), bad)
 }
+
+// FuzzFramingDifferential applies the differential's rule to arbitrary bytes, with net/http as the
+// oracle: a response (to a GET) or a request. The seeds are every
+// generated framing.
+func FuzzFramingDifferential(f *testing.F) {
+	for _, c := range responseFramings() {
+		f.Add(false, []byte(c.raw))
+	}
+	for _, c := range requestFramings() {
+		f.Add(true, []byte(c.raw))
+	}
+	f.Fuzz(func(t *testing.T, request bool, data []byte) {
+		raw := string(data)
+		ex := exchangeReads(t, raw, request)
+		var or reading
+		if request {
+			or = goReadsRequest(raw)
+		} else {
+			or = goReadsResponse(raw)
+		}
+		if d := disagreement(ex, or, request); d != "" {
+			t.Fatalf("%s\n\tbytes:    %q\n\texchange: %v (ends at %d)\n\tnet/http: %v (ends at %d)", d, raw, ex, ex.end, or, or.end)
+		}
+	})
+}

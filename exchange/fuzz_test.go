@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"mcpintercept/exchange/httptok"
+	"strings"
 	"testing"
 )
 
@@ -133,6 +135,10 @@ func FuzzReadRequestHead(f *testing.F) {
 	for _, s := range requestSeeds {
 		f.Add([]byte(s))
 	}
+	// Every framing of the differential (issue 29: Transfer-Encoding variants, HTTP/1.0, folds).
+	for _, c := range requestFramings() {
+		f.Add([]byte(c.raw))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkStream(t, data, func(r *Reader, _ int) (*Head, error) {
 			h, err := r.ReadRequestHead()
@@ -153,8 +159,44 @@ func FuzzReadResponseHead(f *testing.F) {
 	for _, s := range responseSeeds {
 		f.Add(s.method, []byte(s.data))
 	}
+	for _, c := range responseFramings() {
+		f.Add("GET", []byte(c.raw))
+	}
 	f.Fuzz(func(t *testing.T, method string, data []byte) {
 		checkStream(t, data, func(r *Reader, _ int) (*Head, error) { return r.ReadResponseHead(method) })
 		checkReframe(t, data, false, method)
+	})
+}
+
+// FuzzTransferCodings: a Transfer-Encoding value scanCodings accepts is one every list reader
+// splits alike: no empty element, no tab, every element a token, chunked (when present) only last
+// and reported as such.
+func FuzzTransferCodings(f *testing.F) {
+	for _, s := range []string{"chunked", "Chunked", "gzip, chunked", "gzip ,chunked", "chunked,", ",chunked", "chunked, ",
+		"chunked, chunked", "gzip,,chunked", "\"chunked\"", "chunked;q=1", "  chunked ", "chunked\t", "", "chunked x", "chunked\xc2\xa0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		var last bool
+		if err := scanCodings(v, &last); err != nil {
+			var me *MalformedError
+			if !errors.As(err, &me) {
+				t.Fatalf("error %v is not a *MalformedError", err)
+			}
+			return
+		}
+		var toks []string
+		httptok.ForEachToken(v, func(s string) { toks = append(toks, s) })
+		if len(toks) == 0 || strings.Count(v, ",")+1 != len(toks) || strings.IndexByte(v, '\t') >= 0 {
+			t.Fatalf("accepted %q: elements %q", v, toks)
+		}
+		for i, tk := range toks {
+			if !validTokenString(tk) || (equalFold(tk, "chunked") && i != len(toks)-1) {
+				t.Fatalf("accepted %q: element %q", v, tk)
+			}
+		}
+		if last != equalFold(toks[len(toks)-1], "chunked") {
+			t.Fatalf("accepted %q: chunkedLast = %v", v, last)
+		}
 	})
 }
