@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -150,6 +151,12 @@ func identityFlow(u *upstream, client string) func(*Flow) {
 // returns the call's text, how many sampling requests its handler ran, and the first error.
 func sdkCall(t *testing.T, url, name string, keepAlive bool) (text string, sampled int64, err error) {
 	t.Helper()
+	return sdkCallAfter(t, url, name, keepAlive, nil)
+}
+
+// sdkCallAfter is sdkCall with between run after the client connected, before it calls.
+func sdkCallAfter(t *testing.T, url, name string, keepAlive bool, between func()) (text string, sampled int64, err error) {
+	t.Helper()
 	var n atomic.Int64
 	c := sdkmcp.NewClient(&sdkmcp.Implementation{Name: name, Version: "1"}, &sdkmcp.ClientOptions{
 		CreateMessageHandler: func(context.Context, *sdkmcp.CreateMessageRequest) (*sdkmcp.CreateMessageResult, error) {
@@ -165,6 +172,9 @@ func sdkCall(t *testing.T, url, name string, keepAlive bool) (text string, sampl
 		return "", n.Load(), err
 	}
 	defer cs.Close()
+	if between != nil {
+		between()
+	}
 	res, err := cs.CallTool(ctx, &sdkmcp.CallToolParams{Name: "ask", Arguments: map[string]any{}})
 	if err != nil {
 		return "", n.Load(), err
@@ -181,6 +191,15 @@ func sdkCall(t *testing.T, url, name string, keepAlive bool) (text string, sampl
 var samplingRule = []policy.RuleSpec{{Name: "sampling-only-for-lab-agent",
 	When:   `mcp.direction == "server_to_client" && mcp.method == "sampling/createMessage" && mcp.client_info.name != "lab-agent"`,
 	Action: "deny", Reason: "sampling only for lab-agent"}}
+
+// awaitSampling waits for the record of the sampling request (written once the server was
+// answered, when it was blocked); nil if none came.
+func awaitSampling(t *testing.T, h *harness) *Record {
+	t.Helper()
+	var r *Record
+	eventually(t, func() bool { r = samplingRecord(h); return r != nil })
+	return r
+}
 
 // samplingRecord is the record of the sampling request (server→client), or nil.
 func samplingRecord(h *harness) *Record {
@@ -213,7 +232,7 @@ func TestServerCannotNameTheClient(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := samplingRecord(h)
+			r := awaitSampling(t, h)
 			if sampled != c.wantSampled || r == nil || r.Decision != c.wantDecision {
 				t.Fatalf("sampling handler ran %d times (want %d), call said %q, record %+v", sampled, c.wantSampled, text, r)
 			}
@@ -269,10 +288,172 @@ func TestClientFieldsNotFromServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := samplingRecord(h)
+			r := awaitSampling(t, h)
 			if sampled != 1 || r == nil || r.Decision != policy.ActionAllow {
 				t.Fatalf("%s: a server's own value was read (sampled %d, record %+v)", field, sampled, r)
 			}
 		})
 	}
+}
+
+// TestIdentityWithoutSessionID is item 3: a 2025-11-25 server that sends no Mcp-Session-Id (legal)
+// leaves no session to remember the client by. The client's identity is kept per flow as well: on
+// the connection that carried its initialize the rule reads it; on another connection Level 2
+// cannot tell which client the sampling request goes to, and the rule fails (on_rule_error closed:
+// denied), never a silent "no match" that lets the untrusted client sample.
+func TestIdentityWithoutSessionID(t *testing.T) {
+	for _, c := range []struct {
+		name, client string
+		keepAlive    bool
+		wantSampled  int64
+		wantDecision policy.Action
+		wantReason   string
+	}{
+		{name: "untrusted, one connection", client: "lab-agent-untrusted", keepAlive: true, wantDecision: policy.ActionDeny, wantReason: "sampling only for lab-agent"},
+		{name: "untrusted, a connection per request", client: "lab-agent-untrusted", keepAlive: false, wantDecision: policy.ActionDeny, wantReason: "cannot be established"},
+		{name: "trusted, one connection", client: "lab-agent", keepAlive: true, wantSampled: 1, wantDecision: policy.ActionAllow},
+		{name: "trusted, a connection per request", client: "lab-agent", keepAlive: false, wantDecision: policy.ActionDeny, wantReason: "cannot be established"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := newHostile("none", "")
+			u := newUpstream(t, srv.ServeHTTP)
+			h := newHarnessWith(t, u, samplingRule, Options{}, NewSessions(0), identityFlow(u, "10.0.0.1"))
+			text, sampled, err := sdkCall(t, "http://"+h.addr+"/mcp", c.client, c.keepAlive)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := awaitSampling(t, h)
+			if sampled != c.wantSampled || r == nil || r.Decision != c.wantDecision || !strings.Contains(r.Reason, c.wantReason) {
+				t.Fatalf("sampling handler ran %d times (want %d), call said %q, record %+v", sampled, c.wantSampled, text, r)
+			}
+		})
+	}
+}
+
+// TestRepeatedSessionIDRefused is item 3's other half: two Mcp-Session-Id headers are read as the
+// first by Go and joined by fetch, so the session (and the client it names) would differ between
+// Level 2 and the client. A response carrying two is refused (the Go SDK client cannot connect);
+// a request carrying two gets 400. The fetch reading is replayed by hand: initialize, then the
+// call with the joined id on a new connection — its sampling request must not reach the client
+// as going to nobody in particular.
+func TestRepeatedSessionIDRefused(t *testing.T) {
+	t.Run("response, Go SDK client", func(t *testing.T) {
+		srv := newHostile("two", "")
+		u := newUpstream(t, srv.ServeHTTP)
+		h := newHarnessWith(t, u, samplingRule, Options{}, NewSessions(0), identityFlow(u, "10.0.0.1"))
+		_, sampled, err := sdkCall(t, "http://"+h.addr+"/mcp", "lab-agent-untrusted", true)
+		if err == nil || sampled != 0 {
+			t.Fatalf("connected through two session ids (err %v, sampled %d)", err, sampled)
+		}
+	})
+	t.Run("response, fetch joins", func(t *testing.T) {
+		srv := newHostile("two", "")
+		u := newUpstream(t, srv.ServeHTTP)
+		h := newHarnessWith(t, u, samplingRule, Options{}, NewSessions(0), identityFlow(u, "10.0.0.1"))
+		postMaybe(h.addr, "Accept: application/json, text/event-stream\r\n",
+			`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"lab-agent-untrusted","version":"1"}}}`)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			postMaybe(h.addr, "Accept: application/json, text/event-stream\r\nMcp-Session-Id: sess-1, sess-2\r\nMCP-Protocol-Version: 2025-11-25\r\n", call(1, "ask", `{}`))
+		}()
+		var r *Record
+		eventually(t, func() bool { r = samplingRecord(h); return r != nil })
+		if r.Decision != policy.ActionDeny {
+			t.Fatalf("sampling to the untrusted client passed: %+v", r)
+		}
+		<-done
+	})
+	t.Run("request", func(t *testing.T) {
+		u := newUpstream(t, echoServer)
+		h := newHarnessWith(t, u, samplingRule, Options{}, NewSessions(0), identityFlow(u, "10.0.0.1"))
+		resp := post(t, h.addr, "Mcp-Session-Id: a\r\nMcp-Session-Id: b\r\n", call(1, "ask", `{}`))
+		if resp.status != 400 || u.calls.Load() != 0 {
+			t.Fatalf("status %d, %d requests reached the server", resp.status, u.calls.Load())
+		}
+	})
+}
+
+// floodServer answers a GET with a stream of n endpoint events (each a new endpoint), and a POST
+// with 202.
+func floodServer(n int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "GET" {
+			w.WriteHeader(202)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range n {
+			fmt.Fprintf(w, "event: endpoint\ndata: /messages?sessionId=flood-%d\n\n", i)
+		}
+	}
+}
+
+// TestSessionFloodKeepsOtherClients is item 4: a flood of sessions from one client's flow —
+// endpoint events its server sends, or requests naming made-up Mcp-Session-Ids — must not evict
+// another client's session, whose identity a later sampling request is judged by. The registry
+// is small here (100) so that the flood is cheap; the default (10,000) behaves alike.
+func TestSessionFloodKeepsOtherClients(t *testing.T) {
+	const size = 100
+	for _, c := range []struct {
+		name  string
+		flood func(t *testing.T, addr string)
+	}{
+		{name: "endpoint events on one stream", flood: func(t *testing.T, addr string) {
+			rawSSEGet(t, addr, "/sse")
+		}},
+		{name: "endpoint events, a stream each", flood: func(t *testing.T, addr string) {
+			for range size + 1 {
+				rawSSEGet(t, addr, "/sse")
+			}
+		}},
+		{name: "made-up session ids", flood: func(t *testing.T, addr string) {
+			for i := range size + 1 {
+				post(t, addr, fmt.Sprintf("Mcp-Session-Id: made-up-%d\r\n", i), call(1, "ask", `{}`))
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sessions := NewSessions(size)
+			flood := newUpstream(t, floodServer(size+1))
+			attacker := newHarnessWith(t, flood, samplingRule, Options{}, sessions, identityFlow(flood, "10.0.0.66"))
+			srv := newHostile("one", "")
+			u := newUpstream(t, srv.ServeHTTP)
+			victim := newHarnessWith(t, u, samplingRule, Options{}, sessions, identityFlow(u, "10.0.0.2"))
+			// The victim calls on a new connection per request: only its session knows it.
+			text, sampled, err := sdkCallAfter(t, "http://"+victim.addr+"/mcp", "lab-agent-untrusted", false, func() {
+				c.flood(t, attacker.addr)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := awaitSampling(t, victim)
+			if sampled != 0 || r == nil || r.Decision != policy.ActionDeny || r.Reason != "sampling request from the server: sampling only for lab-agent; dropped, the server was answered with JSON-RPC error -31000" {
+				t.Fatalf("after the flood: sampling handler ran %d times, call said %q, record %+v", sampled, text, r)
+			}
+		})
+	}
+}
+
+// rawSSEGet opens a GET stream at path and reads it to its end.
+func rawSSEGet(t *testing.T, addr, path string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+}
+
+// postMaybe is post for a request whose answer may be refused or cut: it reports nothing.
+func postMaybe(addr, headers, body string) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%sContent-Length: %d\r\n\r\n%s", headers, len(body), body)
+	io.Copy(io.Discard, c)
 }
