@@ -97,6 +97,8 @@ func (s *server) handle(c net.Conn, br *bufio.Reader, early string, r *request) 
 	switch {
 	case seg[0] == "legacy":
 		return s.legacy(c, br, r, msgs)
+	case seg[0] == "identity":
+		return s.identity(c, br, r, msgs)
 	case seg[0] == "empty":
 		return s.empty(c, seg, r)
 	case r.method == http.MethodGet:
