@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,4 +117,127 @@ func TestAuditLevel1(t *testing.T) {
 		t.Errorf("%d echo authorizations (want %d), %d denials (want 1), %d outcomes for %d authorizations:\n%s",
 			echoes, calls, denials, outcomes, len(auths), out)
 	}
+}
+
+// TestAuditStartAndCutNewline (issue 29 items 10 and 11): on the log a real appliance wrote through
+// an audited route, with the checkpoint and key its admin listener served kept off the box,
+// `mcpintercept audit verify` fails (exit 1) when the oldest records and checkpoints.log are deleted
+// (the remaining records put in a segment named for their first seq, as a deleted first segment
+// leaves them) and when the last record's newline is cut; the appliance then refuses to start on
+// the cut log and leaves its bytes as they are. Intact, verify says the log is proven from seq 1 and
+// every record is covered.
+func TestAuditStartAndCutNewline(t *testing.T) {
+	needLab(t)
+	statelessServer(t)
+	caDir := filepath.Join(t.TempDir(), "ca")
+	dir := filepath.Join(t.TempDir(), "audit")
+	cfg := tlsConfig(t, caDir)
+	cfg = strings.Replace(cfg, "routes:\n", `routes:
+  - name: audited
+    match: {ports: [3002]}
+    tls: plaintext
+    level: 1
+    development: true
+    rule_set: lab
+    audit: true
+`, 1)
+	cfg += "audit:\n  dir: " + dir + "\n"
+	cfgPath := filepath.Join(t.TempDir(), "mcpintercept.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := startApplianceFile(t, "nftables-tproxy", cfgPath)
+	for range 4 {
+		if r, err := callTool(t, "http://10.200.2.2:3002/mcp", "", "echo", `{"text":"audited"}`); err != nil || r.IsError || r.Text != "audited" {
+			t.Fatalf("echo through the audited route: %+v, %v", r, err)
+		}
+	}
+	a.stopGracefully(t)
+	// The checkpoint served after the stop is the final one, covering every record (the admin
+	// listener is gone then, so it is read from the file it also serves).
+	safe := t.TempDir()
+	checkpoint, pubkey := filepath.Join(safe, "checkpoint"), filepath.Join(safe, "audit.pub")
+	copyAuditFile(t, filepath.Join(dir, "checkpoint"), checkpoint)
+	copyAuditFile(t, filepath.Join(dir, "audit.pub"), pubkey)
+
+	seg := filepath.Join(dir, "audit-00000000000000000001.jsonl")
+	orig, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(orig), "\n")
+	lines = lines[:len(lines)-1] // after the final newline
+	if len(lines) < 8 {
+		t.Fatalf("%d records, want at least 8", len(lines))
+	}
+	verify := func() (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin("mcpintercept"), "audit", "verify", dir, "--pubkey", pubkey, "--checkpoint", checkpoint).Output()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("audit verify: %v", err)
+		}
+		t.Logf("audit verify:\n%s", out)
+		return cmdExit(err), string(out)
+	}
+	if code, out := verify(); code != 0 || !strings.Contains(out, "every record from seq 1 is present") || !strings.Contains(out, "every record is covered") {
+		t.Fatalf("intact log: exit %d\n%s", code, out)
+	}
+
+	t.Run("oldest records and checkpoints.log deleted", func(t *testing.T) {
+		rest := filepath.Join(dir, "audit-00000000000000000005.jsonl")
+		os.WriteFile(rest, []byte(strings.Join(lines[4:], "")), 0o600)
+		os.Remove(seg)
+		logData, _ := os.ReadFile(filepath.Join(dir, "checkpoints.log"))
+		os.Remove(filepath.Join(dir, "checkpoints.log"))
+		defer func() {
+			os.Remove(rest)
+			os.WriteFile(seg, orig, 0o600)
+			os.WriteFile(filepath.Join(dir, "checkpoints.log"), logData, 0o644)
+		}()
+		if code, out := verify(); code != 1 || !strings.Contains(out, "records 1 to 4 are missing") {
+			t.Fatalf("exit %d\n%s", code, out)
+		}
+	})
+
+	t.Run("last newline cut", func(t *testing.T) {
+		cut := strings.TrimSuffix(string(orig), "\n")
+		os.WriteFile(seg, []byte(cut), 0o600)
+		code, out := verify()
+		if code != 1 || !strings.Contains(out, "lacks its newline") {
+			t.Fatalf("exit %d\n%s", code, out)
+		}
+		t.Cleanup(func() { runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "cleanup") })
+		p := startT(t, nsAppliance, bin("mcpintercept"), "run", "--config", cfgPath, "--mechanism", "nftables-tproxy")
+		if code := waitDone(t, p); code == 0 || !strings.Contains(p.stderr.String(), "lacks its newline") {
+			t.Fatalf("the appliance on the cut log: exit %d\n%s", code, p.stderr)
+		}
+		if after, _ := os.ReadFile(seg); string(after) != cut {
+			t.Fatalf("the refused start changed the segment: %d bytes, was %d", len(after), len(cut))
+		}
+	})
+}
+
+func copyAuditFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cmdExit is the exit code of a finished command's error (0 for nil).
+func cmdExit(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }
