@@ -10,10 +10,14 @@
 //
 // Every CheckpointEvery, and at Close, the head is signed with the store's
 // Ed25519 key as a C2SP checkpoint (a signed note): origin, count of records,
-// base64 hash of the last record's line, and a "time" extension line. The
-// hash is the chain head, not a Merkle root: a checkpoint proves the prefix
-// of that length, which is what verification against a copy kept elsewhere
-// needs, but it gives no inclusion proofs.
+// base64 hash of the last record's line, a "start" extension line (the first
+// seq the log holds and the hash of the record before it) and a "time" one.
+// The hash is the chain head, not a Merkle root: a checkpoint proves the
+// prefix of that length, which is what verification against a copy kept
+// elsewhere needs, but it gives no inclusion proofs. The start line is what
+// makes deleting the oldest records visible: a checkpoint commits to every
+// record from its start, and retention signs a checkpoint with the new start
+// before it deletes a segment.
 //
 // Verify and Query read a directory offline, without a Store.
 package audit

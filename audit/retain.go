@@ -25,6 +25,16 @@ func (s *Store) retain() {
 		s.log.Warn("audit retention skipped", "err", err)
 		return
 	}
+	s.state.Lock()
+	start := s.start.seq
+	s.state.Unlock()
+	if len(segs) > 0 && segs[0].first > start {
+		// Records this store still commits to are gone, and not by its
+		// hand: moving the start past them would sign their removal.
+		s.log.Error("audit records were removed outside retention; retention stops until the log is examined (run audit verify)",
+			"missing_from", start, "missing_to", segs[0].first-1)
+		return
+	}
 	var gone []segment
 	var kept *segment
 	for i, seg := range segs {

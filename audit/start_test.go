@@ -318,8 +318,10 @@ func TestOldFormatCheckpoint(t *testing.T) {
 			if err != nil || now.Start != segs[0].first || now.Size != 30 {
 				t.Fatalf("checkpoint after the upgrade %+v, %v: want start %d", now, err, segs[0].first)
 			}
-			if rep := mustVerify(t, dir, VerifyOptions{PublicKey: s.PublicKey(), Checkpoint: s2.Checkpoint()}); rep.From != segs[0].first {
-				t.Fatalf("report %+v", rep)
+			for _, opts := range []VerifyOptions{{PublicKey: s.PublicKey()}, {PublicKey: s.PublicKey(), Checkpoint: s2.Checkpoint()}} {
+				if rep := mustVerify(t, dir, opts); rep.From != segs[0].first {
+					t.Fatalf("report %+v", rep)
+				}
 			}
 		})
 	}
@@ -431,5 +433,34 @@ func TestOpenChecksLastLoggedCheckpoint(t *testing.T) {
 				t.Fatalf("Open of a cut log: %v", err)
 			}
 		})
+	}
+}
+
+// Retention in a running store does not sign over records someone else
+// deleted: the start stays, and verify still fails.
+func TestRetentionDoesNotLaunderDeletion(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, Config{Dir: dir, SegmentBytes: 1500, RetainSegments: 3})
+	appendN(t, s, 0, 10)
+	segs, _ := listSegments(dir)
+	if segs[0].first != 1 {
+		t.Fatalf("segments %v", segs)
+	}
+	// Deleted while the store runs; rotations and retention follow.
+	if err := os.Remove(filepath.Join(dir, segs[0].name)); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, s, 10, 30)
+	closeStore(t, s)
+	cp, err := OpenCheckpoint(s.Checkpoint(), s.PublicKey())
+	if err != nil || cp.Start != 1 {
+		t.Fatalf("checkpoint %+v, %v: want the start kept at 1", cp, err)
+	}
+	rep, err := Verify(dir, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Problem == nil || rep.Problem.Kind != Deleted || rep.Problem.Seq != 1 {
+		t.Fatalf("Verify: %v", rep.Problem)
 	}
 }

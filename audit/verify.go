@@ -460,11 +460,6 @@ func (v *verifier) finish(last *entry) Report {
 	if v.rep.Records > 0 && end > v.rep.Covered {
 		v.rep.Uncovered = end - max(v.rep.Covered, v.rep.Start-1)
 	}
-	if last == nil && v.from > 1 {
-		// Nothing is left, though no checkpoint covers more than was
-		// retained: the records after the start were never written.
-		v.rep.Start = v.from
-	}
 	return v.rep
 }
 
