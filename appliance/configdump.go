@@ -3,9 +3,11 @@ package appliance
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
+	"unicode"
 
+	"cel.dev/cel-go/parser/gen"
+	"github.com/antlr4-go/antlr/v4"
 	"go.yaml.in/yaml/v3"
 
 	"mcpintercept/config"
@@ -16,8 +18,10 @@ import (
 // token, as /observe does. Values that may be secrets are replaced by Elided: every value of a
 // headers map (telemetry.otlp.headers carries collector credentials), any key that names a
 // credential (authorization, cookie, password, secret, api key, a token that is not a policy
-// setting), and the password of a URL's user information (as xxxxx). Paths to secret files stay: they say
-// where a secret is, not what it is.
+// setting); in every URL the whole user information (a token is as often the user name as the
+// password), each query value (the keys stay) and the fragment; and in the rules' CEL (when,
+// rate_limit.key) every literal — string, bytes, number — and every comment, the rest of the
+// expression as written. Paths to secret files stay: they say where a secret is, not what it is.
 
 // Elided replaces a secret value in /config_dump.
 const Elided = "[elided]"
@@ -86,7 +90,99 @@ func DumpConfig(cfg *config.Config) (any, error) {
 	if err := yaml.Unmarshal(b, &tree); err != nil {
 		return nil, fmt.Errorf("unmarshal: %w", err)
 	}
+	// The rules first: their literals go whole, URLs inside them included, before the generic
+	// walk (which would otherwise cut a URL inside a string literal, not the literal).
+	elideRules(tree)
 	return elide(tree, ""), nil
+}
+
+// elideRules replaces the literals of every rule's CEL (when, rate_limit.key) in the tree.
+func elideRules(tree any) {
+	top, _ := tree.(map[string]any)
+	sets, _ := top["rule_sets"].(map[string]any)
+	for _, set := range sets {
+		rules, _ := set.([]any)
+		for _, r := range rules {
+			rule, _ := r.(map[string]any)
+			if w, ok := rule["when"].(string); ok {
+				rule["when"] = ElideCEL(w)
+			}
+			if rl, ok := rule["rate_limit"].(map[string]any); ok {
+				if k, ok := rl["key"].(string); ok {
+					rl["key"] = ElideCEL(k)
+				}
+			}
+		}
+	}
+}
+
+// ElideCEL replaces every literal of a CEL expression and every comment by Elided, keeping the
+// rest as written: a string keeps its prefix and quotes ("x" → "[elided]", r'x' → r'[elided]',
+// b"""x""" → b"""[elided]"""), a number becomes [elided], a comment // [elided]. It runs CEL's
+// own lexer (the one cel-go's parser runs), so escaped quotes, raw, triple-quoted and bytes
+// literals end where CEL ends them. Source the lexer rejects is elided whole.
+func ElideCEL(src string) string {
+	lex := gen.NewCELLexer(antlr.NewInputStream(src))
+	var errs lexErrors
+	lex.RemoveErrorListeners() // the default one prints to stderr
+	lex.AddErrorListener(&errs)
+	runes := []rune(src) // the input stream's indices are runes
+	var b strings.Builder
+	last := 0
+	for {
+		tok := lex.NextToken()
+		if tok == nil || tok.GetTokenType() == antlr.TokenEOF {
+			break
+		}
+		var repl string
+		switch tok.GetTokenType() {
+		case gen.CELLexerSTRING, gen.CELLexerBYTES:
+			repl = elidedLiteral(tok.GetText())
+		case gen.CELLexerNUM_INT, gen.CELLexerNUM_UINT, gen.CELLexerNUM_FLOAT:
+			repl = Elided
+		case gen.CELLexerCOMMENT:
+			repl = "// " + Elided
+		default:
+			continue
+		}
+		start, stop := tok.GetStart(), tok.GetStop()+1
+		if start < last || stop > len(runes) || start > stop {
+			return Elided // never expected; never show what we could not place
+		}
+		b.WriteString(string(runes[last:start]))
+		b.WriteString(repl)
+		last = stop
+	}
+	if errs.n > 0 {
+		return Elided
+	}
+	b.WriteString(string(runes[last:]))
+	return b.String()
+}
+
+// elidedLiteral is Elided in the prefix and quotes of the string or bytes token lit.
+func elidedLiteral(lit string) string {
+	i := 0
+	for i < len(lit) && i < 2 && strings.IndexByte("bBrR", lit[i]) >= 0 {
+		i++
+	}
+	prefix, body := lit[:i], lit[i:]
+	for _, q := range []string{`"""`, "'''", `"`, "'"} {
+		if strings.HasPrefix(body, q) {
+			return prefix + q + Elided + q
+		}
+	}
+	return Elided
+}
+
+// lexErrors counts the lexer's errors.
+type lexErrors struct {
+	antlr.DefaultErrorListener
+	n int
+}
+
+func (e *lexErrors) SyntaxError(antlr.Recognizer, any, int, int, string, antlr.RecognitionException) {
+	e.n++
 }
 
 // elide walks v, the value at key, and replaces what may be a secret.
@@ -151,17 +247,76 @@ func isEmpty(v any) bool {
 	return false
 }
 
-// elideURL hides the password of a URL's user information (https://user:pass@host/).
+// elideURL hides, in every URL of s (a run without white space that has "://"), the user
+// information whole, each query value (the keys stay) and the fragment. It cuts as Go's net/url
+// does: the fragment at the first '#', then the query at the first '?', the authority after
+// "://" up to the next '/', the user information at the authority's last '@'.
 func elideURL(s string) string {
-	if !strings.Contains(s, "://") || !strings.Contains(s, "@") {
+	if !strings.Contains(s, "://") {
 		return s
 	}
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
+	var b strings.Builder
+	for s != "" {
+		i := strings.IndexFunc(s, func(r rune) bool { return !unicode.IsSpace(r) })
+		if i < 0 {
+			b.WriteString(s)
+			break
+		}
+		b.WriteString(s[:i])
+		s = s[i:]
+		end := strings.IndexFunc(s, unicode.IsSpace)
+		if end < 0 {
+			end = len(s)
+		}
+		word := s[:end]
+		if strings.Contains(word, "://") {
+			word = elideOneURL(word)
+		}
+		b.WriteString(word)
+		s = s[end:]
 	}
-	if _, ok := u.User.Password(); !ok {
-		return s
+	return b.String()
+}
+
+// elideOneURL elides the secrets of one URL.
+func elideOneURL(w string) string {
+	w, frag, hasFrag := strings.Cut(w, "#")
+	w, query, hasQuery := strings.Cut(w, "?")
+	if i := strings.Index(w, "://"); i >= 0 {
+		head, r := w[:i+3], w[i+3:]
+		authority, path := r, ""
+		if j := strings.IndexByte(r, '/'); j >= 0 {
+			authority, path = r[:j], r[j:]
+		}
+		if j := strings.LastIndexByte(authority, '@'); j >= 0 {
+			authority = Elided + authority[j:]
+		}
+		w = head + authority + path
 	}
-	return u.Redacted() // the password as "xxxxx"
+	if hasQuery {
+		w += "?" + elideQuery(query)
+	}
+	if hasFrag {
+		w += "#"
+		if frag != "" {
+			w += Elided
+		}
+	}
+	return w
+}
+
+// elideQuery keeps each key=value's key and elides its value; a component without '=' is
+// elided whole (it may be a bare token as well as a flag).
+func elideQuery(q string) string {
+	parts := strings.Split(q, "&")
+	for i, p := range parts {
+		k, v, ok := strings.Cut(p, "=")
+		switch {
+		case ok && v != "":
+			parts[i] = k + "=" + Elided
+		case !ok && p != "":
+			parts[i] = Elided
+		}
+	}
+	return strings.Join(parts, "&")
 }
