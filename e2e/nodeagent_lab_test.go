@@ -47,6 +47,8 @@ type naLab struct {
 	order   []string // pods in the order they were made, for the cleanup
 	uids    int
 	agents  []*naAgent // stopped after the pods' DELs, so that the DELs reach a running agent
+	// allowOptOut is node_agent.allow_pod_opt_out of the agents started from now on.
+	allowOptOut bool
 }
 
 // naPod is one pod: its Kubernetes object and, once added, its network namespace and address.
@@ -182,7 +184,7 @@ func naTemplate(t *testing.T, name string, w *bytes.Buffer, data any) {
 func (l *naLab) config(flows string) string {
 	l.t.Helper()
 	var b bytes.Buffer
-	naTemplate(l.t, "agent.yaml.tmpl", &b, map[string]string{"Dir": l.dir, "Admin": naAdmin, "Flows": l.file(flows)})
+	naTemplate(l.t, "agent.yaml.tmpl", &b, map[string]string{"Dir": l.dir, "Admin": naAdmin, "Flows": l.file(flows), "AllowOptOut": fmt.Sprint(l.allowOptOut)})
 	path := l.file("agent-" + strings.TrimSuffix(flows, filepath.Ext(flows)) + ".yaml")
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		l.t.Fatal(err)

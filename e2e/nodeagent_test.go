@@ -27,7 +27,11 @@ func TestNodeAgent(t *testing.T) {
 	clientA := l.pod("client-a", "agents", map[string]string{"mcp-tier": "trusted"})
 	clientB := l.pod("client-b", "agents", map[string]string{"mcp-tier": "untrusted"})
 	clientC := l.pod("client-c", "plain", map[string]string{"mcp-tier": "untrusted"})
-	for _, p := range []*naPod{server, clientA, clientB, clientC} {
+	// client-e asks to be left out of its selected namespace; the first agent runs without
+	// node_agent.allow_pod_opt_out, so the namespace label wins (issue 29 item 14).
+	clientE := l.pod("client-e", "agents", map[string]string{"mcp-tier": "trusted"})
+	l.repod(clientE, map[string]string{"mcpintercept.io/intercept": "disabled"})
+	for _, p := range []*naPod{server, clientA, clientB, clientC, clientE} {
 		l.add(p)
 	}
 	callLog := l.file("server-calls.log")
@@ -43,7 +47,7 @@ func TestNodeAgent(t *testing.T) {
 	for _, c := range []struct {
 		pod      *naPod
 		enrolled bool
-	}{{clientA, true}, {clientB, true}, {clientC, false}, {server, false}} {
+	}{{clientA, true}, {clientB, true}, {clientC, false}, {server, false}, {clientE, true}} {
 		st := naState(t, c.pod)
 		if got := st.has("table inet mcpintercept"); got != c.enrolled {
 			t.Errorf("%s: table inet mcpintercept present %v, want %v\n%s", c.pod.Name, got, c.enrolled, st.counts())
@@ -57,7 +61,7 @@ func TestNodeAgent(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []*naPod{clientA, clientB} {
+	for _, p := range []*naPod{clientA, clientB, clientE} {
 		if err := agent.waitFor(`msg="pod enrolled" pod=agents/`+p.Name, 30*time.Second); err != nil {
 			t.Error(err)
 		}
@@ -144,8 +148,13 @@ func TestNodeAgent(t *testing.T) {
 	})
 
 	// Started again, the agent adopts client-a and client-b (same rules, none twice) and
-	// enrols the spooled client-d before it reports ready.
+	// enrols the spooled client-d before it reports ready. This agent allows pods to opt out:
+	// client-e, adopted, is released, and the opt-out of client-a below is honoured.
+	l.allowOptOut = true
 	agent = l.startAgent("flows-2.jsonl")
+	if left := naState(t, clientE).leftovers(); left != "" {
+		t.Errorf("client-e (annotation disabled) still has steering of ours under allow_pod_opt_out:\n%s", left)
+	}
 	for _, c := range []struct {
 		pod  *naPod
 		want string

@@ -334,6 +334,27 @@ func (a *Agent) release(p *podState, unsteer bool) {
 	p.ns, p.mech = nil, nil
 }
 
+// scrub removes whatever steering of ours p's namespace has, for a pod the agent does not
+// enrol (removal is idempotent: nothing to remove is no error).
+func (a *Agent) scrub(p *podState) {
+	ns, err := OpenNS(p.netns)
+	if err != nil {
+		a.log.Warn("remove a pod's leftover steering", "pod", p.pod.Key(), "netns", p.netns, "err", err)
+		return
+	}
+	defer ns.Close()
+	err = ns.Do(func() error {
+		mech, err := intercept.New(a.steeringOptions(false))
+		if err != nil {
+			return err
+		}
+		return mech.Remove(context.Background())
+	})
+	if err != nil {
+		a.log.Warn("remove a pod's leftover steering", "pod", p.pod.Key(), "netns", p.netns, "err", err)
+	}
+}
+
 // del is a CNI DEL: everything of ours leaves the pod's namespace, and the agent forgets it.
 func (a *Agent) del(ref cniproto.PodRef) {
 	a.mu.Lock()
@@ -400,8 +421,16 @@ func (a *Agent) adopt(ctx context.Context) {
 		}
 		p := &podState{pod: pod, netns: s.Netns, containerID: s.ContainerID}
 		a.pods[pod.Key()] = p
-		if _, err := a.reconcile(ctx, p); err != nil {
+		on, err := a.reconcile(ctx, p)
+		if err != nil {
 			a.log.Warn("adopt", "pod", pod.Key(), "err", err)
+			continue
+		}
+		if !on {
+			// The previous agent may have steered it (the selection or node_agent changed
+			// while no agent ran): what it left must not outlive the selection, above all
+			// with failure: closed, where it would refuse the pod's connections for good.
+			a.scrub(p)
 		}
 	}
 	a.save()
