@@ -292,3 +292,68 @@ func TestToolIntegrity(t *testing.T) {
 		t.Errorf("admin token: %v %v, want mode 0600", st, err)
 	}
 }
+
+// TestToolDivergencePinSecond (issue 29, item 13) with two real clients: under tool_pins
+// enforce, the server shows the Go SDK client (the targeted one, X-Variant) another definition
+// of the pinned echo first, then the TypeScript SDK client the pinned one. The server serves two
+// definitions side by side and one side is the pin: a tool-divergence record names both
+// clients (their sessions) and both hashes, beside the change record of the first. The pin was
+// learned by an earlier run, so that no sight of it is in the window (a restart forgets sights).
+func TestToolDivergencePinSecond(t *testing.T) {
+	needLab(t)
+	srv := startT(t, nsServer, bin("mcpserver"), "-listen", "10.200.2.2:3018",
+		"-variant-header", "X-Variant", "-variant-description", "Echoes the text back, for another client",
+		"-tls-cert", labPKI("server.pem"), "-tls-key", labPKI("server-key.pem"))
+	if err := srv.waitFor("READY", 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	stateDir, auditDir := filepath.Join(dir, "tools"), filepath.Join(dir, "audit")
+	cfgPath := filepath.Join(dir, "mcpintercept.yaml")
+	caDir := filepath.Join(dir, "ca")
+	write := func(mode string) {
+		if err := os.WriteFile(cfgPath, []byte(toolIntegrityConfig(t, caDir, stateDir, auditDir, mode)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("learn")
+	a := startApplianceFile(t, "nftables-tproxy", cfgPath)
+	ca := filepath.Join(dir, "appliance-ca.pem")
+	pem := runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "ca", "export", "--config", cfgPath)
+	if err := os.WriteFile(ca, []byte(pem), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if tools, code, msg := listCall(t, pinnedURL, ca, "learn"); !has(tools, "echo") || code != 0 {
+		t.Fatalf("learn: tools %v, call %d %s", tools, code, msg)
+	}
+	a.stopGracefully(t)
+	write("enforce")
+	a = startApplianceFile(t, "nftables-tproxy", cfgPath)
+
+	// The targeted client first: a change from the pin, quarantined for it.
+	if tools, code, _ := listCall(t, pinnedURL, ca, "variant", "-header", "X-Variant: b"); has(tools, "echo") || code != -31006 {
+		t.Errorf("the variant client lists %v, call code %d; want echo hidden and -31006", tools, code)
+	}
+	// Then another client is shown the pinned definition: it works, and the server is caught.
+	if tools, isErr, text := nodeListCall(t, pinnedURL, ca, "ts-pinned"); !has(tools, "echo") || isErr {
+		t.Errorf("the TypeScript client after the variant: tools %v, error %v %s", tools, isErr, text)
+	}
+	if err := a.proc.waitFor(`"rule":"tool-divergence"`, 30*time.Second); err != nil {
+		t.Error(err)
+	}
+	recs := a.stopGracefully(t)
+	var changed, divergence bool
+	for _, r := range recs {
+		switch {
+		case r.Rule == "tool-integrity" && r.MCPName == "echo" && r.Decision == "deny" && strings.Contains(r.Reason, "changed since it was pinned"):
+			changed = true
+		case r.Rule == "tool-divergence" && r.MCPName == "echo" && strings.Count(r.Reason, "sha256:") >= 2 &&
+			strings.Count(r.Reason, " session ") == 2:
+			divergence = true
+		}
+	}
+	if !changed || !divergence {
+		t.Errorf("flow log: change record %v, divergence record naming both clients' sessions and hashes %v\n%s",
+			changed, divergence, grepLines(a.stdout.String()+a.stderr.String(), "tool"))
+	}
+}
