@@ -2,7 +2,9 @@
 # Installs what the demo, the tests and the benchmark need on a fresh Debian 12 machine, and only
 # what is missing: apt packages (iproute2, iputils-ping, nftables, iptables, openssl, curl,
 # dnsmasq-base for the lab's DNS server in mcpi-server, containernetworking-plugins for the node
-# agent's CNI lab, chromium for the live page's headless check), the Node peers of the end-to-end tests
+# agent's CNI lab, chromium for the live page's headless check, python3 for the differential tests
+# against Python's json and str.split, unicode-data for the check of the hidden-content scan against
+# DerivedCoreProperties.txt), the Node peers of the end-to-end tests
 # (npm ci in e2e/node, from the committed lockfile), the MCP conformance suite with Node 22 (npm ci
 # in e2e/conformance), the Go modules, and the lab's trace backend (bin/jaeger, built from the Go
 # module pinned in e2e/jaeger/go.mod, for e2e/tracing_test.go).
@@ -13,10 +15,11 @@ say() { echo "deps: $*" >&2; }
 
 missing=()
 for pair in ip:iproute2 ping:iputils-ping nft:nftables iptables:iptables openssl:openssl curl:curl dnsmasq:dnsmasq-base \
-	/usr/lib/cni/bridge:containernetworking-plugins chromium:chromium; do
+	/usr/lib/cni/bridge:containernetworking-plugins chromium:chromium \
+	python3:python3 /usr/share/unicode/DerivedCoreProperties.txt:unicode-data; do
 	cmd=${pair%%:*} pkg=${pair#*:}
 	case $cmd in
-	/*) [ -x "$cmd" ] || missing+=("$pkg") ;;
+	/*) [ -e "$cmd" ] || missing+=("$pkg") ;;
 	*) command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg") ;;
 	esac
 done
