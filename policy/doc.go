@@ -55,6 +55,21 @@
 // bucket of any real key value, the string "absent" included), so that leaving out the header a
 // limit is keyed by does not escape the limit. The absent field is listed in Decision.Absent.
 //
+// # Unknown fields
+//
+// Unknown is not absent. A field named in Vars.Unknown exists but the caller cannot establish its
+// value for this message (Level 2 cannot tell which client a server→client request goes to, so
+// mcp.client_info is unknown). Reading it — a member, an index, the whole variable, a rate limit
+// key, and has() alike — makes the rule fail to evaluate (Input.FailOpen decides, closed by
+// default): a guess, or "no match", would let the message past a rule written to stop it. A rule
+// that does not reach the field (short-circuited) decides as before.
+//
+// # Provenance
+//
+// Every field says who may set it (Provenance: client, network, host, appliance, sender, server,
+// token; Fields, ProvenanceMarkdown). Callers fill ProvClient fields only from the client's own
+// side, never from a server→client message.
+//
 // # Rule errors
 //
 // Any other failure at run time — `int(http.headers["x"]) > 3` on a header that is not a

@@ -59,7 +59,7 @@ var provenanceNote = map[string]string{
 	"client.pod":      "labels and annotations are written by the workload's owner",
 	"conn.sni":        "the client's ClientHello",
 	"http.headers":    "the client's request head (for a server→client message: the request that opened the exchange)",
-	"mcp.version":     "MCP-Protocol-Version or _meta of the client's request, its initialize, the session's; never a server message",
+	"mcp.version":     "MCP-Protocol-Version or _meta protocolVersion of the client's request; else its session's, negotiated by its initialize (the answer the client accepted); never a server→client message",
 	"mcp.session":     "Mcp-Session-Id the client sends (a repeated one is refused); 2024-11-05: the endpoint its POSTs go to",
 	"mcp.tool":        "the client's tools/call, prompts/get or resources/read the server request belongs to",
 	"mcp.retry":       "the client's repeated request",
