@@ -23,7 +23,7 @@ import (
 // nothing.
 
 // chattyPort is the Go SDK server of e2e/peers/chatty (2025-11-25 sessions, SSE answers).
-const chattyPort = "3031"
+const chattyPort = "3047"
 
 // contentConfig is the lab configuration with the Level 2 route and the steering widened to the
 // chatty server's port.
