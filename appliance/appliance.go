@@ -201,6 +201,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		if err != nil {
 			return nil, err
 		}
+		a.admin.AllowHosts(cfg.Admin.Hosts...)
 		// Served from now on (metrics, health); /readyz says ready once the steering is in place
 		// and the audit store (when a route is audited) is writable.
 		a.serveAudit()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -310,4 +311,53 @@ func celParses(src string) error {
 		return errors.New(iss.ToDisplayString())
 	}
 	return nil
+}
+
+// TestAdminHostsWired: admin.hosts reaches the admin listener: its name is answered, another
+// name gets 421 — /config_dump included, token or not.
+func TestAdminHostsWired(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tools")
+	cfg := writeConfig(t, filepath.Join(t.TempDir(), "hosts.yaml"), strings.NewReplacer("DIR", dir, "EXTRA", "").Replace(pinnedLike))
+	cfg.Admin.Listen = "127.0.0.1:0"
+	cfg.Admin.Hosts = []string{"scrape.example"}
+	a, err := New(context.Background(), cfg, Options{Mechanism: &fakeMech{}, Listeners: []*net.TCPListener{loopbackListener(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(context.Background())
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, config.AdminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(raw))
+	for _, tt := range []struct {
+		name, path, host string
+		want             int
+	}{
+		{name: "metrics by the configured name", path: "/metrics", host: "scrape.example:9464", want: 200},
+		{name: "metrics by another name", path: "/metrics", host: "rebind.attacker.example:9464", want: 421},
+		{name: "tools by another name", path: "/tools", host: "rebind.attacker.example", want: 421},
+		{name: "config_dump by another name, with the token", path: "/config_dump", host: "rebind.attacker.example", want: 421},
+		{name: "config_dump on loopback", path: "/config_dump", host: "127.0.0.1", want: 200},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequest("GET", "http://"+a.AdminAddr().String()+tt.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = tt.host
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("GET %s Host %s: %d, want %d", tt.path, tt.host, resp.StatusCode, tt.want)
+			}
+		})
+	}
 }

@@ -487,6 +487,10 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // Admin configures the admin HTTP endpoint (metrics, health, declaration).
 type Admin struct {
 	Listen string `yaml:"listen"` // host:port, or Off
+	// Hosts are names (or addresses) the listener answers to besides localhost, loopback, its
+	// own address and Listen's host: a request whose Host names none of them is refused (DNS
+	// rebinding). The name Prometheus scrapes the listener by, an address it is NATed to.
+	Hosts []string `yaml:"hosts"`
 }
 
 // Log configures logging.

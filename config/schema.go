@@ -193,6 +193,8 @@ var configTable = table[Config]{
 
 	key("admin.listen", "host:port of the admin endpoint, or off", func(c *Config) *string { return &c.Admin.Listen }, str).
 		def(DefaultAdminListen).checked(checkAdminListen),
+	key("admin.hosts", "other names or addresses the admin endpoint answers to as Host (others get 421)", func(c *Config) *[]string { return &c.Admin.Hosts }, list(parseAdminHost)).
+		checkedBy(unique(checkAdminHost, quote)),
 
 	key("log.level", "debug, info, warn or error", func(c *Config) *string { return &c.Log.Level }, str).
 		def(DefaultLogLevel).checked(checkLogLevel),
