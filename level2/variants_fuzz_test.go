@@ -33,6 +33,10 @@ func FuzzCaseVariant(f *testing.F) {
 		`{"PATH":"/etc/passwd"}`, `{"path":"/etc/passwd"}`, `{"maſk":1}`, `{"MAS\u212a":1}`,
 		`{"a":{"B":1}}`, `{"A":{"b":1}}`, `{"a":{"\u212aind":"z"}}`, `{"files":[{"path":"x"},{"Path":"y"}]}`,
 		`{"files":[[{"PATH":1}]]}`, `{"tokeN":null}`, `{"other":{"PATH":1},"path":2}`, `{"a":[{"b":1}]}`,
+		// Issue 29: escaped and look-alike spellings, variants beside exact keys, deep arrays.
+		`{"P\u0041TH":"/etc"}`, `{"pat\u0068":"/etc"}`, `{"a":{"\u212Aind":"z","b":1}}`, `{"files":[{"path":"a"},[{"pAtH":"b"}]]}`,
+		`{"mas\u212a":1,"path":"x"}`, `{"toKen":{"path":1}}`, `{"a":{"b":{"B":1}}}`, `{"рath":"cyrillic р, not a variant"}`,
+		`{"Files":[{"path":"x"}]}`, `{"a":[[[{"KIND":"x"}]]]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -265,9 +265,7 @@ func caseSpellings(key string) []string {
 }
 
 // caseVariantHoles runs every case spelling of every key of the corpus through Level 2's decoder
-// and the Go peers. A hole is a spelling Level 2 accepts that a peer reads as the key: the peer
-// reads the message with the key as it reads the original, and the key matters to it (renamed to
-// an unrelated name, the peer reads something else).
+// and the Go peers (variantHoles).
 func caseVariantHoles(t *testing.T) (holes []string, tried int) {
 	for _, c := range caseCorpus {
 		raw := []byte(c.raw)
@@ -275,29 +273,63 @@ func caseVariantHoles(t *testing.T) (holes []string, tried int) {
 			t.Fatalf("%s: the original is refused: %v", c.name, err)
 		}
 		for _, ks := range keySpans(raw, 0, nil) {
-			key := mcp.Unquote(raw[ks[0]:ks[1]])
-			with := func(k string) []byte {
-				return append(append(append([]byte{}, raw[:ks[0]]...), mcp.Quote(k)...), raw[ks[1]:]...)
-			}
-			renamed := with("zz_unrelated_" + key)
-			for _, sp := range caseSpellings(key) {
-				variant := with(sp)
+			for _, sp := range caseSpellings(mcp.Unquote(raw[ks[0]:ks[1]])) {
 				tried++
-				_, _, err := mcp.Decode(variant, mcp.DecodeOptions{})
-				for _, p := range goPeers {
-					orig, got := p.read(c.method, raw), p.read(c.method, variant)
-					if orig == "" || got != orig || p.read(c.method, renamed) == orig {
-						continue // the peer does not read this spelling as the key, or the key is nothing to it
-					}
-					if err == nil {
-						holes = append(holes, fmt.Sprintf("%s: %s reads %q as %q (at byte %d), Level 2 accepts it", c.name, p.name, sp, key, ks[0]))
-					}
-				}
+				holes = append(holes, variantHoles(c, ks, sp)...)
 			}
 		}
 	}
 	sort.Strings(holes)
 	return holes, tried
+}
+
+// variantHoles puts spelling sp in place of the key at ks of c's message. A hole is a spelling
+// Level 2 accepts that a peer reads as the key: the peer reads the message with it as it reads
+// the original, and the key matters to it (renamed to an unrelated name, the peer reads
+// something else).
+func variantHoles(c caseMessage, ks [2]int, sp string) []string {
+	raw := []byte(c.raw)
+	key := mcp.Unquote(raw[ks[0]:ks[1]])
+	if sp == key {
+		return nil
+	}
+	with := func(k string) []byte {
+		return append(append(append([]byte{}, raw[:ks[0]]...), mcp.Quote(k)...), raw[ks[1]:]...)
+	}
+	variant := with(sp)
+	if _, _, err := mcp.Decode(variant, mcp.DecodeOptions{}); err != nil {
+		return nil // refused: nobody is told anything
+	}
+	renamed := with("zz_unrelated_" + key)
+	var holes []string
+	for _, p := range goPeers {
+		orig, got := p.read(c.method, raw), p.read(c.method, variant)
+		if orig == "" || got != orig || p.read(c.method, renamed) == orig {
+			continue // the peer does not read this spelling as the key, or the key is nothing to it
+		}
+		holes = append(holes, fmt.Sprintf("%s: %s reads %+q as %q (at byte %d), Level 2 accepts it", c.name, p.name, sp, key, ks[0]))
+	}
+	return holes
+}
+
+// FuzzMessageCaseVariant is TestCaseVariantMessagesDifferential over any spelling: the key at
+// position key of corpus message msg is replaced by spelling, and no Go peer may read the
+// message as the original while Level 2 accepts it.
+func FuzzMessageCaseVariant(f *testing.F) {
+	f.Add(uint8(8), uint16(3), "Method")
+	f.Add(uint8(8), uint16(11), "MODE")
+	f.Add(uint8(3), uint16(0), "toolſ")
+	f.Add(uint8(3), uint16(1), "nAmE")
+	f.Add(uint8(23), uint16(0), "eliCitations")
+	f.Add(uint8(0), uint16(3), "_META")
+	f.Add(uint8(15), uint16(2), "InputResponses")
+	f.Fuzz(func(t *testing.T, msg uint8, key uint16, spelling string) {
+		c := caseCorpus[int(msg)%len(caseCorpus)]
+		spans := keySpans([]byte(c.raw), 0, nil)
+		if h := variantHoles(c, spans[int(key)%len(spans)], spelling); len(h) > 0 {
+			t.Fatal(strings.Join(h, "\n"))
+		}
+	})
 }
 
 // TestCaseVariantMessagesDifferential: no case spelling of any key of any message kind is read

@@ -19,6 +19,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"n"}]`), true)
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"x"}`), false)
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":"\ud83d\ude00","b":[1,2.5e-3,true,null]}}`), false)
+	// Issue 29: case variants of protocol members where peers decode into structs.
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{"a":{"Method":"sampling/createMessage","params":{}}}}}`), false)
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"x","deſcription":"d","inputSchema":{"Name":1}}]}}`), false)
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-32042,"message":"m","data":{"elicitations":[{"URL":"u"}]}}}`), false)
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":{"action":"accept","content":{"Name":"x"}}}`), false)
 	f.Fuzz(func(t *testing.T, body []byte, allowBatch bool) {
 		err := ValidateJSON(body, 10000)
 		valid := json.Valid(body)
