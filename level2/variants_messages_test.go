@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -382,4 +385,115 @@ func TestCaseCorpusDecodes(t *testing.T) {
 			t.Errorf("%s: %s", c.name, got)
 		}
 	}
+}
+
+// tsReads is the TypeScript SDK's reading of messages, with its own zod schemas (as its
+// transports and Protocol.request parse them): the envelope with JSONRPCMessageSchema, then the
+// request or notification with its method's schema, a result with the schema of its request's
+// method. It prints, per input, the parsed value as JSON ("" when a schema rejects it).
+const tsReads = `
+const t = await import("@modelcontextprotocol/sdk/types.js");
+const req = {"tools/call": t.CallToolRequestSchema, "initialize": t.InitializeRequestSchema,
+  "sampling/createMessage": t.CreateMessageRequestSchema, "elicitation/create": t.ElicitRequestSchema,
+  "roots/list": t.ListRootsRequestSchema, "notifications/progress": t.ProgressNotificationSchema,
+  "notifications/message": t.LoggingMessageNotificationSchema, "prompts/get": t.GetPromptRequestSchema,
+  "resources/read": t.ReadResourceRequestSchema};
+const res = {"tools/call": t.CallToolResultSchema, "initialize": t.InitializeResultSchema,
+  "tools/list": t.ListToolsResultSchema, "prompts/list": t.ListPromptsResultSchema,
+  "resources/list": t.ListResourcesResultSchema, "resources/templates/list": t.ListResourceTemplatesResultSchema,
+  "prompts/get": t.GetPromptResultSchema, "resources/read": t.ReadResourceResultSchema,
+  "sampling/createMessage": t.CreateMessageResultSchema, "elicitation/create": t.ElicitResultSchema,
+  "roots/list": t.ListRootsResultSchema};
+const input = JSON.parse(require("fs").readFileSync(0, "utf8"));
+const out = input.map(([method, raw]) => {
+  try {
+    const v = JSON.parse(raw);
+    const env = t.JSONRPCMessageSchema.safeParse(v);
+    if (!env.success) return "";
+    const m = env.data;
+    if ("method" in m) {
+      const s = req[m.method];
+      const p = s ? s.safeParse(m) : {success: true, data: m};
+      return p.success ? "request " + JSON.stringify(p.data) : "";
+    }
+    if ("error" in m) return "error " + JSON.stringify(m.error);
+    const s = res[method];
+    const p = s ? s.safeParse(m.result) : {success: true, data: m.result};
+    return p.success ? "result " + JSON.stringify(p.data) : "";
+  } catch (e) { return ""; }
+});
+process.stdout.write(JSON.stringify(out));
+`
+
+// TestCaseVariantMessagesTS is the differential with the TypeScript SDK's schemas as the peer
+// (run by node in e2e/node, where the SDK is installed): no spelling Level 2 accepts is read by
+// it as the key. Its zod schemas match keys exactly, so this holds whatever Level 2 refuses; the
+// test keeps it so if a later SDK changes that.
+func TestCaseVariantMessagesTS(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found: the TypeScript SDK differential needs it")
+	}
+	dir, _ := filepath.Abs("../e2e/node")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
+		t.Skip("the TypeScript SDK is not installed in e2e/node (make deps)")
+	}
+	type trial struct {
+		c                     caseMessage
+		key, sp               string
+		orig, variant, rename int // indexes into inputs
+		accepted              bool
+	}
+	var inputs [][2]string
+	add := func(method string, b []byte) int {
+		inputs = append(inputs, [2]string{method, string(b)})
+		return len(inputs) - 1
+	}
+	var trials []trial
+	for _, c := range caseCorpus {
+		raw := []byte(c.raw)
+		orig := add(c.method, raw)
+		for _, ks := range keySpans(raw, 0, nil) {
+			key := mcp.Unquote(raw[ks[0]:ks[1]])
+			with := func(k string) []byte {
+				return append(append(append([]byte{}, raw[:ks[0]]...), mcp.Quote(k)...), raw[ks[1]:]...)
+			}
+			rename := add(c.method, with("zz_unrelated_"+key))
+			for _, sp := range caseSpellings(key) {
+				v := with(sp)
+				_, _, err := mcp.Decode(v, mcp.DecodeOptions{})
+				trials = append(trials, trial{c, key, sp, orig, add(c.method, v), rename, err == nil})
+			}
+		}
+	}
+	in, _ := json.Marshal(inputs)
+	cmd := exec.Command(node, "--input-type=commonjs", "-e", "(async () => {"+tsReads+"})()")
+	cmd.Dir = dir
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, stderr.String())
+	}
+	var reads []string
+	if err := json.Unmarshal(out, &reads); err != nil || len(reads) != len(inputs) {
+		t.Fatalf("node output (%d readings for %d inputs): %v\n%.500s", len(reads), len(inputs), err, out)
+	}
+	read, holes := 0, 0
+	for _, tr := range trials {
+		o := reads[tr.orig]
+		if o == "" {
+			t.Fatalf("%s: the TypeScript SDK rejects the original", tr.c.name)
+		}
+		if reads[tr.variant] != o || reads[tr.rename] == o {
+			continue
+		}
+		read++
+		if tr.accepted {
+			holes++
+			t.Errorf("%s: the TypeScript SDK reads %+q as %q, Level 2 accepts it", tr.c.name, tr.sp, tr.key)
+		}
+	}
+	t.Logf("%d spellings, %d read by the TypeScript SDK as the key, %d of them accepted by Level 2", len(trials), read, holes)
 }
