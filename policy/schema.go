@@ -351,7 +351,7 @@ var (
 				return m.Error, true
 			}},
 		&field{name: "tool_findings", typ: types.NewListType(types.StringType), level: LevelBody,
-			doc: "hidden content in the definition of the tool, prompt or template a tools/call, prompts/get or list entry names: control, ansi, zero_width, bidi, tag, pattern:<name> (sorted; empty when none or the route has no tool_pins)",
+			doc: "hidden content in the definition of the tool, prompt or template a tools/call, prompts/get or list entry names: control, ansi, zero_width (every other Unicode Default_Ignorable_Code_Point and U+FFF9–FFFB), bidi (Bidi_Control), tag (U+E0000–E007F), invalid_utf8, pattern:<name> (sorted; empty when none or the route has no tool_pins)",
 			get: func(o any) (any, bool) {
 				t := toolsOf(o)
 				if t == nil {
