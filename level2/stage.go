@@ -793,6 +793,10 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				s.auditOutcome(req, "result", 0, "")
 			}
 			if m.Kind != mcp.KindResponse {
+				if o, ok := s.errorElicitations(x, st, m, req); ok {
+					out[i], changed = o, true // a URL elicitation policy blocks (elicit_error.go)
+					continue
+				}
 				if o, ok := s.redact(out[i], d, "error", req); ok {
 					out[i], changed = o, true
 				}
