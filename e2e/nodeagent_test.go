@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -64,6 +65,20 @@ func TestNodeAgent(t *testing.T) {
 	for _, p := range []*naPod{clientA, clientB, clientE} {
 		if err := agent.waitFor(`msg="pod enrolled" pod=agents/`+p.Name, 30*time.Second); err != nil {
 			t.Error(err)
+		}
+	}
+	// The agent's admin listener answers its own address (the readiness probe's Host) and
+	// refuses a name DNS rebinding would send (issue 29 item 16).
+	for host, want := range map[string]int{naAdmin: 200, "localhost:19480": 200, "rebind.attacker.example:19480": 421} {
+		req, _ := http.NewRequest("GET", "http://"+naAdmin+"/metrics", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("admin /metrics with Host %s: %d, want %d", host, resp.StatusCode, want)
 		}
 	}
 
