@@ -67,6 +67,9 @@ func TestNodeAgent(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	if err := agent.waitFor(`allow_pod_opt_out is false" pod=agents/client-e`, 30*time.Second); err != nil {
+		t.Errorf("no warning that client-e's opt-out was not honoured: %v", err)
+	}
 	// The agent's admin listener answers its own address (the readiness probe's Host) and
 	// refuses a name DNS rebinding would send (issue 29 item 16).
 	for host, want := range map[string]int{naAdmin: 200, "localhost:19480": 200, "rebind.attacker.example:19480": 421} {

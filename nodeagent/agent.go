@@ -222,6 +222,10 @@ func (a *Agent) reconcile(ctx context.Context, p *podState) (bool, error) {
 	on, why := a.sel.Selected(p.pod, labels)
 	switch {
 	case on:
+		if !p.enrolled() && a.sel.OptOutIgnored(p.pod) {
+			// A workload asking not to be inspected is worth an operator's look.
+			a.log.Warn("pod annotated to opt out is enrolled: its namespace is selected and node_agent.allow_pod_opt_out is false", "pod", p.pod.Key())
+		}
 		if err := a.enrol(ctx, p); err != nil {
 			return false, err
 		}

@@ -76,6 +76,12 @@ func (s Selector) Selected(p *Pod, nsLabels map[string]string) (bool, string) {
 	return false, "neither namespace label " + s.LabelKey + " nor annotation " + s.Annotation
 }
 
+// OptOutIgnored reports whether p carries the annotation "disabled" that this selector does not
+// honour (for the log; Selected decides).
+func (s Selector) OptOutIgnored(p *Pod) bool {
+	return !s.AllowOptOut && strings.EqualFold(p.Annotations[s.Annotation], "disabled")
+}
+
 // DirSource reads the pod list from a directory: one Kubernetes object per file (.yaml, .yml or
 // .json), of kind Pod or Namespace. It is re-read on every question, so a file written before a
 // pod's CNI ADD is seen by it.

@@ -101,6 +101,10 @@ func TestSelector(t *testing.T) {
 			}
 		})
 	}
+	disabled := &Pod{Annotations: map[string]string{"mcpintercept.io/intercept": "Disabled"}}
+	if !sel.OptOutIgnored(disabled) || optOut.OptOutIgnored(disabled) || sel.OptOutIgnored(&Pod{}) {
+		t.Error("OptOutIgnored: want true only for a disabled pod without allow_pod_opt_out")
+	}
 	anyValue := SelectorOf(config.NodeAgentConfig{NamespaceLabel: "inspect", PodAnnotation: "a"})
 	if got, _ := anyValue.Selected(&Pod{}, map[string]string{"inspect": ""}); !got {
 		t.Fatal("a key-only selector must match any value")
