@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -50,6 +51,30 @@ type chattyReport struct {
 	Result   string   `json:"result"`
 }
 
+// nodeChatty is `chatty call` written with the TypeScript SDK client (1.x): it sets a log level,
+// asks for progress, answers sampling and prints the same report. The Node client drops a
+// progress notification that arrives in the same read as the response, so it also shows that the
+// stream is still written event by event.
+const nodeChatty = `
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { LoggingMessageNotificationSchema, CreateMessageRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+const rep = { logs: [], progress: [], sampling: [], result: "" };
+const client = new Client({ name: "lab-agent", version: "1.0.0" }, { capabilities: { sampling: {} } });
+client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => { rep.logs.push(JSON.stringify(n.params.data)); });
+client.setRequestHandler(CreateMessageRequestSchema, (r) => {
+  for (const m of r.params.messages) if (m.content && m.content.type === "text") rep.sampling.push(m.content.text);
+  return { role: "assistant", model: "lab", content: { type: "text", text: "ok" } };
+});
+await client.connect(new StreamableHTTPClientTransport(new URL(process.env.CHATTY_URL)));
+await client.setLoggingLevel("debug");
+const r = await client.callTool({ name: "chatty", arguments: { canary: process.env.CHATTY_CANARY } }, undefined,
+  { onprogress: (p) => { rep.progress.push(p.message); }, timeout: 30000 });
+rep.result = r.content.map((c) => c.text).join("");
+console.log(JSON.stringify(rep));
+await client.close();
+`
+
 func TestLevel2CallStreamRedacted(t *testing.T) {
 	needLab(t)
 	chatty := filepath.Join(t.TempDir(), "chatty")
@@ -77,24 +102,55 @@ func TestLevel2CallStreamRedacted(t *testing.T) {
 		}
 		return r, out
 	}
+	callNode := func(t *testing.T, c string) (chattyReport, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", nsClient, "env", "CHATTY_URL="+url, "CHATTY_CANARY="+c,
+			"node", "--input-type=module", "-e", nodeChatty)
+		cmd.Dir = filepath.Join(repoRoot, "e2e", "node")
+		var stderr syncBuf
+		cmd.Stderr = &stderr
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("node chatty client: %v\n%s", err, stderr.String())
+		}
+		out := strings.TrimSpace(string(b))
+		var r chattyReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("chatty call output %q: %v", out, err)
+		}
+		return r, out
+	}
+
+	clients := []struct {
+		name string
+		call func(*testing.T, string) (chattyReport, string)
+	}{{"Go SDK", callChatty}, {"TypeScript SDK", callNode}}
 
 	// Direct: every handler of the client gets the canary (the premise).
-	direct := canary()
-	r, out := callChatty(t, direct)
-	if len(r.Logs) != 1 || len(r.Progress) != 1 || len(r.Sampling) != 1 || strings.Count(out, direct) != 4 {
-		t.Fatalf("direct run: want the canary in the log, progress, sampling request and result:\n%s", out)
+	for _, cl := range clients {
+		direct := canary()
+		r, out := cl.call(t, direct)
+		if len(r.Logs) != 1 || len(r.Progress) != 1 || len(r.Sampling) != 1 || strings.Count(out, direct) != 4 {
+			t.Fatalf("direct run, %s client: want the canary in the log, progress, sampling request and result:\n%s", cl.name, out)
+		}
 	}
 
 	a := startAppliance(t, "nftables-tproxy", contentConfig(t, filepath.Join(t.TempDir(), "ca")))
-	secret := canary()
-	r, out = callChatty(t, secret)
-	if strings.Contains(out, secret) {
-		t.Errorf("through Level 2 the canary reached the Go SDK client on the call's stream:\n%s", out)
-	}
-	// Every message still arrived, redacted (not dropped), and the call completed.
-	if len(r.Logs) != 1 || len(r.Progress) != 1 || len(r.Sampling) != 1 || strings.Count(out, "[REDACTED]") != 4 ||
-		!strings.HasPrefix(r.Result, "done [REDACTED] sampled ok") {
-		t.Errorf("through Level 2: want the log, progress, sampling request and result each with [REDACTED]:\n%s", out)
+	var secrets []string
+	for _, cl := range clients {
+		secret := canary()
+		secrets = append(secrets, secret)
+		r, out := cl.call(t, secret)
+		if strings.Contains(out, secret) {
+			t.Errorf("through Level 2 the canary reached the %s client on the call's stream:\n%s", cl.name, out)
+		}
+		// Every message still arrived, redacted (not dropped), and the call completed.
+		if len(r.Logs) != 1 || len(r.Progress) != 1 || len(r.Sampling) != 1 || strings.Count(out, "[REDACTED]") != 4 ||
+			!strings.HasPrefix(r.Result, "done [REDACTED] sampled ok") {
+			t.Errorf("through Level 2, %s client: want the log, progress, sampling request and result each with [REDACTED]:\n%s", cl.name, out)
+		}
 	}
 
 	recs := a.stopGracefully(t)
@@ -110,8 +166,10 @@ func TestLevel2CallStreamRedacted(t *testing.T) {
 		}
 	}
 	for name, log := range map[string]string{"flow log": a.stdout.String(), "appliance log": a.stderr.String()} {
-		if strings.Contains(log, secret) {
-			t.Errorf("the canary appears in the %s", name)
+		for _, secret := range secrets {
+			if strings.Contains(log, secret) {
+				t.Errorf("the canary appears in the %s", name)
+			}
 		}
 	}
 }
