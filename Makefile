@@ -59,7 +59,7 @@ FUZZTIME ?= 30s
 fuzz:
 	@set -e; for t in config:FuzzParse config:FuzzParsePartial nodeagent:FuzzParseObject nodeagent/cniproto:FuzzDecodeRequest intercept/dns:FuzzHashAssign tlsmitm:FuzzPeek tlsmitm:FuzzParseClientHello \
 		exchange/httptok:FuzzForEachToken exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
-		exchange:FuzzFramingDifferential exchange:FuzzTransferCodings auth:FuzzSplitHeader auth:FuzzCarriers audit:FuzzCheckpointExtensions audit:FuzzLastNote \
+		exchange:FuzzFramingDifferential exchange:FuzzTransferCodings auth:FuzzSplitHeader auth:FuzzCarriers audit:FuzzCheckpointExtensions audit:FuzzLastNote appliance:FuzzElideCEL appliance:FuzzElideURL telemetry:FuzzAdminHost \
 		mcp:FuzzDecodeHeaderValue mcp:FuzzRedactURI level1:FuzzGuards policy:FuzzCompile \
 		mcp:FuzzDecode mcp:FuzzSkipString audit:FuzzDecodeRecord auth:FuzzParse level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
 		level2:FuzzPeerDifferential level2:FuzzCaseVariant level2:FuzzSchema intercept/upstream:FuzzDenyListEmbedded \
