@@ -457,7 +457,20 @@ func (rg *RouteGuard) judge(sp **serverState, srv Server, viewer string, d Def, 
 	// window: another hash shown to one viewer and then the pinned one to another is the server
 	// going back and forth, i.e. targeting the first viewer. Without this, a server that shows
 	// a targeted client its variant first and everyone else the pin is only ever a change.
-	if o := ds.other(a.hash); o != nil && (o.at > ds.firstShown(a.hash) || ds.src != srcNone && a.hash == ds.pinHash) {
+	//
+	// Two hashes that are both not the pin, shown to two viewers within the window, are also
+	// served side by side, whatever the order: a server that changed the definition for everyone
+	// would have moved on from the first to the second, not shown each to its own client. Without
+	// this, the pin, a variant to one client and another variant to the next are two changes and
+	// the record naming both clients is written only if one of them is shown again.
+	o := ds.other(a.hash)
+	if o != nil && o.at <= ds.firstShown(a.hash) && (ds.src == srcNone || a.hash != ds.pinHash) {
+		o = nil
+		if ds.src != srcNone {
+			o = ds.otherThan(a.hash, ds.pinHash)
+		}
+	}
+	if o != nil {
 		quarantine := rg.r.QuarantineDivergence && !ds.diverged
 		pk := pairKey(o.a.hash, a.hash)
 		if !slices.Contains(ds.pairs, pk) {

@@ -197,3 +197,23 @@ func (d *defState) other(h digest) *view {
 	}
 	return nil
 }
+
+// otherThan is a view of d of a hash that is neither h nor not, or nil.
+func (d *defState) otherThan(h, not digest) *view {
+	for i := range d.hashes {
+		hc := &d.hashes[i]
+		if hc.hash == h || hc.hash == not || hc.n <= 0 {
+			continue
+		}
+		if hc.last != nil {
+			return hc.last
+		}
+		for v := d.views; v != nil; v = v.dnext {
+			if v.a.hash == hc.hash {
+				hc.last = v
+				return v
+			}
+		}
+	}
+	return nil
+}
