@@ -175,7 +175,12 @@ func (s *Sessions) evict(e *list.Element) {
 }
 
 // Open makes sure a session exists for key (a 2024-11-05 endpoint announced on a GET stream),
-// so that POSTs to that endpoint are known to belong to it.
+// so that POSTs to that endpoint are known to belong to it. The key is the server's choice: one
+// that already exists was announced to another stream too (or posted to before any stream
+// announced it), so it may name another client's session — a hostile server that tells an
+// untrusted client's stream the trusted client's endpoint, then samples on that stream before
+// the untrusted client sends anything. Such a session's client can no longer be told: it is
+// made ambiguous (Lookup knows no client for it), never inherited by the new stream.
 func (s *Sessions) Open(o *Owner, key string) {
 	if s == nil || key == "" {
 		return
@@ -183,6 +188,10 @@ func (s *Sessions) Open(o *Owner, key string) {
 	s.endpoints.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if ss := s.get(o, key, false); ss != nil {
+		ss.clientInfo, ss.ambiguous = nil, true
+		return
+	}
 	s.get(o, key, true)
 }
 
