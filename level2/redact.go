@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -632,6 +633,10 @@ func encodeHeaderValue(v string) string {
 // and the sampling or elicitation requests the server makes while answering it, not only its
 // result. The redactions of the call are added to d's; a call's denial drops the message as a
 // denial of its own would (its result would be withheld too). d is the message's own decision.
+//
+// A call's messages do not always come on its own stream, so the calls judged are also the
+// session's requests still pending elsewhere (relatedPending): every one of them on a GET stream,
+// and on any stream the one whose progressToken a progress notification names.
 func (s *stage) inCall(x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision) policy.Decision {
 	if d.Action != policy.ActionAllow {
 		return d
@@ -640,17 +645,101 @@ func (s *stage) inCall(x *exchange.Exchange, st *xstate, m *mcp.Message, d polic
 		if req.key == "" || req.Direction != ClientToServer {
 			continue // a notification of the client's has no answer, and so no stream
 		}
-		cd := s.evaluate(x, st, m, req, ServerToClient, req, nil)
-		for _, red := range cd.Redactions {
-			if !slices.Contains(d.Redactions, red) {
-				d.Redactions = append(d.Redactions, red)
-			}
+		if d = s.judgeAsPartOf(x, st, m, d, req); d.Action != policy.ActionAllow {
+			return d
 		}
-		if cd.Action == policy.ActionDeny {
-			d.Action, d.Rule = cd.Action, cd.Rule
-			d.Reason = "judged as part of " + req.Method + " " + req.Name + ": " + cd.Reason
+	}
+	for _, p := range s.relatedPending(x, st, m) {
+		if slices.ContainsFunc(st.reqs, func(r *Record) bool { return r.key != "" && r.ID == p.ID && r.Method == p.Method }) {
+			continue // this exchange's own call, judged above
+		}
+		r := &Record{Direction: ClientToServer, Kind: mcp.KindRequest.String(), Method: p.Method, Name: p.Name, ID: p.ID}
+		if d = s.judgeAsPartOf(x, st, m, d, r); d.Action != policy.ActionAllow {
 			return d
 		}
 	}
 	return d
+}
+
+// judgeAsPartOf adds to d what the rules decide for m seen as a message of the call req.
+func (s *stage) judgeAsPartOf(x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision, req *Record) policy.Decision {
+	cd := s.evaluate(x, st, m, req, ServerToClient, req, nil)
+	for _, red := range cd.Redactions {
+		if !slices.Contains(d.Redactions, red) {
+			d.Redactions = append(d.Redactions, red)
+		}
+	}
+	if cd.Action == policy.ActionDeny {
+		d.Action, d.Rule = cd.Action, cd.Rule
+		d.Reason = "judged as part of " + req.Method + " " + req.Name + ": " + cd.Reason
+	}
+	return d
+}
+
+// relatedPending returns the session's requests, answered on other connections, that the server
+// message m may belong to:
+//   - On a GET stream (the 2024-11-05 HTTP+SSE stream, where every call's messages and results
+//     come; a 2025-x standalone or resumed stream), every pending request. A notification there
+//     names no request (notifications/message has no id at all), and neither does a request the
+//     server makes while answering one, so which call it belongs to cannot be told: it is judged
+//     as part of each. One pending call is that call; with several, a redact rule on any of them
+//     applies and a deny rule on any drops it. Anything else would let a server answering a call
+//     a rule covers put what the rule hides in a log or progress notification on the shared
+//     stream instead of the result. The cost of the union falls only on the messages of calls
+//     running beside a covered one (redacted, or a notification dropped; never a result, which
+//     is paired with its request by id), and it is bounded by maxPending per session.
+//   - On any stream, for notifications/progress, the pending requests whose progressToken it
+//     names as clients match it: the TypeScript SDK routes progress by token whatever the
+//     stream, so a call's progress sent on another call's stream still reaches that call.
+func (s *stage) relatedPending(x *exchange.Exchange, st *xstate, m *mcp.Message) []Pending {
+	if st.session == "" {
+		return nil
+	}
+	get := x.Req.Method == "GET"
+	tok := ""
+	if m.Kind == mcp.KindNotification && m.Method == "notifications/progress" {
+		tok = progressKey(m)
+	}
+	if !get && tok == "" {
+		return nil
+	}
+	ps := s.f.Sessions.PendingOf(s.owner, st.session)
+	if get {
+		return ps
+	}
+	return slices.DeleteFunc(ps, func(p Pending) bool { return p.Progress != tok })
+}
+
+// progressKey is the progress token m carries, as clients match it: a request's
+// params._meta.progressToken, a progress notification's params.progressToken; "" when there is
+// none or it is neither a string nor a number (the TypeScript SDK's schema refuses those). Like
+// idKey, a string JavaScript reads as an integer is that integer: the TypeScript SDK looks the
+// token up by Number(token).
+func progressKey(m *mcp.Message) string {
+	var v []byte
+	var ok bool
+	if m.Kind == mcp.KindNotification {
+		v, ok = m.Param("progressToken")
+	} else {
+		if meta, has := m.Param("_meta"); has && meta[0] == '{' {
+			v, ok = mcp.Member(meta, "progressToken")
+		}
+	}
+	if !ok || len(v) == 0 {
+		return ""
+	}
+	switch c := v[0]; {
+	case c == '"':
+		t := mcp.Unquote(v)
+		if f, ok := jsNumber(t); ok && f == math.Trunc(f) && math.Abs(f) < mcp.MaxExactID {
+			return "n:" + strconv.FormatInt(int64(f), 10)
+		}
+		return "s:" + t
+	case c == '-' || ('0' <= c && c <= '9'):
+		if n, ok := mcp.NumericID(v); ok {
+			return "n:" + strconv.FormatInt(n, 10)
+		}
+		return "n:" + string(v)
+	}
+	return ""
 }

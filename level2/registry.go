@@ -68,7 +68,9 @@ func (o *Owner) clientKey() string {
 // Pending is a request whose response has not been seen yet.
 type Pending struct {
 	Method, Name string
+	ID           string    // the id as records show it (IDText)
 	Cursor       bool      // a list request for a later page
+	Progress     string    // its params._meta.progressToken as clients match it (progressKey; "" none)
 	span         *openSpan // the request's span, ended by the stream that answers it
 }
 
@@ -307,6 +309,25 @@ func (s *Sessions) AddPending(o *Owner, key, id string, p Pending) {
 		// Forgotten unanswered: its span ends now rather than never (End does not block).
 		evicted.end(nil, 0, 0, false, time.Now())
 	}
+}
+
+// PendingOf returns the requests of session key still awaiting their response, oldest first
+// (a copy: the caller judges messages by them without the lock).
+func (s *Sessions) PendingOf(o *Owner, key string) []Pending {
+	if s == nil || key == "" {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.get(o, key, false)
+	if ss == nil || len(ss.order) == 0 {
+		return nil
+	}
+	out := make([]Pending, 0, len(ss.order))
+	for _, id := range ss.order {
+		out = append(out, ss.pending[id])
+	}
+	return out
 }
 
 // TakePending returns and forgets the request a response answers.

@@ -459,9 +459,14 @@ func (s *stage) rememberRequests(x *exchange.Exchange, st *xstate, b *requestBod
 	if st.session != "" {
 		// The answer may come on another connection: the 2024-11-05 GET stream, or a stream of
 		// the same session (a client matches a response to any of its outstanding requests).
-		for _, r := range st.reqs {
+		for i, r := range st.reqs {
 			if r.Kind == mcp.KindRequest.String() {
-				s.f.Sessions.AddPending(s.owner, st.session, r.key, Pending{Method: r.Method, Name: r.Name, Cursor: r.cursor, span: r.span})
+				p := Pending{Method: r.Method, Name: r.Name, ID: r.ID, Cursor: r.cursor, span: r.span}
+				if i < len(b.msgs) {
+					// Its progress notifications may come on any stream (inCall).
+					p.Progress = progressKey(b.msgs[i])
+				}
+				s.f.Sessions.AddPending(s.owner, st.session, r.key, p)
 				r.pended = true
 			}
 		}
