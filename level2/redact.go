@@ -641,6 +641,9 @@ func (s *stage) inCall(x *exchange.Exchange, st *xstate, m *mcp.Message, d polic
 	if d.Action != policy.ActionAllow {
 		return d
 	}
+	if rs := s.rules(); rs == nil || !rs.Needs().ServerMessages {
+		return d // no rule judges server messages: no call's rule can either (nor the registry be asked)
+	}
 	for _, req := range st.reqs {
 		if req.key == "" || req.Direction != ClientToServer {
 			continue // a notification of the client's has no answer, and so no stream
