@@ -772,6 +772,10 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			if req.span != nil {
 				defer endResponseSpan(req, m) // once policy, surface control and redaction had their say
 			}
+			if o, bad := s.refuseResultMembers(m, req); bad {
+				out[i], changed = o, true // judged by its request's method (result_members.go)
+				continue
+			}
 			if st.initialize && m.Kind == mcp.KindResponse {
 				if v := resultString(m.Result, "protocolVersion"); v != "" {
 					st.version = v

@@ -267,6 +267,16 @@ func caseSpellings(key string) []string {
 	return out
 }
 
+// decodeAnswer is Level 2's reading of raw, a message of method or a response to a request of
+// it: the decoder, then the result judged by its request's method (as responses does).
+func decodeAnswer(method string, raw []byte) error {
+	msgs, _, err := mcp.Decode(raw, mcp.DecodeOptions{})
+	if err != nil {
+		return err
+	}
+	return msgs[0].CheckResult(method)
+}
+
 // caseVariantHoles runs every case spelling of every key of the corpus through Level 2's decoder
 // and the Go peers (variantHoles).
 func caseVariantHoles(t *testing.T) (holes []string, tried int) {
@@ -300,7 +310,7 @@ func variantHoles(c caseMessage, ks [2]int, sp string) []string {
 		return append(append(append([]byte{}, raw[:ks[0]]...), mcp.Quote(k)...), raw[ks[1]:]...)
 	}
 	variant := with(sp)
-	if _, _, err := mcp.Decode(variant, mcp.DecodeOptions{}); err != nil {
+	if err := decodeAnswer(c.method, variant); err != nil {
 		return nil // refused: nobody is told anything
 	}
 	renamed := with("zz_unrelated_" + key)
@@ -461,7 +471,7 @@ func TestCaseVariantMessagesTS(t *testing.T) {
 			rename := add(c.method, with("zz_unrelated_"+key))
 			for _, sp := range caseSpellings(key) {
 				v := with(sp)
-				_, _, err := mcp.Decode(v, mcp.DecodeOptions{})
+				err := decodeAnswer(c.method, v)
 				trials = append(trials, trial{c, key, sp, orig, add(c.method, v), rename, err == nil})
 			}
 		}

@@ -81,6 +81,9 @@ type Message struct {
 	// otherwise looks its params up by walking them.
 	pidx    [numParamKeys]struct{ start, end int32 }
 	indexed bool
+	// suspectResult says the scan found a key in the result that folds to a protocol member
+	// name but is spelt otherwise (CheckResult judges it once the method is known).
+	suspectResult bool
 }
 
 // ErrorObject is the error member of an error response (JSON-RPC 2.0 section 5.1).
@@ -214,6 +217,7 @@ func (s *scanner) batch() ([]*Message, error) {
 // message scans one envelope object and checks it as JSON-RPC 2.0.
 func (s *scanner) message() (*Message, error) {
 	s.spans, s.pspans = [numMembers]span{}, [numParamKeys]span{}
+	s.region, s.suspect = 0, [numMembers]bool{}
 	start := s.pos
 	if err := s.object(ScopeEnvelope); err != nil {
 		return nil, err
@@ -276,6 +280,13 @@ func (s *scanner) message() (*Message, error) {
 		if has(memResult) || has(memError) {
 			return bad("a request carries neither result nor error")
 		}
+		if s.suspect[memParams] {
+			// Peers decode an MCP method's params into its struct: a lone case variant of one
+			// of its members is read as the member, which Level 2 would not see.
+			if err := checkTyped(m.Params, s.spans[memParams].start, paramsType(m.Method)); err != nil {
+				return nil, err
+			}
+		}
 		switch {
 		case idNull:
 			return bad("request id must not be null")
@@ -298,6 +309,7 @@ func (s *scanner) message() (*Message, error) {
 				return bad("a result needs a non-null id")
 			}
 			m.Kind, m.Result = KindResponse, raw(memResult)
+			m.suspectResult = s.suspect[memResult]
 			break
 		}
 		e, err := decodeError(raw(memError))
@@ -569,4 +581,17 @@ func marshalNoEscape(v any) []byte {
 		return nil
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// CheckResult judges a response's result as the result of method, which only the request it
+// answers names: a key that folds to a member name of the method's result type (or of a struct
+// it holds) but is spelt otherwise is refused with a *JSONError wrapping ErrCaseVariantKey, since
+// a case-insensitive peer (encoding/json into the protocol structs) reads it as that member while
+// Level 2 reads members by their exact keys. The result of a method that is not MCP's (Methods)
+// is its sender's own and always passes. Decode does not call it: it cannot know the method.
+func (m *Message) CheckResult(method string) error {
+	if m.Kind != KindResponse || (m.indexed && !m.suspectResult) {
+		return nil
+	}
+	return checkTyped(m.Result, 0, resultType(method))
 }

@@ -1,5 +1,10 @@
 package mcp
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Protocol member names. A peer that decodes a message into its protocol structs with a
 // case-insensitive decoder (Go's encoding/json: the Go SDK for an input_required result's
 // inputRequests, a retry's inputResponses and an error's data; Go peers that use it throughout)
@@ -58,3 +63,241 @@ func FoldsToMember(key string) bool {
 	_, ok := protocolFolded[string(AppendFolded(nil, []byte(key)))]
 	return ok
 }
+
+// Methods maps each MCP method to the protocol types its params and its result decode into
+// (names of protocolSchema's types; "" where the peers decode nothing). Only these are judged
+// member by member: a custom method's params and result are its sender's own, decoded by
+// nobody into a protocol struct, so "ID" or "Version" there is any key.
+var Methods = map[string][2]string{
+	"initialize":                               {"InitializeParams", "InitializeResult"},
+	"notifications/initialized":                {"InitializedParams", ""},
+	"ping":                                     {"PingParams", ""},
+	"tools/list":                               {"ListToolsParams", "ListToolsResult"},
+	"tools/call":                               {"CallToolParamsRaw", "CallToolResult"},
+	"prompts/list":                             {"ListPromptsParams", "ListPromptsResult"},
+	"prompts/get":                              {"GetPromptParams", "GetPromptResult"},
+	"resources/list":                           {"ListResourcesParams", "ListResourcesResult"},
+	"resources/templates/list":                 {"ListResourceTemplatesParams", "ListResourceTemplatesResult"},
+	"resources/read":                           {"ReadResourceParams", "ReadResourceResult"},
+	"resources/subscribe":                      {"SubscribeParams", ""},
+	"resources/unsubscribe":                    {"UnsubscribeParams", ""},
+	"completion/complete":                      {"CompleteParams", "CompleteResult"},
+	"logging/setLevel":                         {"SetLoggingLevelParams", ""},
+	"sampling/createMessage":                   {"CreateMessageWithToolsParams", "CreateMessageWithToolsResult"},
+	"elicitation/create":                       {"ElicitParams", "ElicitResult"},
+	"roots/list":                               {"ListRootsParams", "ListRootsResult"},
+	"server/discover":                          {"DiscoverParams", "DiscoverResult"},
+	"subscriptions/listen":                     {"SubscriptionsListenParams", "SubscriptionsListenResult"},
+	"notifications/cancelled":                  {"CancelledParams", ""},
+	"notifications/progress":                   {"ProgressNotificationParams", ""},
+	"notifications/message":                    {"LoggingMessageParams", ""},
+	"notifications/elicitation/complete":       {"ElicitationCompleteParams", ""},
+	"notifications/resources/updated":          {"ResourceUpdatedNotificationParams", ""},
+	"notifications/resources/list_changed":     {"ResourceListChangedParams", ""},
+	"notifications/prompts/list_changed":       {"PromptListChangedParams", ""},
+	"notifications/tools/list_changed":         {"ToolListChangedParams", ""},
+	"notifications/roots/list_changed":         {"RootsListChangedParams", ""},
+	"notifications/subscriptions/acknowledged": {"SubscriptionsAcknowledgedParams", ""},
+}
+
+// objType is one protocol struct: its members by exact name, with the type of the structs a
+// member holds (nil: a scalar or a free-form value, whose keys are the sender's), and its member
+// names by their folded form.
+type objType struct {
+	name    string
+	members map[string]*memberType
+	folded  map[string]string
+}
+
+// memberType is how a member holds structs: shape is ':' (one struct), '[' (an array of them),
+// '~' (one or an array: content) or '{' (an object of them keyed by the sender's ids).
+type memberType struct {
+	shape byte
+	t     *objType
+}
+
+// protocolTypes is protocolSchema parsed: the member names of each struct, per struct.
+var protocolTypes = parseSchema(protocolSchema)
+
+func parseSchema(text string) map[string]*objType {
+	types := map[string]*objType{}
+	get := func(n string) *objType {
+		if types[n] == nil {
+			types[n] = &objType{name: n, members: map[string]*memberType{}, folded: map[string]string{}}
+		}
+		return types[n]
+	}
+	for _, line := range strings.Split(text, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		t := get(name)
+		for _, f := range strings.Fields(rest) {
+			m, child, _ := strings.Cut(f, ":")
+			var mt *memberType
+			if child != "" {
+				shape := byte(':')
+				switch child[0] {
+				case '[', '~', '{':
+					shape, child = child[0], strings.Trim(child, "[]~{}")
+				}
+				mt = &memberType{shape: shape, t: get(child)}
+			}
+			t.members[m] = mt
+			t.folded[string(AppendFolded(nil, []byte(m)))] = m
+		}
+	}
+	return types
+}
+
+// ParamsType and ResultType report whether method is an MCP method whose params (result) the
+// peers decode into a protocol struct.
+func paramsType(method string) *objType { return protocolTypes[Methods[method][0]] }
+func resultType(method string) *objType { return protocolTypes[Methods[method][1]] }
+
+// checkTyped refuses, in the validated JSON value v (at offset base of the body) that a peer
+// decodes into t, a key that folds to one of t's member names but is spelt otherwise, and
+// likewise in the structs its members hold.
+func checkTyped(v []byte, base int, t *objType) error {
+	if t == nil || len(v) == 0 || v[0] != '{' {
+		return nil
+	}
+	i := SkipSpace(v, 1)
+	for i < len(v) && v[i] == '"' {
+		ke := SkipString(v, i)
+		key := Unquote(v[i:ke])
+		if m, ok := t.folded[string(AppendFolded(nil, []byte(key)))]; ok && m != key {
+			return &JSONError{Offset: base + i, Err: ErrCaseVariantKey, Detail: fmt.Sprintf("%q is not the member %q of %s", key, m, t.name)}
+		}
+		vs := SkipSpace(v, SkipSpace(v, ke)+1)
+		ve := SkipValue(v, vs)
+		if mt := t.members[key]; mt != nil {
+			if err := checkMember(v[vs:ve], base+vs, mt); err != nil {
+				return err
+			}
+		}
+		i = SkipSpace(v, ve)
+		if i >= len(v) || v[i] != ',' {
+			break
+		}
+		i = SkipSpace(v, i+1)
+	}
+	return nil
+}
+
+func checkMember(v []byte, base int, mt *memberType) error {
+	switch {
+	case v[0] == '{' && mt.shape == '{':
+		i := SkipSpace(v, 1)
+		for i < len(v) && v[i] == '"' {
+			vs := SkipSpace(v, SkipSpace(v, SkipString(v, i))+1)
+			ve := SkipValue(v, vs)
+			if err := checkTyped(v[vs:ve], base+vs, mt.t); err != nil {
+				return err
+			}
+			i = SkipSpace(v, ve)
+			if i >= len(v) || v[i] != ',' {
+				break
+			}
+			i = SkipSpace(v, i+1)
+		}
+	case v[0] == '{' && (mt.shape == ':' || mt.shape == '~'):
+		return checkTyped(v, base, mt.t)
+	case v[0] == '[' && (mt.shape == '[' || mt.shape == '~'):
+		for _, e := range Elements(v) {
+			if err := checkTyped(v[e[0]:e[1]], base+e[0], mt.t); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// protocolSchema is every struct the peers decode params and results into, as the Go SDK has
+// them (generated from its types by TestProtocolSchemaIsGoSDKs, which fails when they differ):
+// "Type: member member:Struct member:[ArrayOfStruct] member:~StructOrArray member:{IDMap}".
+const protocolSchema = `
+Annotations: audience lastModified priority
+CallToolParamsRaw: _meta arguments inputResponses:{InputResponse} name requestState
+CallToolResult: _meta content:~Content inputRequests:{InputRequest} isError requestState resultType structuredContent
+CancelledParams: _meta reason requestId
+ClientCapabilities: elicitation:ElicitationCapabilities experimental extensions roots:ClientCapabilities.roots sampling:SamplingCapabilities
+ClientCapabilities.roots: listChanged
+CompleteContext: arguments
+CompleteParams: _meta argument:CompleteParamsArgument context:CompleteContext ref:CompleteReference
+CompleteParamsArgument: name value
+CompleteReference: name type uri
+CompleteResult: _meta completion:CompletionResultDetails resultType
+CompletionCapabilities: 
+CompletionResultDetails: hasMore total values
+Content: _meta annotations:Annotations content:~Content data description icons:[Icon] id input isError mimeType name resource:ResourceContents size structuredContent text title toolUseId type uri
+CreateMessageWithToolsParams: _meta includeContext maxTokens messages:[SamplingMessageV2] metadata modelPreferences:ModelPreferences stopSequences systemPrompt temperature toolChoice:ToolChoice tools:[Tool]
+CreateMessageWithToolsResult: _meta content:~Content model resultType role stopReason
+DiscoverParams: _meta
+DiscoverResult: _meta cacheScope capabilities:ServerCapabilities instructions resultType supportedVersions ttlMs
+ElicitParams: _meta elicitationId message mode requestedSchema url
+ElicitResult: _meta action content resultType
+ElicitationCapabilities: form:FormElicitationCapabilities url:URLElicitationCapabilities
+ElicitationCompleteParams: _meta elicitationId
+FormElicitationCapabilities: 
+GetPromptParams: _meta arguments inputResponses:{InputResponse} name requestState
+GetPromptResult: _meta description inputRequests:{InputRequest} messages:[PromptMessage] requestState resultType
+Icon: mimeType sizes src theme
+Implementation: description icons:[Icon] name title version websiteUrl
+InitializeParams: _meta capabilities:ClientCapabilities clientInfo:Implementation protocolVersion
+InitializeResult: _meta capabilities:ServerCapabilities instructions protocolVersion resultType serverInfo:Implementation
+InitializedParams: _meta
+InputRequest: method params:InputRequestParams
+InputRequestParams: _meta elicitationId includeContext maxTokens message messages:[SamplingMessageV2] metadata mode modelPreferences:ModelPreferences requestedSchema stopSequences systemPrompt temperature toolChoice:ToolChoice tools:[Tool] url
+InputResponse: _meta action content model resultType role roots:[Root] stopReason
+ListPromptsParams: _meta cursor
+ListPromptsResult: _meta cacheScope nextCursor prompts:[Prompt] resultType ttlMs
+ListResourceTemplatesParams: _meta cursor
+ListResourceTemplatesResult: _meta cacheScope nextCursor resourceTemplates:[ResourceTemplate] resultType ttlMs
+ListResourcesParams: _meta cursor
+ListResourcesResult: _meta cacheScope nextCursor resources:[Resource] resultType ttlMs
+ListRootsParams: _meta
+ListRootsResult: _meta resultType roots:[Root]
+ListToolsParams: _meta cursor
+ListToolsResult: _meta cacheScope nextCursor resultType tools:[Tool] ttlMs
+LoggingCapabilities: 
+LoggingMessageParams: _meta data level logger
+ModelHint: name
+ModelPreferences: costPriority hints:[ModelHint] intelligencePriority speedPriority
+NotificationSubscriptions: promptsListChanged resourceSubscriptions resourcesListChanged toolsListChanged
+PingParams: _meta
+ProgressNotificationParams: _meta message progress progressToken total
+Prompt: _meta arguments:[PromptArgument] description icons:[Icon] name title
+PromptArgument: description name required title
+PromptCapabilities: listChanged
+PromptListChangedParams: _meta
+PromptMessage: content:~Content role
+ReadResourceParams: _meta inputResponses:{InputResponse} requestState uri
+ReadResourceResult: _meta cacheScope contents:[ResourceContents] inputRequests:{InputRequest} requestState resultType ttlMs
+Resource: _meta annotations:Annotations description icons:[Icon] mimeType name size title uri
+ResourceCapabilities: listChanged subscribe
+ResourceContents: _meta blob mimeType text uri
+ResourceListChangedParams: _meta
+ResourceTemplate: _meta annotations:Annotations description icons:[Icon] mimeType name title uriTemplate
+ResourceUpdatedNotificationParams: _meta uri
+Root: _meta name uri
+RootsListChangedParams: _meta
+SamplingCapabilities: context:SamplingContextCapabilities tools:SamplingToolsCapabilities
+SamplingContextCapabilities: 
+SamplingMessageV2: content:~Content role
+SamplingToolsCapabilities: 
+ServerCapabilities: completions:CompletionCapabilities experimental extensions logging:LoggingCapabilities prompts:PromptCapabilities resources:ResourceCapabilities tools:ToolCapabilities
+SetLoggingLevelParams: _meta level
+SubscribeParams: _meta uri
+SubscriptionsAcknowledgedParams: _meta notifications:NotificationSubscriptions
+SubscriptionsListenParams: _meta notifications:NotificationSubscriptions
+SubscriptionsListenResult: _meta resultType
+Tool: _meta annotations:ToolAnnotations description icons:[Icon] inputSchema name outputSchema title
+ToolAnnotations: destructiveHint idempotentHint openWorldHint readOnlyHint title
+ToolCapabilities: listChanged
+ToolChoice: mode
+ToolListChangedParams: _meta
+URLElicitationCapabilities: 
+UnsubscribeParams: _meta uri
+`

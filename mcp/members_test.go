@@ -2,7 +2,9 @@ package mcp
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -116,39 +118,247 @@ func TestCaseVariantMembersRefused(t *testing.T) {
 	for _, c := range []struct {
 		name, body string
 		refused    bool
+		method     string // of the request a response answers
 	}{
-		{"result member", `{"jsonrpc":"2.0","id":1,"result":{"Tools":[]}}`, true},
-		{"list entry", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"Name":"x"}]}}`, true},
-		{"long s in a list entry", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"x","deſcription":"d"}]}}`, true},
-		{"result type", `{"jsonrpc":"2.0","id":1,"result":{"ResultType":"input_required"}}`, true},
-		{"input request method", `{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{"a":{"Method":"sampling/createMessage","params":{}}}}}`, true},
-		{"input request mode", `{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{"a":{"method":"elicitation/create","params":{"MODE":"url"}}}}}`, true},
-		{"input response", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","inputResponses":{"a":{"Action":"accept"}}}}`, true},
-		{"elicitation mode", `{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{"Mode":"url"}}`, true},
-		{"client info name", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"NAME":"x"}}}`, true},
-		{"meta client info", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"io.modelcontextprotocol/clientInfo":{"Name":"x"}}}}`, true},
-		{"capability", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"Sampling":{}}}}`, true},
-		{"content block", `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","Text":"x"}]}}`, true},
-		{"error data elicitations", `{"jsonrpc":"2.0","id":1,"error":{"code":-32042,"message":"m","data":{"Elicitations":[]}}}`, true},
-		{"error data elicitation url", `{"jsonrpc":"2.0","id":1,"error":{"code":-32042,"message":"m","data":{"elicitations":[{"URL":"x"}]}}}`, true},
-		{"progress notification", `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"Message":"x"}}`, true},
-		{"arguments are the sender's", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"Name":"x","Type":1}}}`, false},
-		{"structured content", `{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"Name":"x"}}}`, false},
-		{"input schema", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t","inputSchema":{"properties":{"Name":{}}}}]}}`, false},
-		{"elicitation result content", `{"jsonrpc":"2.0","id":1,"result":{"action":"accept","content":{"Name":"x"}}}`, false},
-		{"meta", `{"jsonrpc":"2.0","id":1,"result":{"_meta":{"Name":"x"}}}`, false},
-		{"input request ids", `{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{"Method":{"method":"roots/list"}}}}`, false},
-		{"other error data", `{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m","data":{"Name":"x"}}}`, false},
-		{"unknown member's value", `{"jsonrpc":"2.0","id":1,"result":{"x-vendor":{"Name":"x"}}}`, false},
-		{"exact spellings", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"x","description":"d","inputSchema":{"type":"object"}}],"nextCursor":"c"}}`, false},
+		{"result member", `{"jsonrpc":"2.0","id":1,"result":{"Tools":[]}}`, true, "tools/list"},
+		{"list entry", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"Name":"x"}]}}`, true, "tools/list"},
+		{"long s in a list entry", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"x","deſcription":"d"}]}}`, true, "tools/list"},
+		{"result type", `{"jsonrpc":"2.0","id":1,"result":{"ResultType":"input_required"}}`, true, "tools/call"},
+		{"input request method", `{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{"a":{"Method":"sampling/createMessage","params":{}}}}}`, true, "tools/call"},
+		{"input request mode", `{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{"a":{"method":"elicitation/create","params":{"MODE":"url"}}}}}`, true, "tools/call"},
+		{"input response", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","inputResponses":{"a":{"Action":"accept"}}}}`, true, ""},
+		{"elicitation mode", `{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{"Mode":"url"}}`, true, ""},
+		{"client info name", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"NAME":"x"}}}`, true, ""},
+		{"meta client info", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"io.modelcontextprotocol/clientInfo":{"Name":"x"}}}}`, true, ""},
+		{"capability", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"Sampling":{}}}}`, true, ""},
+		{"content block", `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","Text":"x"}]}}`, true, "tools/call"},
+		{"error data elicitations", `{"jsonrpc":"2.0","id":1,"error":{"code":-32042,"message":"m","data":{"Elicitations":[]}}}`, true, ""},
+		{"error data elicitation url", `{"jsonrpc":"2.0","id":1,"error":{"code":-32042,"message":"m","data":{"elicitations":[{"URL":"x"}]}}}`, true, ""},
+		{"progress notification", `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"Message":"x"}}`, true, ""},
+		{"arguments are the sender's", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"Name":"x","Type":1}}}`, false, ""},
+		{"structured content", `{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"Name":"x"}}}`, false, "tools/call"},
+		{"input schema", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t","inputSchema":{"properties":{"Name":{}}}}]}}`, false, "tools/list"},
+		{"elicitation result content", `{"jsonrpc":"2.0","id":1,"result":{"action":"accept","content":{"Name":"x"}}}`, false, "elicitation/create"},
+		{"meta", `{"jsonrpc":"2.0","id":1,"result":{"_meta":{"Name":"x"}}}`, false, "tools/call"},
+		{"input request ids", `{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{"Method":{"method":"roots/list"}}}}`, false, "tools/call"},
+		{"other error data", `{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m","data":{"Name":"x"}}}`, false, ""},
+		{"unknown member's value", `{"jsonrpc":"2.0","id":1,"result":{"x-vendor":{"Name":"x"}}}`, false, "tools/call"},
+		{"exact spellings", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"x","description":"d","inputSchema":{"type":"object"}}],"nextCursor":"c"}}`, false, "tools/list"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, err := Decode([]byte(c.body), DecodeOptions{})
+			msgs, _, err := Decode([]byte(c.body), DecodeOptions{})
+			if err == nil {
+				err = msgs[0].CheckResult(c.method)
+			}
 			if c.refused && !errors.Is(err, ErrCaseVariantKey) {
 				t.Fatalf("Decode: %v, want ErrCaseVariantKey", err)
 			}
 			if !c.refused && err != nil {
 				t.Fatalf("Decode: %v, want nil", err)
+			}
+		})
+	}
+}
+
+// sdkRoots are the Go SDK's types of the params and results of Methods, by name.
+var sdkRoots = func() map[string]reflect.Type {
+	m := map[string]reflect.Type{}
+	for _, v := range append(sdkProtocolTypes, sdkmcp.ListRootsParams{}) {
+		m[reflect.TypeOf(v).Name()] = reflect.TypeOf(v)
+	}
+	return m
+}()
+
+// goSDKSchema renders the Go SDK's protocol types as protocolSchema does: every struct its
+// params and results hold, member by member, with how each holds structs. Content (an
+// interface, decoded through the SDK's wire form) and the input request and response maps (an
+// interface per entry, by method) are written out from what the SDK's decoders read.
+func goSDKSchema(t *testing.T) string {
+	contentIface := reflect.TypeOf((*sdkmcp.Content)(nil)).Elem()
+	types := map[string]map[string]string{}
+	var walk func(ty reflect.Type, name string) string
+	shapeOf := func(ft reflect.Type, name string) string {
+		e := ft
+		for e.Kind() == reflect.Pointer {
+			e = e.Elem()
+		}
+		switch {
+		case e.Name() == "InputRequestMap":
+			return ":{InputRequest}"
+		case e.Name() == "InputResponseMap":
+			return ":{InputResponse}"
+		case e == contentIface || (e.Kind() == reflect.Slice && e.Elem() == contentIface):
+			return ":~Content"
+		case e.Kind() == reflect.Struct:
+			return ":" + walk(e, name)
+		case e.Kind() == reflect.Slice && e.Elem().Kind() != reflect.Uint8:
+			el := e.Elem()
+			for el.Kind() == reflect.Pointer {
+				el = el.Elem()
+			}
+			if el.Kind() == reflect.Struct {
+				return ":[" + walk(el, name) + "]"
+			}
+		}
+		return ""
+	}
+	var fields func(ty reflect.Type, tname string, into map[string]string)
+	fields = func(ty reflect.Type, tname string, into map[string]string) {
+		for i := 0; i < ty.NumField(); i++ {
+			f := ty.Field(i)
+			name := strings.Split(f.Tag.Get("json"), ",")[0]
+			if name == "-" || (!f.IsExported() && !f.Anonymous) {
+				continue
+			}
+			if f.Anonymous && name == "" {
+				e := f.Type
+				for e.Kind() == reflect.Pointer {
+					e = e.Elem()
+				}
+				fields(e, tname, into)
+				continue
+			}
+			if name == "" {
+				continue
+			}
+			// An anonymous struct is named after where it is (ClientCapabilities.roots).
+			into[name] = shapeOf(f.Type, tname+"."+name)
+		}
+	}
+	walk = func(ty reflect.Type, name string) string {
+		if ty.Name() != "" {
+			name = ty.Name()
+		}
+		if _, ok := types[name]; ok {
+			return name
+		}
+		m := map[string]string{}
+		types[name] = m
+		fields(ty, name, m)
+		return name
+	}
+	merge := func(name string, of ...string) {
+		m := map[string]string{}
+		for _, o := range of {
+			for k, v := range types[o] {
+				if old, ok := m[k]; ok && old != v {
+					v = "" // held differently by the types merged: left free
+				}
+				m[k] = v
+			}
+		}
+		types[name] = m
+	}
+	for _, pr := range Methods {
+		for _, n := range pr {
+			if n == "" {
+				continue
+			}
+			ty, ok := sdkRoots[n]
+			if !ok {
+				t.Fatalf("Methods names %s, which is not a Go SDK type here", n)
+			}
+			walk(ty, n)
+			if n == pr[1] {
+				// Every result may say it is input_required (2026-07-28); the SDK reads
+				// resultType into an unexported field of some results.
+				types[n]["resultType"] = ""
+			}
+		}
+	}
+	content := map[string]string{}
+	for _, n := range contentWireMembers {
+		content[n] = ""
+	}
+	content["resource"] = ":" + walk(reflect.TypeOf(sdkmcp.ResourceContents{}), "")
+	content["annotations"] = ":" + walk(reflect.TypeOf(sdkmcp.Annotations{}), "")
+	content["icons"] = ":[" + walk(reflect.TypeOf(sdkmcp.Icon{}), "") + "]"
+	content["content"] = ":~Content"
+	types["Content"] = content
+	for _, r := range []any{sdkmcp.CreateMessageWithToolsParams{}, sdkmcp.ElicitParams{}, sdkmcp.ListRootsParams{},
+		sdkmcp.CreateMessageWithToolsResult{}, sdkmcp.ElicitResult{}, sdkmcp.ListRootsResult{}} {
+		walk(reflect.TypeOf(r), "")
+	}
+	merge("InputRequestParams", "CreateMessageWithToolsParams", "ElicitParams", "ListRootsParams")
+	types["InputRequest"] = map[string]string{"method": "", "params": ":InputRequestParams"}
+	merge("InputResponse", "CreateMessageWithToolsResult", "ElicitResult", "ListRootsResult")
+	var names []string
+	for n := range types {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("\n")
+	for _, n := range names {
+		var ms []string
+		for k, v := range types[n] {
+			ms = append(ms, k+v)
+		}
+		sort.Strings(ms)
+		fmt.Fprintf(&b, "%s: %s\n", n, strings.Join(ms, " "))
+	}
+	return b.String()
+}
+
+// The schema the decoder judges params and results by is the Go SDK's, struct by struct.
+func TestProtocolSchemaIsGoSDKs(t *testing.T) {
+	if got := goSDKSchema(t); got != protocolSchema {
+		t.Errorf("protocolSchema differs from the Go SDK's types; want:\n%s", got)
+	}
+	// The scan looks for lone case variants of ProtocolMembers before it judges a value by
+	// its types: a member name missing there would never be looked for.
+	for _, ty := range protocolTypes {
+		for n := range ty.members {
+			if !protocolExact[n] {
+				t.Errorf("%s.%s is not in ProtocolMembers", ty.name, n)
+			}
+		}
+	}
+	for method, pr := range Methods {
+		for _, n := range pr {
+			if n != "" && len(protocolTypes[n].members) == 0 {
+				t.Errorf("%s: type %s has no members", method, n)
+			}
+		}
+	}
+}
+
+// A lone case variant is refused only where a peer decodes into a protocol struct that has the
+// member: in an MCP method's params and in the result of an MCP method, by that type's own
+// members. A custom method's params and results are the sender's (a Go server's untagged
+// struct sends "ID", "URL", "Version"), and so is a key that is no member of the type at hand.
+func TestCaseVariantCustomMethods(t *testing.T) {
+	for _, c := range []struct {
+		name, method, body string
+		refused            bool
+	}{
+		{"vendor result", "vendor/x", `{"jsonrpc":"2.0","id":1,"result":{"ID":"abc","URL":"https://x","Size":3}}`, false},
+		{"vendor result version", "vendor/x", `{"jsonrpc":"2.0","id":1,"result":{"Version":"1","Tools":[{"Name":"x"}]}}`, false},
+		{"vendor request", "", `{"jsonrpc":"2.0","id":1,"method":"vendor/x","params":{"ID":1,"URL":"u","Mode":"m"}}`, false},
+		{"vendor notification", "", `{"jsonrpc":"2.0","method":"notifications/vendor","params":{"Message":"x"}}`, false},
+		{"call result metadata", "tools/call", `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hi"}],"Metadata":{"a":1}}}`, false},
+		{"list result id", "tools/list", `{"jsonrpc":"2.0","id":1,"result":{"tools":[],"ID":1}}`, false},
+		{"tool entry url", "tools/list", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t","URL":"u"}]}}`, false},
+		{"progress id", "", `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"ID":"x"}}`, false},
+		{"content block title", "tools/call", `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hi","Title":"x"}]}}`, true},
+		{"list result tools", "tools/list", `{"jsonrpc":"2.0","id":1,"result":{"Tools":[]}}`, true},
+		{"initialize server info", "initialize", `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","serverInfo":{"name":"s","Version":"1"}}}`, true},
+		{"sampling content", "sampling/createMessage", `{"jsonrpc":"2.0","id":1,"result":{"role":"assistant","model":"m","content":{"type":"text","TEXT":"x"}}}`, true},
+		{"elicitation params", "", `{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{"message":"m","URL":"https://evil.test"}}`, true},
+		{"progress message", "", `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"Message":"x"}}`, true},
+		{"retry input response", "", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","inputResponses":{"a":{"Action":"accept"}}}}`, true},
+		{"input request params", "tools/call", `{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"a":{"method":"elicitation/create","params":{"Url":"u"}}}}}`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			msgs, _, err := Decode([]byte(c.body), DecodeOptions{})
+			if err == nil {
+				err = msgs[0].CheckResult(c.method)
+			}
+			if c.refused && !errors.Is(err, ErrCaseVariantKey) {
+				t.Fatalf("got %v, want ErrCaseVariantKey", err)
+			}
+			if !c.refused && err != nil {
+				t.Fatalf("got %v, want nil", err)
 			}
 		})
 	}

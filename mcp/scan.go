@@ -137,6 +137,12 @@ type scanner struct {
 	fbuf     []byte // folded keys of the open objects
 	spans    [numMembers]span
 	pspans   [numParamKeys]span // params members Message.Param is asked for (paramKeys)
+	// region is memParams or memResult while the scan is inside the envelope's params or result
+	// (0 elsewhere); suspect says a key there folds to a protocol member name but is spelt
+	// otherwise. Only then is the value judged against its method's types (checkTyped): a
+	// second walk that messages without such a key never pay.
+	region  int
+	suspect [numMembers]bool
 }
 
 var scannerPool = sync.Pool{New: func() any { return new(scanner) }}
@@ -330,6 +336,11 @@ func (s *scanner) object(c Scope) error {
 		}
 		s.ents = append(s.ents, ent)
 		key := s.kbuf[ks:ke]
+		if s.region != 0 && !s.suspect[s.region] {
+			if m, ok := protocolFolded[string(s.fbuf[ent.fs:ent.fe])]; ok && m != string(key) {
+				s.suspect[s.region] = true
+			}
+		}
 		if c != ScopeNone && c != ScopeIDMap {
 			if err := s.checkWatched(c, ent, keyOff); err != nil {
 				return err
@@ -343,7 +354,14 @@ func (s *scanner) object(c Scope) error {
 		s.ws()
 		child, member := childScope(c, key, s.pos < len(s.data) && s.data[s.pos] == '{')
 		start := s.pos
-		if err := s.value(child); err != nil {
+		if member == memParams || member == memResult {
+			s.region = member
+		}
+		err = s.value(child)
+		if c == ScopeEnvelope {
+			s.region = 0
+		}
+		if err != nil {
 			return err
 		}
 		if member >= 0 {
@@ -418,7 +436,7 @@ func (s *scanner) checkKey(base int, ent keyEnt, index *map[string]struct{}, off
 func (s *scanner) checkWatched(c Scope, ent keyEnt, off int) error {
 	folded := s.fbuf[ent.fs:ent.fe]
 	key := s.kbuf[ent.ks:ent.ke]
-	if c == ScopeParams || c == ScopeTyped {
+	if c == ScopeTyped {
 		if m, ok := protocolFolded[string(folded)]; ok && m != string(key) {
 			s.pos = off
 			return s.fail(ErrCaseVariantKey, "%q is not the member %q", key, m)
@@ -464,17 +482,22 @@ func childScope(c Scope, key []byte, object bool) (Scope, int) {
 				case memParams:
 					return ScopeParams, i
 				case memResult:
-					return ScopeTyped, i
+					// Judged by the type of its request's method, which the message does
+					// not name (Message.CheckResult).
+					return ScopeNone, i
 				case memError:
 					return ScopeError, i
 				}
 				return ScopeNone, i
 			}
 		}
-	case ScopeParams, ScopeTyped:
-		if string(key) == "_meta" && c == ScopeParams {
+	case ScopeParams:
+		// The rest of params is judged by its method's types once the method is known (a
+		// custom method's params are the sender's own).
+		if string(key) == "_meta" {
 			return ScopeMeta, -1
 		}
+	case ScopeTyped:
 		return typedChild(key, object), -1
 	case ScopeMeta:
 		if string(key) == MetaClientInfo || string(key) == MetaClientCapabilities {

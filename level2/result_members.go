@@ -1,0 +1,26 @@
+package level2
+
+import (
+	"mcpintercept/mcp"
+	"mcpintercept/policy"
+)
+
+// refuseResultMembers judges a result by the types of its request's method, which only the
+// request names (so the decoder cannot: mcp.Message.CheckResult). A lone case variant of a
+// member of that result type ("Tools", a tool's "NAME") is read as the member by a Go peer that
+// decodes into its structs, while Level 2 reads members by their exact keys and would judge the
+// result without it: the client gets an error naming the appliance instead, as for a response
+// the decoder refuses. A custom method's result is the server's own and is not judged so.
+func (s *stage) refuseResultMembers(m *mcp.Message, req *Record) ([]byte, bool) {
+	err := m.CheckResult(req.Method)
+	if err == nil {
+		return nil, false
+	}
+	why := "result refused: " + decodeProblem(err)
+	req.Decision, req.Rule, req.Reason = policy.ActionDeny, "level2", why
+	if req.Err == "" {
+		req.Err = why
+	}
+	s.auditOutcome(req, "denied", 0, why)
+	return errorBody(m.ID, CodeUnreadable, "response refused by "+Intermediary, "level2", why, 0), true
+}

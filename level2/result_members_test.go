@@ -1,0 +1,54 @@
+package level2
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"testing"
+)
+
+// A result is judged by the types of the method of the request it answers (issue 29 item 6,
+// review): a lone case variant of a member of that method's result type is refused, since a Go
+// peer decoding into its structs reads it as the member; a custom method's result is the
+// server's own ("ID", "URL", "Version" from a Go server's untagged struct) and passes, as does
+// a key that is no member of the type at hand.
+func TestResultCaseVariantsByMethod(t *testing.T) {
+	for _, c := range []struct {
+		name, method, ctype, result string
+		passes                      bool
+	}{
+		{"vendor result", "vendor/x", "application/json", `{"ID":"CANARY","URL":"https://x.test","Version":"1"}`, true},
+		{"vendor result on a stream", "vendor/x", "text/event-stream", `{"ID":"CANARY","Size":3}`, true},
+		{"list result, no member of it", "tools/list", "application/json", `{"tools":[{"name":"CANARY","URL":"u"}],"ID":1}`, true},
+		{"list result member", "tools/list", "application/json", `{"Tools":[{"name":"CANARY"}]}`, false},
+		{"list entry member", "tools/list", "text/event-stream", `{"tools":[{"NAME":"CANARY"}]}`, false},
+		{"call content block", "tools/call", "application/json", `{"content":[{"type":"text","Text":"CANARY"}]}`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := `{"jsonrpc":"2.0","id":1,"result":` + c.result + `}`
+			u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", c.ctype)
+				if c.ctype == "text/event-stream" {
+					io.WriteString(w, "event: message\ndata: "+body+"\n\n")
+					return
+				}
+				io.WriteString(w, body)
+			})
+			h := newHarness(t, u, nil, Options{}, nil)
+			params := `{}`
+			if c.method == "tools/call" {
+				params = `{"name":"echo","arguments":{}}`
+			}
+			r := post(t, h.addr, jsonHeaders, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":%q,"params":%s}`, c.method, params))
+			got := bytes.Contains(r.body, []byte(c.result))
+			if got != c.passes {
+				t.Fatalf("result passed: %v, want %v: %d %s", got, c.passes, r.status, r.body)
+			}
+			if !c.passes && !bytes.Contains(r.body, []byte(strconv.Itoa(CodeUnreadable))) {
+				t.Fatalf("refused result: want an error %d naming the appliance, got %d %s", CodeUnreadable, r.status, r.body)
+			}
+		})
+	}
+}
