@@ -21,7 +21,10 @@ import (
 // setting); in every URL the whole user information (a token is as often the user name as the
 // password), each query value (the keys stay) and the fragment; and in the rules' CEL (when,
 // rate_limit.key) every literal — string, bytes, number — and every comment, the rest of the
-// expression as written. Paths to secret files stay: they say where a secret is, not what it is.
+// expression as written; every redact pattern and tool_integrity pattern regex (a pattern may be
+// the secret it hides: a key prefix, a canary), their count and names kept. A URL with an '@'
+// past its authority is elided after its scheme (a password with an unescaped '/' ends the
+// authority early). A rule's reason is the operator's prose and stays. Paths to secret files stay: they say where a secret is, not what it is.
 
 // Elided replaces a secret value in /config_dump.
 const Elided = "[elided]"
@@ -112,7 +115,30 @@ func elideRules(tree any) {
 					rl["key"] = ElideCEL(k)
 				}
 			}
+			// A redact pattern is what must not be seen (an API key's prefix, a literal
+			// canary): each goes whole, the count stays. Paths name places, not values.
+			if rd, ok := rule["redact"].(map[string]any); ok {
+				elideEach(rd["patterns"])
+			}
 		}
+	}
+	// tool_integrity.patterns are of the same kind (a canary scanned for in definitions): the
+	// regex goes, the finding's name stays.
+	if ti, ok := top["tool_integrity"].(map[string]any); ok {
+		ps, _ := ti["patterns"].([]any)
+		for _, p := range ps {
+			if m, ok := p.(map[string]any); ok && m["regex"] != nil {
+				m["regex"] = Elided
+			}
+		}
+	}
+}
+
+// elideEach replaces every element of the list v (when it is one) by Elided.
+func elideEach(v any) {
+	l, _ := v.([]any)
+	for i := range l {
+		l[i] = Elided
 	}
 }
 
@@ -279,7 +305,24 @@ func elideURL(s string) string {
 }
 
 // elideOneURL elides the secrets of one URL.
+//
+// User information ends at the last '@' of the authority, and the authority at the first '/',
+// '?', '#' or (WHATWG URL, special schemes) '\\'. An operator who writes a password or a token
+// with one of those unescaped (base64 has '/') makes every parser end the authority early, and
+// then the text before the first of them is part of the secret (https://user:pa/ss@host). Any
+// text before the word's last '@' may be user information, so a URL with an '@' past its
+// authority is elided whole after its scheme.
 func elideOneURL(w string) string {
+	if i := strings.Index(w, "://"); i >= 0 && !strings.ContainsAny(w[:i], "/?#") {
+		r := w[i+3:]
+		end := strings.IndexAny(r, "/?#\\")
+		if end < 0 {
+			end = len(r)
+		}
+		if strings.LastIndexByte(r, '@') >= end {
+			return w[:i+3] + Elided
+		}
+	}
 	w, frag, hasFrag := strings.Cut(w, "#")
 	w, query, hasQuery := strings.Cut(w, "?")
 	if i := strings.Index(w, "://"); i >= 0 {

@@ -63,6 +63,18 @@ rule_sets:
       when: mcp.method == "tools/call"
       action: rate_limit
       rate_limit: {key: 'client.address + "lit-secret-20"', rate: 1, burst: 1}
+  hide:
+    - name: canaries
+      when: 'mcp.direction == "server_to_client"'
+      action: redact
+      reason: operator prose stays
+      redact:
+        paths: ['$..password']
+        patterns: ['sk-live-pat-21[0-9a-z]{8}', 'canary-pat-22']
+        marker: '[gone]'
+tool_integrity:
+  patterns:
+    - {name: canary, regex: 'tool-pat-23'}
 `)
 	tree, err := DumpConfig(cfg)
 	if err != nil {
@@ -111,6 +123,14 @@ rule_sets:
 		{name: "bytes shape stays", text: `b\"` + Elided + `\" == b'` + Elided + `'`, want: true},
 		{name: "numbers shape stays", text: "size(mcp.name) == " + Elided, want: true},
 		{name: "rate limit key shape stays", text: `"key":"client.address + \"` + Elided + `\""`, want: true},
+		{name: "redact pattern", text: "sk-live-pat-21", want: false},
+		{name: "second redact pattern", text: "canary-pat-22", want: false},
+		{name: "redact patterns counted", text: `"patterns":["` + Elided + `","` + Elided + `"]`, want: true},
+		{name: "redact paths stay", text: `"paths":["$..password"]`, want: true},
+		{name: "redact marker stays", text: `"marker":"[gone]"`, want: true},
+		{name: "rule reason stays", text: "operator prose stays", want: true},
+		{name: "tool integrity pattern", text: "tool-pat-23", want: false},
+		{name: "tool integrity pattern name stays", text: `"name":"canary","regex":"` + Elided + `"`, want: true},
 		{name: "secret file path stays", text: secretFile, want: true},
 		{name: "port range as the file spells it", text: `"3000-3004"`, want: true},
 		{name: "route name", text: `"name":"lab"`, want: true},
@@ -283,15 +303,26 @@ func TestElideURL(t *testing.T) {
 		{name: "user and password", in: "https://u:p@h.example/x", want: "https://[elided]@h.example/x"},
 		{name: "token as the user name", in: "https://tok123@h.example/", want: "https://[elided]@h.example/"},
 		{name: "at sign in the password", in: "https://u:p@ss@h.example/", want: "https://[elided]@h.example/"},
-		{name: "at sign in the path is not user info", in: "https://h.example/a@b", want: "https://h.example/a@b"},
-		{name: "at sign in the query is not user info", in: "https://h.example?x=a@b", want: "https://h.example?x=[elided]"},
+		// A password or token written with an unescaped '/', '?', '#' or '\\' ends the authority
+		// early for every parser: whatever precedes the last '@' may be user information, so a
+		// URL with an '@' past the authority is elided after its scheme (an '@' in a path or a
+		// query, rare in configured URLs, costs the host's display).
+		{name: "slash in the password", in: "https://user:pa/ss@host.example/x", want: "https://[elided]"},
+		{name: "question mark in the password", in: "https://user:pa?ss@host.example/x", want: "https://[elided]"},
+		{name: "number sign in the password", in: "https://user:pa#ss@host.example/x", want: "https://[elided]"},
+		{name: "backslash in the password", in: "https://user:pa\\ss@host.example/x", want: "https://[elided]"},
+		{name: "base64 token with a slash as the user name", in: "https://AbC/dEf+g@h.example/", want: "https://[elided]"},
+		{name: "at sign in the path", in: "https://h.example/a@b", want: "https://[elided]"},
+		{name: "at sign in the query", in: "https://h.example?x=a@b", want: "https://[elided]"},
+		{name: "at sign in the fragment", in: "https://h.example/#a@b", want: "https://[elided]"},
 		{name: "query values", in: "https://h.example/p?tenant=t1&sig=abc&empty=&flag", want: "https://h.example/p?tenant=[elided]&sig=[elided]&empty=&[elided]"},
 		{name: "semicolon stays inside a value", in: "https://h/?a=1;b=2", want: "https://h/?a=[elided]"},
 		{name: "fragment", in: "https://h/p#access_token=abc", want: "https://h/p#[elided]"},
 		{name: "empty fragment and query", in: "https://h/p?#", want: "https://h/p?#"},
 		{name: "no URL", in: "plain text, host:443", want: "plain text, host:443"},
 		{name: "URL inside text", in: "see https://u@h/?k=v and http://h2/?a=b.", want: "see https://[elided]@h/?k=[elided] and http://h2/?a=[elided]"},
-		{name: "nested URL in a value", in: "https://h/?r=https://u:p@x/", want: "https://h/?r=[elided]"},
+		{name: "nested URL in a value", in: "https://h/?r=https://u:p@x/", want: "https://[elided]"}, // an '@' past the authority
+		{name: "nested URL in a value, no user info", in: "https://h/?r=https://x/", want: "https://h/?r=[elided]"},
 		{name: "host and port stay", in: "http://127.0.0.1:4318/v1/traces", want: "http://127.0.0.1:4318/v1/traces"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
