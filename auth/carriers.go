@@ -179,20 +179,55 @@ func jwtLike(s string) bool {
 // TargetAuthority is the scheme and authority of an absolute-form request
 // target (RFC 9112 §3.2.2), user info removed; ok is false for any other
 // form. A server that receives absolute-form MUST use this authority and
-// ignore Host.
+// ignore Host. The authority ends at a backslash too, as WHATWG URL ends a
+// special scheme's (new URL("http://a\\@b/") has host a). AmbiguousTarget
+// says when parsers may read another authority at all.
 func TargetAuthority(target string) (scheme, authority string, ok bool) {
-	i := strings.Index(target, "://")
-	if i <= 0 || strings.ContainsAny(target[:i], "/?#") {
+	scheme, rest, ok := splitTarget(target)
+	if !ok {
 		return "", "", false
 	}
-	scheme, rest := strings.ToLower(target[:i]), target[i+3:]
-	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
+	if j := strings.IndexAny(rest, "/?#\\"); j >= 0 {
 		rest = rest[:j]
 	}
 	if k := strings.LastIndexByte(rest, '@'); k >= 0 {
 		rest = rest[k+1:]
 	}
 	return scheme, rest, true
+}
+
+// splitTarget is an absolute-form target's scheme, lower case, and what
+// follows "://".
+func splitTarget(target string) (scheme, rest string, ok bool) {
+	i := strings.Index(target, "://")
+	if i <= 0 || strings.ContainsAny(target[:i], "/?#") {
+		return "", "", false
+	}
+	return strings.ToLower(target[:i]), target[i+3:], true
+}
+
+// AmbiguousTarget is why parsers may read another server from an
+// absolute-form target than TargetAuthority does ("" when none, and for
+// any other form): a backslash anywhere (WHATWG URL reads it as "/" in a
+// special scheme, RFC 3986 parsers as a byte of the authority or path) or
+// user info (parsers find its end at the first or the last "@", and at a
+// backslash or not). No honest client sends either: RFC 9110 §4.2.4 forbids
+// user info in an http(s) URI sent, and RFC 3986 has no backslash.
+func AmbiguousTarget(target string) string {
+	_, rest, ok := splitTarget(target)
+	switch {
+	case !ok:
+		return ""
+	case strings.IndexByte(target, '\\') >= 0:
+		return "has a backslash"
+	}
+	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
+		rest = rest[:j]
+	}
+	if strings.IndexByte(rest, '@') >= 0 {
+		return "has user info"
+	}
+	return ""
 }
 
 // SameAuthority reports whether two authorities (Host values, or a

@@ -58,6 +58,9 @@ func TestTargetAuthority(t *testing.T) {
 		name, target, host string
 		scheme             string // "" when not absolute-form
 		same               bool
+		// ambiguous: parsers read the target's server differently (user info, a backslash), so
+		// a checked route refuses it whatever SameAuthority says
+		ambiguous bool
 	}{
 		{name: "origin-form", target: "/mcp?x=http://a"},
 		{name: "asterisk", target: "*"},
@@ -65,7 +68,14 @@ func TestTargetAuthority(t *testing.T) {
 		{name: "case and trailing dot", target: "HTTP://MCP.test./mcp", host: "mcp.TEST", scheme: "http", same: true},
 		{name: "default port written", target: "http://mcp.test:80/mcp", host: "mcp.test", scheme: "http", same: true},
 		{name: "https default port", target: "https://mcp.test/mcp", host: "mcp.test:443", scheme: "https", same: true},
-		{name: "user info aside", target: "http://a@b@mcp.test/mcp", host: "mcp.test", scheme: "http", same: true},
+		{name: "user info aside", target: "http://a@b@mcp.test/mcp", host: "mcp.test", scheme: "http", same: true, ambiguous: true},
+		{name: "user info", target: "http://u:p@mcp.test/mcp", host: "mcp.test", scheme: "http", same: true, ambiguous: true},
+		// WHATWG URL (new URL()) ends a special scheme's authority at a backslash: its host is
+		// victim.test, the path /@mcp.test/mcp
+		{name: "backslash before the user info", target: "http://victim.test\\@mcp.test/mcp", host: "mcp.test", scheme: "http", ambiguous: true},
+		{name: "backslash as the path", target: "http://mcp.test\\mcp", host: "mcp.test", scheme: "http", same: true, ambiguous: true},
+		{name: "backslash in the path", target: "http://mcp.test/a\\b", host: "mcp.test", scheme: "http", same: true, ambiguous: true},
+		{name: "at sign in the path", target: "http://mcp.test/a@b", host: "mcp.test", scheme: "http", same: true},
 		{name: "IPv6", target: "http://[::1]:8080/mcp", host: "[0:0::1]:8080", scheme: "http", same: true},
 		{name: "another host", target: "http://victim.test/mcp", host: "mcp.test", scheme: "http"},
 		{name: "another port", target: "http://mcp.test:8080/mcp", host: "mcp.test", scheme: "http"},
@@ -81,6 +91,9 @@ func TestTargetAuthority(t *testing.T) {
 			}
 			if ok && SameAuthority(scheme, a, tt.host) != tt.same {
 				t.Errorf("SameAuthority(%q, %q, %q) = %v, want %v", scheme, a, tt.host, !tt.same, tt.same)
+			}
+			if why := AmbiguousTarget(tt.target); (why != "") != tt.ambiguous {
+				t.Errorf("AmbiguousTarget(%q) = %q, want ambiguous %v", tt.target, why, tt.ambiguous)
 			}
 		})
 	}

@@ -228,6 +228,8 @@ func FuzzCarriers(f *testing.F) {
 	f.Add("/mcp?a=1;ACCESS%5fTOKEN=x", `at="`+jwt+`"; sid=1`, "mcp.test:80")
 	f.Add("http://u@victim.test:8080/mcp?x#access_token", "sid=abc, at="+strings.ReplaceAll(jwt, ".", "%2e"), "[::1]:8080")
 	f.Add("/mcp?access.token[]=1", "eyJ.x.y", "MCP.test.")
+	f.Add("http://victim.test\\@mcp.test/mcp", "", "mcp.test")
+	f.Add("https://u:p@mcp.test:443/a@b?c@d#e@f", "", "mcp.test:443")
 	checker, err := New(Options{})
 	if err != nil {
 		f.Fatal(err)
@@ -244,6 +246,16 @@ func FuzzCarriers(f *testing.F) {
 			}
 		}
 		cookieJWTs([]string{cookie})
+		if why := AmbiguousTarget(target); why == "" {
+			// an unambiguous target's authority is the one net/url reads
+			if _, a, ok := TargetAuthority(target); ok && strings.HasPrefix(strings.ToLower(target), "http") {
+				if u, err := url.Parse(target); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != a {
+					t.Fatalf("%q: net/url reads host %q, TargetAuthority %q", target, u.Host, a)
+				}
+			}
+		} else if _, _, ok := TargetAuthority(target); !ok {
+			t.Fatalf("%q: ambiguous (%s) but not absolute-form", target, why)
+		}
 		if scheme, a, ok := TargetAuthority(target); ok {
 			if _, _, good := splitAuthority(scheme, a); good && !SameAuthority(scheme, a, a) {
 				t.Fatalf("%q is not itself", a)

@@ -89,7 +89,14 @@ func TestTokenCarriers(t *testing.T) {
 				{name: "absolute-form target, another scheme", target: "https://mcp.test:" + port + "/mcp", headers: []string{"Authorization: Bearer " + right}, status: 421},
 				{name: "absolute-form target, no token, another authority", target: "http://victim.test/mcp", host: "Host: mcp.test", status: 421},
 				{name: "absolute-form target, same authority", target: "http://MCP.test:" + port + "/mcp", headers: []string{"Authorization: Bearer " + right}},
-				{name: "absolute-form target, same authority with user info", target: "http://u@mcp.test:" + port + "/mcp", headers: []string{"Authorization: Bearer " + right}},
+				// User info or a backslash in an absolute-form target: parsers disagree on which server
+				// it names (WHATWG URL reads victim.test from http://victim.test\@mcp.test/mcp, a
+				// last-@ reader mcp.test), and no honest client sends either (RFC 9110 §4.2.4 forbids
+				// user info in an http(s) URI sent): refused like another authority.
+				{name: "absolute-form target, same authority with user info", target: "http://u@mcp.test:" + port + "/mcp", headers: []string{"Authorization: Bearer " + right}, status: 421},
+				{name: "absolute-form target, a backslash before the user info", target: "http://victim.test\\@mcp.test:" + port + "/mcp", headers: []string{"Authorization: Bearer " + right}, status: 421},
+				{name: "absolute-form target, a backslash before the user info, Host port-less", target: "http://victim.test\\@mcp.test/mcp", host: "Host: mcp.test", headers: []string{"Authorization: Bearer " + victim}, status: 421},
+				{name: "absolute-form target, a backslash in the path", target: "http://mcp.test:" + port + "/a\\b", headers: []string{"Authorization: Bearer " + right}, status: 421},
 				{name: "absolute-form target, default port both ways", target: "http://mcp.test:80/mcp", host: "Host: mcp.test", headers: []string{"Authorization: Bearer " + right}},
 			}
 			for _, tt := range tests {
@@ -132,7 +139,7 @@ func TestTokenCarriers(t *testing.T) {
 				})
 			}
 			// Each refusal is counted under its bounded kind.
-			for kind, want := range map[string]float64{"scheme": 3, "carrier": 5, "authority": 5, "audience": 9, "malformed": 4} {
+			for kind, want := range map[string]float64{"scheme": 3, "carrier": 5, "authority": 9, "audience": 9, "malformed": 4} {
 				if got := testutil.ToFloat64(h.eng.tokens.refused.WithLabelValues("tokens", kind)); got != want {
 					t.Errorf("token_refused_total{kind=%s} = %v, want %v", kind, got, want)
 				}

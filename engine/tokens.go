@@ -140,7 +140,11 @@ const kindAuthority = "authority"
 func (s *tokenStage) host(req *exchange.Head) (string, string) {
 	h, hasHost := req.Get("Host")
 	if scheme, authority, ok := auth.TargetAuthority(req.Target); ok {
-		switch {
+		switch why := auth.AmbiguousTarget(req.Target); {
+		case why != "":
+			// user info or a backslash: parsers disagree on the server it names (WHATWG URL reads
+			// victim.test from http://victim.test\@mcp.test/mcp), so no one reading can be judged
+			return "", "absolute-form target " + why + ": parsers disagree on the server it names"
 		case scheme != s.scheme:
 			return "", "absolute-form target scheme " + quoteHost(scheme) + " is not this route's (" + s.scheme + "): the request could go to another server than the token is judged for"
 		case hasHost && !auth.SameAuthority(s.scheme, authority, h):
