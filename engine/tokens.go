@@ -132,9 +132,11 @@ const kindAuthority = "authority"
 // §3.2.2 sends the request: a server that receives one MUST use its authority and ignore Host, and
 // Go's net/http does (r.Host is the target's); but Node's req.headers.host and frameworks that
 // build URLs from Host read Host. Judging either one leaves the other open, so a target whose
-// scheme or authority (host and port, user info aside) is not Host's is refused instead: then
-// both name the server the token is judged for. It costs no honest client anything: RFC 9112
-// §3.2 has a client send a Host identical to the target's authority. On a terminated flow the
+// scheme or authority (host and port) is not Host's is refused instead: then both name the server
+// the token is judged for. So is a target with user info or a backslash, whose server parsers
+// read differently (WHATWG URL ends the authority at "\\", others at the last "@"). It costs no
+// honest client anything: RFC 9112 §3.2 has a client send a Host identical to the target's
+// authority, and RFC 9110 §4.2.4 forbids user info in an http(s) URI it sends. On a terminated flow the
 // SNI names the server; Level 1's guard already ties Host and the target's host to it, and the
 // target must agree with Host here too.
 func (s *tokenStage) host(req *exchange.Head) (string, string) {
