@@ -106,7 +106,10 @@ type ErrorObject struct {
 //     anywhere in the document (ErrDuplicateKey, ErrCaseVariantKey);
 //   - a key that folds to a member Level 2 reads but is not spelled exactly ("Method",
 //     "paramſ", params "Name", _meta "io.modelcontextprotocol/protocolversion") is refused
-//     (Scope.Members lists them);
+//     (Scope.Members lists them), and so is, in the params of an MCP method (Methods), a key
+//     that folds to a member of its params type or of a struct they hold ("Mode" in
+//     elicitation/create); a result is judged so by Message.CheckResult, given the method of
+//     the request it answers;
 //   - invalid UTF-8 (raw, in keys too) and escaped lone surrogates (\ud800) are refused;
 //   - nesting beyond MaxDepth and bodies beyond MaxSize are refused; so is anything after the
 //     value but whitespace, and a leading byte-order mark;

@@ -9,13 +9,18 @@ import (
 // case-insensitive decoder (Go's encoding/json: the Go SDK for an input_required result's
 // inputRequests, a retry's inputResponses and an error's data; Go peers that use it throughout)
 // reads "Method", "MODE" or "toolſ" as method, mode and tools, while Level 2 reads members by
-// their exact keys. So in the objects peers decode into structs (params, a result, and the
-// struct-valued members within them: ScopeParams, ScopeTyped) a lone key that folds to one of
-// these names but is spelt otherwise is refused, as two fold-equal keys of one object are.
+// their exact keys. So in the objects peers decode into protocol structs a lone key that folds
+// to a member name of that struct but is spelt otherwise is refused, as two fold-equal keys of
+// one object are: an MCP method's params and the structs they hold by their types
+// (protocolSchema, in Decode), a result by the type of its request's method
+// (Message.CheckResult), and the client info and capabilities of _meta and an error's URL
+// elicitations (ScopeTyped) by this list. A custom method's params and result are the sender's
+// own: nobody decodes them into a protocol struct, and "ID" or "Version" there is any key.
 //
 // The list is every JSON member name of the MCP types of the Go SDK (its protocol, content and
 // multi round-trip types; TestProtocolMembersCoverGoSDK checks it against them by reflection),
-// with the JSON-RPC envelope's and a few of the 2026-07-28 schema's.
+// with the JSON-RPC envelope's and a few of the 2026-07-28 schema's. The scan looks for case
+// variants of these first, and walks params or a result by its types only when it saw one.
 var ProtocolMembers = []string{
 	// JSON-RPC
 	"jsonrpc", "id", "method", "params", "result", "error", "code", "message", "data",

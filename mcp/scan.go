@@ -46,9 +46,10 @@ const (
 	ScopeParams                // envelope.params
 	ScopeMeta                  // envelope.params._meta
 	ScopeError                 // envelope.error
-	// ScopeTyped is an object a peer decodes into a protocol struct (a result, and the objects
-	// of params and results that are structs too): a lone key folding to any protocol member
-	// name (ProtocolMembers) but spelt otherwise is refused.
+	// ScopeTyped is an object a peer decodes into a protocol struct whatever the method (the
+	// client info and capabilities of _meta, an error's URL elicitations): a lone key folding
+	// to any protocol member name (ProtocolMembers) but spelt otherwise is refused. Params and
+	// results are judged by their method's own types instead (checkTyped).
 	ScopeTyped
 	// ScopeIDMap is an object whose keys are ids (inputRequests, inputResponses): its keys are
 	// the sender's, its values are typed.
@@ -99,8 +100,9 @@ var watchedFolded = func() [][][]byte {
 // Members returns the names the decoder reads in objects of scope s, spelt as it requires them:
 // a key there that folds to one of them (AppendFolded) but is spelt otherwise is refused with
 // ErrCaseVariantKey. A rewriter that renames keys must not produce one of them either, or the
-// message it writes no longer decodes. The slice is the caller's. In ScopeParams and ScopeTyped
-// the protocol member names are watched too (see FoldsToMember).
+// message it writes no longer decodes. The slice is the caller's. In ScopeTyped the protocol
+// member names are watched too, and in an MCP method's params and result its types' member
+// names (see FoldsToMember, which covers both).
 func (s Scope) Members() []string {
 	if int(s) >= len(watched) {
 		return nil
