@@ -24,3 +24,15 @@ func (s *stage) refuseResultMembers(m *mcp.Message, req *Record) ([]byte, bool) 
 	s.auditOutcome(req, "denied", 0, why)
 	return errorBody(m.ID, CodeUnreadable, "response refused by "+Intermediary, "level2", why, 0), true
 }
+
+// clientResultCaseVariant judges the results a client sends (answers to the server's sampling,
+// elicitation and roots requests, which Level 2 does not pair with their request): a lone case
+// variant of a member of one of those result types is refused, as the server decodes into them.
+func clientResultCaseVariant(msgs []*mcp.Message) (string, bool) {
+	for _, m := range msgs {
+		if err := m.CheckClientResult(); err != nil {
+			return decodeProblem(err), true
+		}
+	}
+	return "", false
+}

@@ -52,3 +52,31 @@ func TestResultCaseVariantsByMethod(t *testing.T) {
 		})
 	}
 }
+
+// A client's result answers a server→client request Level 2 does not pair it with: it is judged
+// by the results of the requests a server sends a client (sampling, elicitation, roots), which
+// the server decodes it into. Keys of an elicitation's content are the form's own.
+func TestClientResultCaseVariants(t *testing.T) {
+	for _, c := range []struct {
+		name, result string
+		passes       bool
+	}{
+		{"elicitation action", `{"Action":"accept","content":{"pin":"1"}}`, false},
+		{"sampling model", `{"role":"assistant","Model":"m","content":{"type":"text","text":"x"}}`, false},
+		{"root uri", `{"roots":[{"URI":"file:///r"}]}`, false},
+		{"form fields are the form's", `{"action":"accept","content":{"Name":"x","URL":"u"}}`, true},
+		{"custom request's result", `{"ID":1,"Version":"2","Size":3}`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+			h := newHarness(t, u, nil, Options{}, nil)
+			r := post(t, h.addr, jsonHeaders, `{"jsonrpc":"2.0","id":9,"result":`+c.result+`}`)
+			if passed := u.calls.Load() > 0; passed != c.passes {
+				t.Fatalf("reached the server: %v, want %v: %d %s", passed, c.passes, r.status, r.body)
+			}
+			if !c.passes && r.status != http.StatusBadRequest {
+				t.Fatalf("refused: %d %s, want 400", r.status, r.body)
+			}
+		})
+	}
+}

@@ -336,6 +336,9 @@ func (s *stage) decodeRequest(x *exchange.Exchange, st *xstate, b *requestBody) 
 		}
 		return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+err.Error()), true
 	}
+	if why, bad := clientResultCaseVariant(msgs); bad {
+		return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+why), true
+	}
 	if rs := s.rules(); rs != nil {
 		for _, m := range msgs {
 			if why, bad := argumentCaseVariant(m, rs); bad {

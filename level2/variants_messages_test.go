@@ -267,12 +267,20 @@ func caseSpellings(key string) []string {
 	return out
 }
 
+// clientAnswered are the methods of the corpus's server→client requests: their results come
+// from the client, whose response Level 2 does not pair with the request.
+var clientAnswered = map[string]bool{"sampling/createMessage": true, "elicitation/create": true, "roots/list": true}
+
 // decodeAnswer is Level 2's reading of raw, a message of method or a response to a request of
-// it: the decoder, then the result judged by its request's method (as responses does).
+// it: the decoder, then a server's result judged by its request's method (as responses does),
+// a client's by the results of every server→client request (as decodeRequest does).
 func decodeAnswer(method string, raw []byte) error {
 	msgs, _, err := mcp.Decode(raw, mcp.DecodeOptions{})
 	if err != nil {
 		return err
+	}
+	if clientAnswered[method] {
+		return msgs[0].CheckClientResult()
 	}
 	return msgs[0].CheckResult(method)
 }

@@ -598,3 +598,13 @@ func (m *Message) CheckResult(method string) error {
 	}
 	return checkTyped(m.Result, 0, resultType(method))
 }
+
+// CheckClientResult judges a response a client sends: it answers one of the server's requests
+// (sampling, elicitation, roots), whose method the message does not name, so it is judged by
+// the members of the results of all of them, as the Go SDK judges a retry's inputResponses.
+func (m *Message) CheckClientResult() error {
+	if m.Kind != KindResponse || (m.indexed && !m.suspectResult) {
+		return nil
+	}
+	return checkTyped(m.Result, 0, protocolTypes[clientResultType])
+}

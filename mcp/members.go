@@ -121,6 +121,10 @@ type memberType struct {
 	t     *objType
 }
 
+// clientResultType is the type of the results a client sends a server: those of the requests a
+// server sends a client, merged (a member two of them hold differently is left free).
+const clientResultType = "InputResponse"
+
 // protocolTypes is protocolSchema parsed: the member names of each struct, per struct.
 var protocolTypes = parseSchema(protocolSchema)
 
