@@ -43,6 +43,9 @@ func FuzzCheckResult(f *testing.F) {
 		if want := full.CheckResult(method); (got == nil) != (want == nil) {
 			t.Fatalf("%s: shortcut says %v, the walk %v", method, got, want)
 		}
+		if a, b := m.CheckClientResult(), full.CheckClientResult(); (a == nil) != (b == nil) {
+			t.Fatalf("client result: shortcut says %v, the walk %v", a, b)
+		}
 		if resultType(method) == nil && got != nil {
 			t.Fatalf("%s is not MCP's, yet its result is refused: %v", method, got)
 		}
