@@ -61,7 +61,7 @@ fuzz:
 		exchange/httptok:FuzzForEachToken exchange:FuzzReadRequestHead exchange:FuzzReadResponseHead exchange:FuzzProxy exchange:FuzzSSE \
 		exchange:FuzzFramingDifferential exchange:FuzzTransferCodings auth:FuzzSplitHeader auth:FuzzCarriers audit:FuzzCheckpointExtensions audit:FuzzLastNote appliance:FuzzElideCEL appliance:FuzzElideURL telemetry:FuzzAdminHost \
 		mcp:FuzzDecodeHeaderValue mcp:FuzzRedactURI level1:FuzzGuards policy:FuzzCompile \
-		mcp:FuzzDecode mcp:FuzzSkipString audit:FuzzDecodeRecord auth:FuzzParse level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
+		mcp:FuzzDecode mcp:FuzzSkipString mcp:FuzzCheckResult audit:FuzzDecodeRecord auth:FuzzParse level2:FuzzDecodeBody level2:FuzzStage level2:FuzzListFilter level2:FuzzRedact \
 		level2:FuzzPeerDifferential level2:FuzzCaseVariant level2:FuzzMessageCaseVariant level2:FuzzProgressKey level2:FuzzSchema intercept/upstream:FuzzDenyListEmbedded \
 		cmd/mcpintercept:FuzzParseReport telemetry:FuzzFlowRecordEncoding intercept/dns:FuzzDNSQuery \
 		integrity:FuzzCanonical integrity:FuzzScan integrity:FuzzPinFile integrity:FuzzStateFile appliance:FuzzApproveBody \
