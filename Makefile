@@ -65,7 +65,8 @@ fuzz:
 		level2:FuzzPeerDifferential level2:FuzzCaseVariant level2:FuzzMessageCaseVariant level2:FuzzProgressKey level2:FuzzSchema intercept/upstream:FuzzDenyListEmbedded \
 		cmd/mcpintercept:FuzzParseReport telemetry:FuzzFlowRecordEncoding intercept/dns:FuzzDNSQuery \
 		integrity:FuzzCanonical integrity:FuzzScan integrity:FuzzPinFile integrity:FuzzStateFile appliance:FuzzApproveBody \
-		cmd/mcpintercept:FuzzSafe cmd/mcpintercept:FuzzAdminURL; do \
+		cmd/mcpintercept:FuzzSafe cmd/mcpintercept:FuzzAdminURL cmd/mcpintercept:FuzzReadRecords \
+		tracing:FuzzEndpoint tracing:FuzzParent level2:FuzzInjectMeta appliance:FuzzParseObserveQuery; do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$$pkg/; done
 
