@@ -11,6 +11,7 @@ import (
 	"math"
 	"mcpintercept/audit"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -164,7 +165,10 @@ type xstate struct {
 	eventCR    bool               // the last SSE block ended with a CR (an LF may follow it)
 	body       requestBody        // the request steps' shared view of the body
 	vars       evalVars           // the policy input, reused message after message
-	tools      integrity.Server   // the server as tool integrity knows it (Flow.Tools set)
+	// unknownTool: the server request being judged may belong to calls of several tools (a GET
+	// stream, streamTool), so mcp.tool and mcp.name are unknown to its rules.
+	unknownTool bool
+	tools       integrity.Server // the server as tool integrity knows it (Flow.Tools set)
 }
 
 // schemaKey is where the tool schemas of this exchange's server and session are remembered: per
@@ -834,7 +838,8 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			var extra func(*policy.Message)
 			kind := ""
 			if m.Kind == mcp.KindRequest {
-				tool := st.tool()
+				tool, ambiguous := s.streamTool(x, st)
+				st.unknownTool = ambiguous
 				extra = serverRequestInput(m.Method, m.Params, tool)
 				if serverRequestKinds[m.Method] != "" {
 					kind = kindOf(m.Method, m.Params)
@@ -848,6 +853,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				sp = s.startSpan(st, r, m, ServerToClient, traceParent(m, func() tracing.Parent { return exchangeParent(x, st) }), r.Time)
 			}
 			d := s.evaluate(x, st, m, r, ServerToClient, nil, extra)
+			st.unknownTool = false
 			d = s.inCall(x, st, m, d) // a redact (or deny) rule on the call covers its stream
 			if d.Action == policy.ActionAllow && m.Kind == mcp.KindRequest {
 				if err := s.authorizeServerRequest(ctx, x, st, m, r); err != nil {
@@ -1091,6 +1097,9 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Re
 		if _, known := s.clientIdentity(st); !known {
 			v.in.Vars.Unknown = unknownClient
 		}
+	}
+	if dir == ServerToClient && st.unknownTool {
+		v.in.Vars.Unknown = append(slices.Clip(v.in.Vars.Unknown), unknownTool...)
 	}
 	d := rs.Evaluate(&v.in)
 	if d.Action == "" {

@@ -263,6 +263,35 @@ func (st *xstate) tool() string {
 	return ""
 }
 
+// unknownTool is what policy cannot establish when a server→client request on a GET stream may
+// belong to more than one call: a rule reading its tool fails (on_rule_error) rather than guess.
+var unknownTool = []string{"mcp.tool", "mcp.name"}
+
+// streamTool is the tool (or prompt, or resource) a server→client request made on this exchange
+// belongs to. On a POST's stream it is the exchange's own request (tool). On a GET stream (the
+// 2024-11-05 HTTP+SSE stream that carries every call's messages, a 2025-x standalone or resumed
+// stream) no call is named, so it is the session's pending call, as relatedPending reads it: one
+// pending name is that name; calls of several different names pending make it ambiguous (a
+// rule on mcp.tool is then a rule error, never the "no match" of an empty tool that would let
+// a server ask for a tool the rule stops while a harmless call runs beside it).
+func (s *stage) streamTool(x *exchange.Exchange, st *xstate) (tool string, ambiguous bool) {
+	if t := st.tool(); t != "" || x.Req.Method != "GET" || st.session == "" {
+		return t, false
+	}
+	for _, p := range s.f.Sessions.PendingOf(s.owner, st.session) {
+		switch p.Method {
+		case "tools/call", "prompts/get", "resources/read":
+			switch {
+			case tool == "":
+				tool = p.Name
+			case tool != p.Name:
+				return "", true
+			}
+		}
+	}
+	return tool, false
+}
+
 // serverRequestInput adds what policy reads of a server→client request.
 func serverRequestInput(method string, params []byte, tool string) func(*policy.Message) {
 	return func(m *policy.Message) {
