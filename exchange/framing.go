@@ -89,6 +89,19 @@ func (h *Head) Get(name string) (string, bool) {
 	return "", false
 }
 
+// Count returns how many times the named header appears, case-insensitively: a header peers
+// read differently when repeated (one takes the first, another joins them) is refused by the
+// stage that reads it.
+func (h *Head) Count(name string) int {
+	n := 0
+	for i := range h.Headers {
+		if equalFold(h.Headers[i].Name, name) {
+			n++
+		}
+	}
+	return n
+}
+
 // Limits bound what one head or chunk line may make the reader buffer.
 type Limits struct {
 	MaxHeaderBytes int // default 64 KiB

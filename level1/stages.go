@@ -124,7 +124,7 @@ func NewHeaderPolicy(f *Flow) *HeaderPolicy { return &HeaderPolicy{f: f} }
 
 // RequestHead implements exchange.Stage.
 func (p *HeaderPolicy) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Result {
-	if repeatedSessionID(x.Req) {
+	if x.Req.Count("Mcp-Session-Id") > 1 {
 		// mcp.session is the first value, as Go servers read it; Node's joins both: a rule
 		// would judge another session than the one the server resumes. (Level 2 refuses it
 		// itself, with a JSON-RPC body.)
@@ -201,14 +201,3 @@ func refuse(x *exchange.Exchange, v exchange.Verdict) exchange.Result {
 
 // equalFold is exchange's ASCII case-insensitive comparison (one definition for the pipeline).
 func equalFold(a, b string) bool { return exchange.EqualFold(a, b) }
-
-// repeatedSessionID reports a request that carries Mcp-Session-Id more than once.
-func repeatedSessionID(h *exchange.Head) bool {
-	n := 0
-	for _, hd := range h.Headers {
-		if exchange.EqualFold(hd.Name, "Mcp-Session-Id") {
-			n++
-		}
-	}
-	return n > 1
-}

@@ -47,12 +47,13 @@ func (f *flowIdentity) get() map[string]any {
 	return f.info
 }
 
-// noteClient takes the identity the client's own message m carries (initialize clientInfo, or
-// _meta clientInfo of its requests) into the flow's.
-func (s *stage) noteClient(m *mcp.Message) {
+// clientInfoOf is the identity the client's own message m carries (initialize clientInfo, or
+// _meta clientInfo of its requests and notifications); nil for a response.
+func clientInfoOf(m *mcp.Message) map[string]any {
 	if m.Kind == mcp.KindRequest || m.Kind == mcp.KindNotification {
-		s.ident.note(m.ClientInfo())
+		return m.ClientInfo()
 	}
+	return nil
 }
 
 // clientIdentity is the info of the client a message of exchange st goes to (or comes from), as

@@ -27,6 +27,7 @@ func TestLegacyEndpointCannotNameAnotherSession(t *testing.T) {
 			io.WriteString(w, "event: endpoint\ndata: /messages?sessionId=B\n\n")
 			if strings.Contains(r.URL.RawQuery, "who=A") {
 				io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"sampling/createMessage\",\"params\":{\"messages\":[],\"maxTokens\":5}}\n\n")
+				return // A's stream ends here: the client reads it to its end, no deadline decides
 			}
 			w.(http.Flusher).Flush()
 			<-r.Context().Done()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -716,8 +715,8 @@ func (s *stage) relatedPending(x *exchange.Exchange, st *xstate, m *mcp.Message)
 // progressKey is the progress token m carries, as clients match it: a request's
 // params._meta.progressToken, a progress notification's params.progressToken; "" when there is
 // none or it is neither a string nor a number (the TypeScript SDK's schema refuses those). Like
-// idKey, a string JavaScript reads as an integer is that integer: the TypeScript SDK looks the
-// token up by Number(token).
+// idKey (jsonKey), a string JavaScript reads as an integer is that integer: the TypeScript SDK
+// looks the token up by Number(token).
 func progressKey(m *mcp.Message) string {
 	var v []byte
 	var ok bool
@@ -731,18 +730,8 @@ func progressKey(m *mcp.Message) string {
 	if !ok || len(v) == 0 {
 		return ""
 	}
-	switch c := v[0]; {
-	case c == '"':
-		t := mcp.Unquote(v)
-		if f, ok := jsNumber(t); ok && f == math.Trunc(f) && math.Abs(f) < mcp.MaxExactID {
-			return "n:" + strconv.FormatInt(int64(f), 10)
-		}
-		return "s:" + t
-	case c == '-' || ('0' <= c && c <= '9'):
-		if n, ok := mcp.NumericID(v); ok {
-			return "n:" + strconv.FormatInt(n, 10)
-		}
-		return "n:" + string(v)
+	if c := v[0]; c != '"' && c != '-' && (c < '0' || c > '9') {
+		return ""
 	}
-	return ""
+	return jsonKey(v)
 }

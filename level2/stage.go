@@ -230,7 +230,7 @@ func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 	h := x.Req
 	st := &xstate{start: time.Now()}
 	x.Set(stateKey{}, st)
-	if repeatedHeader(h, "Mcp-Session-Id") {
+	if h.Count("Mcp-Session-Id") > 1 {
 		// Servers disagree on which of two session ids counts (Go: the first; Node: both,
 		// joined): the session, and so the client's identity, would be another for each.
 		return s.refuseUnreadable(x, st, 400, "Mcp-Session-Id header repeated")
@@ -376,9 +376,10 @@ func (s *stage) correlateRequest(x *exchange.Exchange, st *xstate, b *requestBod
 		if _, ok := m.Param("cursor"); ok {
 			r.cursor = true
 		}
+		ci := clientInfoOf(m) // decoded once: the exchange's, the flow's
 		if m.Method == "initialize" {
 			st.initialize = true
-			st.clientInfo = m.ClientInfo()
+			st.clientInfo = ci
 		}
 		if pv := m.ProtocolVersion(); pv != "" && m.Method != "initialize" {
 			st.version = pv
@@ -386,9 +387,9 @@ func (s *stage) correlateRequest(x *exchange.Exchange, st *xstate, b *requestBod
 		if st.clientInfo == nil && m.Kind == mcp.KindRequest {
 			// 2026-07-28 carries clientInfo in each request's _meta: keep it for what the
 			// server asks of the client in this exchange (input requests, withheld capabilities).
-			st.clientInfo = m.ClientInfo()
+			st.clientInfo = ci
 		}
-		s.noteClient(m)
+		s.ident.note(ci)
 	}
 	for _, r := range st.reqs {
 		if r.Version == "" {
@@ -564,7 +565,7 @@ func (s *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 		return exchange.Continue
 	}
 	h := x.Resp
-	if repeatedHeader(h, "Mcp-Session-Id") {
+	if h.Count("Mcp-Session-Id") > 1 {
 		// A client would take the first (Go) or both joined (fetch) as its session: Level 2
 		// could not tell which session, and so which client, the stream's requests go to.
 		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
@@ -1252,17 +1253,6 @@ func batchAllowed(version string, h *exchange.Head) bool {
 
 // ---- helpers ----
 
-// repeatedHeader reports whether h carries name more than once.
-func repeatedHeader(h *exchange.Head, name string) bool {
-	n := 0
-	for _, hd := range h.Headers {
-		if exchange.EqualFold(hd.Name, name) {
-			n++
-		}
-	}
-	return n > 1
-}
-
 func hashKey(v string) string {
 	sum := sha256.Sum256([]byte(v))
 	return hex.EncodeToString(sum[:6])
@@ -1394,18 +1384,22 @@ func oneLine(s string) string {
 // idKey correlates a response with its request: the string id "1" and the number 1 are different
 // ids (keyed apart), a string id is compared unescaped, as the server decoded it, and a number by
 // its value (1, 1.0 and 1e0 are one id: the peers read them so; Decode refused the others).
-func idKey(m *mcp.Message) string {
-	if len(m.ID) > 0 && m.ID[0] == '"' {
-		// The TypeScript SDK finds the request a response answers by Number(id): a string that
-		// JavaScript reads as an integer id is that id ("1" answers 1 there, and so here).
-		t := m.IDText()
+func idKey(m *mcp.Message) string { return jsonKey(m.ID) }
+
+// jsonKey is the key of a JSON-RPC id or progress token v (a string or a number) as the peers
+// match it: numbers by value as float64 peers read them, and a string that JavaScript reads as an
+// integer is that integer — the TypeScript SDK finds the request a response answers, and the
+// call a progress notification belongs to, by Number(v) ("1" answers 1 there, and so here).
+func jsonKey(v []byte) string {
+	if len(v) > 0 && v[0] == '"' {
+		t := mcp.Unquote(v)
 		if f, ok := jsNumber(t); ok && f == math.Trunc(f) && math.Abs(f) < mcp.MaxExactID {
 			return "n:" + strconv.FormatInt(int64(f), 10)
 		}
 		return "s:" + t
 	}
-	if n, ok := mcp.NumericID(m.ID); ok {
+	if n, ok := mcp.NumericID(v); ok {
 		return "n:" + strconv.FormatInt(n, 10)
 	}
-	return "n:" + string(m.ID)
+	return "n:" + string(v)
 }
