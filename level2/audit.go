@@ -16,7 +16,7 @@ import (
 
 // CodeAuditUnavailable: the route is audited and the call's authorization record could not be
 // made durable (disk full, I/O error, a write slower than audit.timeout). Nothing was forwarded.
-const CodeAuditUnavailable = -31004
+const CodeAuditUnavailable = mcp.CodeAuditUnavailable
 
 // Auditor is where an audited route's durable records go (the engine's per-flow audit writer).
 // Append returns once the record is durable, with an error only when the route fails closed and

@@ -14,7 +14,7 @@ import (
 
 // CodeInvalidParams is JSON-RPC's Invalid params, the answer to arguments that do not match the
 // tool's input schema (error.data names the appliance: the server never saw the call).
-const CodeInvalidParams = -32602
+const CodeInvalidParams = mcp.CodeInvalidParams
 
 // ruleValidate names the check in records and error.data.
 const ruleValidate = "validate_arguments"

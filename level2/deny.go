@@ -8,32 +8,18 @@ import (
 	"mcpintercept/mcp"
 )
 
-// JSON-RPC error codes Level 2 answers with. The policy codes lie outside the range JSON-RPC
-// reserves (-32768…-32000) so that no client mistakes an intermediary's refusal for a server's
-// protocol error; HeaderMismatch is the code the MCP spec itself defines for SEP-2243.
+// The JSON-RPC error codes Level 2 answers with, and the name error.data gives the appliance,
+// are mcp's (mcp/denial.go); these names stay for Level 2's callers.
 const (
-	// CodeDenied: a rule denied the request (error.data names the appliance, rule and reason).
-	CodeDenied = -31000
-	// CodeRateLimited: a rate_limit rule's bucket was empty; error.data.retry_after_ms says when.
-	CodeRateLimited = -31001
-	// CodeTooLarge: the body exceeded the route's max_body.
-	CodeTooLarge = -31002
-	// CodeUnreadable: the body could not be inspected (an encoding the appliance cannot decode,
-	// JSON a strict parser refuses: duplicate or case-variant keys, bad UTF-8, too deep).
-	CodeUnreadable = -31003
-	// CodeTokenRefused: the bearer token failed the appliance's check (audience, signature, expiry).
-	CodeTokenRefused = -31005
-	// CodeQuarantined: the tool's (prompt's, template's) definition is quarantined: it changed
-	// since it was pinned, is not pinned on an enforce route, or servers showed clients
-	// different ones (tool_pins).
-	CodeQuarantined = -31006
-	// CodeHeaderMismatch is MCP's HeaderMismatch (SEP-2243): Mcp-Method, Mcp-Name or
-	// MCP-Protocol-Version disagree with the body.
-	CodeHeaderMismatch = -32020
+	CodeDenied         = mcp.CodeDenied
+	CodeRateLimited    = mcp.CodeRateLimited
+	CodeTooLarge       = mcp.CodeTooLarge
+	CodeUnreadable     = mcp.CodeUnreadable
+	CodeTokenRefused   = mcp.CodeTokenRefused
+	CodeQuarantined    = mcp.CodeQuarantined
+	CodeHeaderMismatch = mcp.CodeHeaderMismatch
+	Intermediary       = mcp.Intermediary
 )
-
-// Intermediary is how error.data names the appliance.
-const Intermediary = "mcpintercept"
 
 // denialData is error.data of every error Level 2 writes: who answered, and why.
 type denialData struct {

@@ -403,13 +403,8 @@ func (m *Message) Param(name string) ([]byte, bool) {
 // Name is what a request acts on: params.name for tools/call and prompts/get, params.uri for
 // resources/read, resources/subscribe and resources/unsubscribe; "" otherwise or when absent.
 func (m *Message) Name() string {
-	var key string
-	switch m.Method {
-	case "tools/call", "prompts/get":
-		key = "name"
-	case "resources/read", "resources/subscribe", "resources/unsubscribe":
-		key = "uri"
-	default:
+	key := SubjectOf(m.Method)
+	if key == "" {
 		return ""
 	}
 	v, ok := m.Param(key)
@@ -433,7 +428,7 @@ func (m *Message) Meta() map[string]any {
 // ClientInfo is the client's implementation info: initialize params.clientInfo, or from
 // 2026-07-28 on _meta["io.modelcontextprotocol/clientInfo"] of any request.
 func (m *Message) ClientInfo() map[string]any {
-	if m.Method == "initialize" {
+	if m.Method == MethodInitialize {
 		if v := m.paramMap("clientInfo"); v != nil {
 			return v
 		}
@@ -449,7 +444,7 @@ func (m *Message) ClientInfo() map[string]any {
 // ProtocolVersion is the version a request claims: initialize params.protocolVersion, or
 // _meta["io.modelcontextprotocol/protocolVersion"] (2026-07-28); "" when absent.
 func (m *Message) ProtocolVersion() string {
-	if m.Method == "initialize" {
+	if m.Method == MethodInitialize {
 		if v, ok := m.Param("protocolVersion"); ok && v[0] == '"' {
 			return Unquote(v)
 		}

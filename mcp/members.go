@@ -69,41 +69,6 @@ func FoldsToMember(key string) bool {
 	return ok
 }
 
-// Methods maps each MCP method to the protocol types its params and its result decode into
-// (names of protocolSchema's types; "" where the peers decode nothing). Only these are judged
-// member by member: a custom method's params and result are its sender's own, decoded by
-// nobody into a protocol struct, so "ID" or "Version" there is any key.
-var Methods = map[string][2]string{
-	"initialize":                               {"InitializeParams", "InitializeResult"},
-	"notifications/initialized":                {"InitializedParams", ""},
-	"ping":                                     {"PingParams", ""},
-	"tools/list":                               {"ListToolsParams", "ListToolsResult"},
-	"tools/call":                               {"CallToolParamsRaw", "CallToolResult"},
-	"prompts/list":                             {"ListPromptsParams", "ListPromptsResult"},
-	"prompts/get":                              {"GetPromptParams", "GetPromptResult"},
-	"resources/list":                           {"ListResourcesParams", "ListResourcesResult"},
-	"resources/templates/list":                 {"ListResourceTemplatesParams", "ListResourceTemplatesResult"},
-	"resources/read":                           {"ReadResourceParams", "ReadResourceResult"},
-	"resources/subscribe":                      {"SubscribeParams", ""},
-	"resources/unsubscribe":                    {"UnsubscribeParams", ""},
-	"completion/complete":                      {"CompleteParams", "CompleteResult"},
-	"logging/setLevel":                         {"SetLoggingLevelParams", ""},
-	"sampling/createMessage":                   {"CreateMessageWithToolsParams", "CreateMessageWithToolsResult"},
-	"elicitation/create":                       {"ElicitParams", "ElicitResult"},
-	"roots/list":                               {"ListRootsParams", "ListRootsResult"},
-	"server/discover":                          {"DiscoverParams", "DiscoverResult"},
-	"subscriptions/listen":                     {"SubscriptionsListenParams", "SubscriptionsListenResult"},
-	"notifications/cancelled":                  {"CancelledParams", ""},
-	"notifications/progress":                   {"ProgressNotificationParams", ""},
-	"notifications/message":                    {"LoggingMessageParams", ""},
-	"notifications/elicitation/complete":       {"ElicitationCompleteParams", ""},
-	"notifications/resources/updated":          {"ResourceUpdatedNotificationParams", ""},
-	"notifications/resources/list_changed":     {"ResourceListChangedParams", ""},
-	"notifications/prompts/list_changed":       {"PromptListChangedParams", ""},
-	"notifications/tools/list_changed":         {"ToolListChangedParams", ""},
-	"notifications/roots/list_changed":         {"RootsListChangedParams", ""},
-	"notifications/subscriptions/acknowledged": {"SubscriptionsAcknowledgedParams", ""},
-}
 
 // objType is one protocol struct: its members by exact name, with the type of the structs a
 // member holds (nil: a scalar or a free-form value, whose keys are the sender's), and its member
@@ -162,8 +127,8 @@ func parseSchema(text string) map[string]*objType {
 
 // ParamsType and ResultType report whether method is an MCP method whose params (result) the
 // peers decode into a protocol struct.
-func paramsType(method string) *objType { return protocolTypes[Methods[method][0]] }
-func resultType(method string) *objType { return protocolTypes[Methods[method][1]] }
+func paramsType(method string) *objType { return protocolTypes[Methods[method].Params] }
+func resultType(method string) *objType { return protocolTypes[Methods[method].Result] }
 
 // checkTyped refuses, in the validated JSON value v (at offset base of the body) that a peer
 // decodes into t, a key that folds to one of t's member names but is spelt otherwise, and

@@ -9,8 +9,8 @@ import (
 // resultMethods are the methods CheckResult knows, in a fixed order for the fuzzer to pick from.
 var resultMethods = func() []string {
 	var out []string
-	for m, pr := range Methods {
-		if pr[1] != "" {
+	for m, spec := range Methods {
+		if spec.Result != "" {
 			out = append(out, m)
 		}
 	}

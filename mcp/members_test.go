@@ -249,7 +249,8 @@ func goSDKSchema(t *testing.T) string {
 		}
 		types[name] = m
 	}
-	for _, pr := range Methods {
+	for _, spec := range Methods {
+		pr := [2]string{spec.Params, spec.Result}
 		for _, n := range pr {
 			if n == "" {
 				continue
@@ -314,8 +315,8 @@ func TestProtocolSchemaIsGoSDKs(t *testing.T) {
 			}
 		}
 	}
-	for method, pr := range Methods {
-		for _, n := range pr {
+	for method, spec := range Methods {
+		for _, n := range [2]string{spec.Params, spec.Result} {
 			if n != "" && len(protocolTypes[n].members) == 0 {
 				t.Errorf("%s: type %s has no members", method, n)
 			}
