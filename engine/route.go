@@ -177,3 +177,20 @@ func selectRoute(routes []*Route, client, dst netip.AddrPort, sni func() string)
 
 // A route's guard is what Level 2 calls.
 var _ level2.ToolGuard = (*integrity.RouteGuard)(nil)
+
+// Select is the route a flow from client to dst takes, as dispatch chooses it: the first route
+// whose conditions hold (sni is asked at most once, only when a candidate route names servers),
+// else the table's default route; nil when `default_route: close` refuses the flow. `policy test`
+// replays recorded flows through it.
+func (rt *Routing) Select(client, dst netip.AddrPort, sni func() string) *Route {
+	if r := selectRoute(rt.Routes, client, dst, sni); r != DefaultRoute {
+		return r
+	}
+	switch {
+	case rt.DefaultClose:
+		return nil
+	case rt.Default != nil:
+		return rt.Default
+	}
+	return DefaultRoute
+}
