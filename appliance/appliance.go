@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"mcpintercept/audit"
+	"mcpintercept/chain"
 	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/exchange"
@@ -249,6 +250,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		a.caFile = filepath.Join(cfg.CA.Dir, pki.CertFile)
 	}
 
+	deps := chain.Deps{Registry: a.metrics.Registry, Tools: a.tools.Load(), Tracer: a.tracer}
 	a.eng = engine.New(engine.Options{
 		Mechanism: string(a.mech.Name()),
 		Steering:  a.mech,
@@ -261,8 +263,9 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		Routing:   routing,
 		TLS:       tlsOpt,
 		HTTP:      httpOptionsOf(cfg),
-		Tools:     a.tools.Load(),
-		Tracer:    a.tracer,
+		// The chain every HTTP-aware connection runs through, with what its stages share.
+		Stages:   chain.Stages(deps),
+		ConnSpan: chain.ConnSpan(deps),
 	})
 	return a, nil
 }

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"mcpintercept/audit"
+	"mcpintercept/audit/auditstage"
 	"mcpintercept/config"
 	"mcpintercept/engine"
+	"mcpintercept/stage"
 )
 
 // auditStoreConfig is the audit store's share of the configuration.
@@ -24,14 +26,23 @@ func auditStoreConfig(cfg *config.Config) audit.Config {
 	}
 }
 
+// routeAudit is r's audit options (nil: r is nil or not audited).
+func routeAudit(r *engine.Route) *auditstage.Options {
+	if r == nil {
+		return nil
+	}
+	ra, _ := stage.Get[*auditstage.Options](r.Stages, auditstage.Name)
+	return ra
+}
+
 // audited reports whether some route of rt writes audit records.
 func audited(rt *engine.Routing) bool {
 	for _, r := range rt.Routes {
-		if r.Audit != nil {
+		if routeAudit(r) != nil {
 			return true
 		}
 	}
-	return rt.Default != nil && rt.Default.Audit != nil
+	return routeAudit(rt.Default) != nil
 }
 
 // openAudit opens the audit store when a route of rt is audited and it is not open yet, then
@@ -52,8 +63,8 @@ func (a *Appliance) openAudit(cfg *config.Config, rt *engine.Routing) error {
 	}
 	s := a.audit.Load()
 	attach := func(r *engine.Route) {
-		if r != nil && r.Audit != nil {
-			r.Audit.Store = s
+		if ra := routeAudit(r); ra != nil {
+			ra.Store = s
 		}
 	}
 	for _, r := range rt.Routes {

@@ -516,7 +516,7 @@ func (a *Appliance) serveUIConfig(w http.ResponseWriter, r *http.Request) {
 
 func uiRoute(r *engine.Route) UIRoute {
 	u := UIRoute{Name: r.Name, SNI: r.SNI, TLS: string(r.TLS), Level: r.Level, RuleSet: r.RuleSet,
-		ToolPins: string(r.ToolPins), Audit: r.Audit != nil}
+		ToolPins: string(routeToolPins(r)), Audit: routeAudit(r) != nil}
 	for _, p := range r.Destinations {
 		u.Destinations = append(u.Destinations, p.String())
 	}

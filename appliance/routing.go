@@ -3,10 +3,16 @@ package appliance
 import (
 	"errors"
 
+	"mcpintercept/audit/auditstage"
+	"mcpintercept/auth/tokenstage"
 	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/integrity"
+	"mcpintercept/level1"
+	"mcpintercept/level2"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
+	"mcpintercept/tracing/tracestage"
 )
 
 // CompiledRuleSets keeps the compiled rule sets of the previous load, so that a reload carries
@@ -138,8 +144,9 @@ func routeWithTokens(cfg *config.Config, r config.Route) (*engine.Route, error) 
 	if err != nil {
 		return nil, err
 	}
-	route.Tokens = tc
-	route.CallerIdentity = cfg.Tokens.RecordIdentity
+	if tc != nil {
+		route.Stages[tokenstage.Name] = &tokenstage.Options{Checker: tc, CallerIdentity: cfg.Tokens.RecordIdentity}
+	}
 	return route, nil
 }
 
@@ -158,19 +165,23 @@ func routeFromConfig(cfg *config.Config, r config.Route) *engine.Route {
 		OnMismatch:                      r.OnMismatch,
 		Development:                     r.Development,
 		PlaintextUpstreamTrustedNetwork: r.PlaintextUpstreamTrustedNetwork,
-		StrictMCPHeaders:                r.StrictMCPHeaders,
-		AllowUpgrade:                    r.AllowUpgrade,
 		RuleSet:                         r.RuleSet,
 		OnRuleError:                     r.OnRuleError,
-		MaxBody:                         r.MaxBody,
-		ForwardOversized:                r.OnOversizedResponse == config.OnOversizedForward,
-		ValidateArguments:               r.ValidateArguments,
-		ToolPins:                        toolMode(r.ToolPins),
-		QuarantineDivergence:            r.ToolPinsOn() && r.OnDivergence == config.OnDivergenceQuarantine,
-		TraceInject:                     r.TraceInjectOn(),
+		// Each stage's options, as its package types them (chain lists the stages).
+		Stages: stage.Options{
+			level1.ClassifyName: &level1.RouteOptions{StrictMCPHeaders: r.StrictMCPHeaders, AllowUpgrade: r.AllowUpgrade},
+			level2.Name: &level2.RouteOptions{
+				MaxBody:              r.MaxBody,
+				ForwardOversized:     r.OnOversizedResponse == config.OnOversizedForward,
+				ValidateArguments:    r.ValidateArguments,
+				ToolPins:             toolMode(r.ToolPins),
+				QuarantineDivergence: r.ToolPinsOn() && r.OnDivergence == config.OnDivergenceQuarantine,
+			},
+			tracestage.Name: &tracestage.Options{Inject: r.TraceInjectOn()},
+		},
 	}
 	if r.Audit {
-		route.Audit = &engine.RouteAudit{FailOpen: cfg.Audit.Fail == config.AuditFailOpen, Arguments: r.AuditArguments}
+		route.Stages[auditstage.Name] = &auditstage.Options{FailOpen: cfg.Audit.Fail == config.AuditFailOpen, Arguments: r.AuditArguments}
 	}
 	for _, p := range r.Match.Ports {
 		route.Ports = append(route.Ports, engine.PortRange{From: p.From, To: p.To})

@@ -7,6 +7,8 @@ import (
 
 	"mcpintercept/config"
 	"mcpintercept/engine"
+	"mcpintercept/level1"
+	"mcpintercept/stage"
 )
 
 // TestRoutingFromConfigDefaults: routes built in code get on_mismatch close at Level >= 1 and
@@ -32,8 +34,8 @@ func TestRoutingFromConfigDefaults(t *testing.T) {
 			t.Errorf("route %s: on_mismatch %q on_rule_error %q, want %q %q", r.Name, r.OnMismatch, r.OnRuleError, want.mismatch, want.ruleErr)
 		}
 	}
-	if got := rt.Routes[2].AllowUpgrade; len(got) != 1 || got[0] != "websocket" {
-		t.Errorf("allow_upgrade %v", got)
+	if o, _ := stage.Get[*level1.RouteOptions](rt.Routes[2].Stages, level1.ClassifyName); o == nil || len(o.AllowUpgrade) != 1 || o.AllowUpgrade[0] != "websocket" {
+		t.Errorf("allow_upgrade %+v", o)
 	}
 	if d := rt.Default; d == nil || d.Name != "default" || d.TLS != engine.Terminate || d.Level != 1 || d.RuleSet != "r" || d.OnMismatch != "close" {
 		t.Fatalf("default route %+v", rt.Default)

@@ -6,15 +6,15 @@ import (
 	"strings"
 
 	"mcpintercept/auth"
+	"mcpintercept/auth/tokenstage"
 	"mcpintercept/config"
-	"mcpintercept/engine"
 	"mcpintercept/intercept/upstream"
 )
 
 // tokenChecker builds the route's token check from the tokens section: nil when the route reads
 // no HTTP or has token_audience: off. JWKS URLs and the introspection endpoint are reached through
 // the bypass dialer, so the appliance never intercepts its own fetches.
-func tokenChecker(cfg *config.Config, r config.Route) (engine.TokenChecker, error) {
+func tokenChecker(cfg *config.Config, r config.Route) (tokenstage.Checker, error) {
 	if !r.TokenAudienceOn() {
 		return nil, nil
 	}

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"mcpintercept/auth/tokenstage"
 	"mcpintercept/config"
-	"mcpintercept/engine"
+	"mcpintercept/stage"
 )
 
 // Every route that reads HTTP checks tokens unless it says token_audience: off; the others cannot
@@ -33,11 +34,16 @@ routes:
 		t.Fatal(err)
 	}
 	for i, want := range []bool{true, false, false} {
-		if r := rt.Routes[i]; (r.Tokens != nil) != want {
-			t.Errorf("route %s: token check %v, want %v", r.Name, r.Tokens != nil, want)
+		r := rt.Routes[i]
+		if o, _ := stage.Get[*tokenstage.Options](r.Stages, tokenstage.Name); (o != nil && o.Checker != nil) != want {
+			t.Errorf("route %s: token check %+v, want %v", r.Name, o, want)
 		}
 	}
-	if got := rt.Routes[0].CallerIdentity; got != config.IdentityPlain {
+	if o, _ := stage.Get[*tokenstage.Options](rt.Routes[0].Stages, tokenstage.Name); o == nil || o.CallerIdentity != config.IdentityPlain {
+		got := ""
+		if o != nil {
+			got = o.CallerIdentity
+		}
 		t.Errorf("route checked: caller identity %q, want the default %q", got, config.IdentityPlain)
 	}
 	a := Declaration(cfg).Authentication
@@ -63,7 +69,7 @@ func TestTokenCheckBadJWKS(t *testing.T) {
 // tokens.record_identity's values are the engine's: a mode the engine does not know would record
 // plain names where the operator asked for hashes.
 func TestRecordIdentityValues(t *testing.T) {
-	if config.IdentityHash != engine.IdentityHash || config.Off != engine.IdentityOff {
-		t.Fatalf("config (%q, %q) and engine (%q, %q) disagree", config.IdentityHash, config.Off, engine.IdentityHash, engine.IdentityOff)
+	if config.IdentityHash != tokenstage.IdentityHash || config.Off != tokenstage.IdentityOff {
+		t.Fatalf("config (%q, %q) and engine (%q, %q) disagree", config.IdentityHash, config.Off, tokenstage.IdentityHash, tokenstage.IdentityOff)
 	}
 }

@@ -23,12 +23,27 @@ import (
 	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/integrity"
+	"mcpintercept/level2"
+	"mcpintercept/stage"
 )
+
+// routeToolPins is r's tool_pins ("" when r is nil).
+func routeToolPins(r *engine.Route) integrity.Mode {
+	if r == nil {
+		return ""
+	}
+	o, _ := stage.Get[*level2.RouteOptions](r.Stages, level2.Name)
+	if o == nil {
+		return ""
+	}
+	return o.ToolPins
+}
 
 // toolsPinned reports whether some route of rt pins definitions: only then is the guard opened.
 func toolsPinned(rt *engine.Routing) bool {
 	on := func(r *engine.Route) bool {
-		return r != nil && (r.ToolPins == integrity.ModeLearn || r.ToolPins == integrity.ModeEnforce)
+		m := routeToolPins(r)
+		return m == integrity.ModeLearn || m == integrity.ModeEnforce
 	}
 	for _, r := range rt.Routes {
 		if on(r) {

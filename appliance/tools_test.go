@@ -21,6 +21,8 @@ import (
 	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/integrity"
+	"mcpintercept/level2"
+	"mcpintercept/stage"
 	"mcpintercept/telemetry"
 )
 
@@ -393,12 +395,16 @@ func TestRouteToolPins(t *testing.T) {
 		{config.ToolPinsEnforce, config.OnDivergenceQuarantine, integrity.ModeEnforce, true},
 	} {
 		r := routeFromConfig(&config.Config{}, config.Route{Name: "r", TLS: config.TLSPlaintext, Level: &lvl, ToolPins: tc.pins, OnDivergence: tc.div})
-		if r.ToolPins != tc.mode || r.QuarantineDivergence != tc.q {
-			t.Errorf("%q/%q: route %q %v, want %q %v", tc.pins, tc.div, r.ToolPins, r.QuarantineDivergence, tc.mode, tc.q)
+		o, _ := stage.Get[*level2.RouteOptions](r.Stages, level2.Name)
+		if o == nil || o.ToolPins != tc.mode || o.QuarantineDivergence != tc.q {
+			t.Errorf("%q/%q: route %+v, want %q %v", tc.pins, tc.div, o, tc.mode, tc.q)
 		}
 	}
-	if toolsPinned(&engine.Routing{Routes: []*engine.Route{{ToolPins: integrity.ModeOff}}}) ||
-		!toolsPinned(&engine.Routing{Default: &engine.Route{ToolPins: integrity.ModeEnforce}}) {
+	pins := func(m integrity.Mode) stage.Options {
+		return stage.Options{level2.Name: &level2.RouteOptions{ToolPins: m}}
+	}
+	if toolsPinned(&engine.Routing{Routes: []*engine.Route{{Stages: pins(integrity.ModeOff)}}}) ||
+		!toolsPinned(&engine.Routing{Default: &engine.Route{Stages: pins(integrity.ModeEnforce)}}) {
 		t.Error("toolsPinned")
 	}
 }

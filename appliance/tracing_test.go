@@ -16,6 +16,7 @@ import (
 
 	"mcpintercept/config"
 	"mcpintercept/tracing"
+	"mcpintercept/tracing/tracestage"
 )
 
 const tracedRoutes = `
@@ -56,7 +57,7 @@ func TestTracingWired(t *testing.T) {
 	}
 	var inject []string
 	for _, r := range a.Engine().Routing().Routes {
-		if r.TraceInject {
+		if tracestage.Inject(r.Stages) {
 			inject = append(inject, r.Name)
 		}
 	}

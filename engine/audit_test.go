@@ -14,10 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"mcpintercept/audit"
+	"mcpintercept/audit/auditstage"
 	"mcpintercept/mcp"
+	"mcpintercept/stage"
 )
 
 // fakeStore is an Appender that keeps what it was given. gate, when set, holds every Append until
@@ -66,8 +67,8 @@ func (s *fakeStore) next(t *testing.T) audit.Record {
 	return audit.Record{}
 }
 
-func auditedRoute(ra *RouteAudit) *Route {
-	return &Route{Name: "audited", TLS: Plaintext, Level: 1, Development: true, Audit: ra}
+func auditedRoute(ra *auditstage.Options) *Route {
+	return &Route{Name: "audited", TLS: Plaintext, Level: 1, Development: true, Stages: stage.Options{auditstage.Name: ra}}
 }
 
 // countingUpstream answers every request 200 and reports, when its connection ends, how many
@@ -119,7 +120,7 @@ func TestAuditLevel1RecordBeforeUpstream(t *testing.T) {
 			early.Store(true)
 		}
 	})
-	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{auditedRoute(&RouteAudit{Store: store})}})
+	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{auditedRoute(&auditstage.Options{Store: store})}})
 	c := dialHTTP(t, h.addr)
 	status := make(chan int, 1)
 	go func() {
@@ -150,7 +151,7 @@ func TestAuditLevel1RecordBeforeUpstream(t *testing.T) {
 	if n := <-read; n == 0 {
 		t.Error("the request never reached the upstream")
 	}
-	if got := testutil.ToFloat64(h.eng.audit.records.WithLabelValues("authorization")); got != 1 {
+	if got := counterValue(t, h, "mcpintercept_audit_records_total", "kind", "authorization"); got != 1 {
 		t.Errorf("audit_records_total{kind=authorization} = %v, want 1", got)
 	}
 }
@@ -161,7 +162,7 @@ func TestAuditFailClosedRefuses(t *testing.T) {
 	store := newFakeStore()
 	store.fail = fmt.Errorf("%w: disk full", audit.ErrUnavailable)
 	up, read := countingUpstream(t, nil)
-	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{auditedRoute(&RouteAudit{Store: store})}})
+	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{auditedRoute(&auditstage.Options{Store: store})}})
 	c := dialHTTP(t, h.addr)
 	c.c.SetDeadline(time.Now().Add(5 * time.Second))
 	io.WriteString(c.c, "POST /mcp HTTP/1.1\r\nHost: mcp.test\r\nContent-Length: 2\r\n\r\n{}")
@@ -206,11 +207,11 @@ func TestAuditFailOpenForwards(t *testing.T) {
 	store := newFakeStore()
 	store.fail = audit.ErrUnavailable
 	up, _ := countingUpstream(t, nil)
-	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{auditedRoute(&RouteAudit{Store: store, FailOpen: true})}})
+	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{auditedRoute(&auditstage.Options{Store: store, FailOpen: true})}})
 	if s := dialHTTP(t, h.addr).doBody("POST /mcp HTTP/1.1\r\nHost: mcp.test\r\n", "{}", "Content-Length: 2"); s != 200 {
 		t.Fatalf("status %d, want 200", s)
 	}
-	if got := testutil.ToFloat64(h.eng.audit.unrecorded.WithLabelValues("audited")); got != 1 {
+	if got := counterValue(t, h, "mcpintercept_audit_unrecorded_total", "route", "audited"); got != 1 {
 		t.Errorf("audit_unrecorded_total{route=audited} = %v, want 1", got)
 	}
 }
@@ -219,7 +220,7 @@ func TestAuditFailOpenForwards(t *testing.T) {
 // forwards unrecorded.
 func TestAuditNoStoreFailsClosed(t *testing.T) {
 	up, _ := countingUpstream(t, nil)
-	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{auditedRoute(&RouteAudit{})}})
+	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{auditedRoute(&auditstage.Options{})}})
 	if s := dialHTTP(t, h.addr).get(); s != 503 {
 		t.Fatalf("status %d, want 503", s)
 	}
@@ -230,7 +231,7 @@ func TestAuditNoStoreFailsClosed(t *testing.T) {
 func TestAuditDenial(t *testing.T) {
 	store := newFakeStore()
 	up, _ := countingUpstream(t, nil)
-	route := auditedRoute(&RouteAudit{Store: store})
+	route := auditedRoute(&auditstage.Options{Store: store})
 	route.RuleSet = "deny"
 	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{route}, RuleSets: map[string]RuleSet{"deny": denyAll(t)}})
 	c := dialHTTP(t, h.addr)
@@ -283,7 +284,7 @@ func TestAuditUncertain(t *testing.T) {
 				close(got)
 				io.Copy(io.Discard, c) // until the drain closes it
 			})
-			h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{auditedRoute(&RouteAudit{Store: store})}})
+			h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{auditedRoute(&auditstage.Options{Store: store})}})
 			c := dialHTTP(t, h.addr)
 			io.WriteString(c.c, "GET / HTTP/1.1\r\nHost: mcp.test\r\n\r\n")
 			if auth := store.next(t); auth.Kind != "authorization" {
@@ -331,14 +332,5 @@ func TestTraceparentValidation(t *testing.T) {
 		if got := mcp.ValidTraceparent(s); got != want {
 			t.Errorf("ValidTraceparent(%q) = %v, want %v", s, got, want)
 		}
-	}
-}
-
-// TestAuditWriterNilWhenNotAudited: an unaudited flow hands Level 2 a nil interface, not a nil
-// pointer inside one (which a nil check would take for a writer).
-func TestAuditWriterNilWhenNotAudited(t *testing.T) {
-	var fa *flowAudit
-	if w := fa.writer(); w != nil {
-		t.Fatalf("writer() = %#v, want nil", w)
 	}
 }

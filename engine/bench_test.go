@@ -25,7 +25,10 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"mcpintercept/audit"
+	"mcpintercept/audit/auditstage"
 	"mcpintercept/auth"
+	"mcpintercept/auth/tokenstage"
+	"mcpintercept/stage"
 )
 
 // BenchmarkRoundTrip1KiB: 1 KiB request, 1 KiB response on one connection, directly and through
@@ -95,7 +98,7 @@ func BenchmarkLevel1AuditRoundTrip(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close(context.Background())
-			benchLevel1(b, &Route{Name: "l1", TLS: Plaintext, Level: 1, Development: true, Audit: &RouteAudit{Store: s}}, conns)
+			benchLevel1(b, &Route{Name: "l1", TLS: Plaintext, Level: 1, Development: true, Stages: stage.Options{auditstage.Name: &auditstage.Options{Store: s}}}, conns)
 		})
 	}
 }
@@ -139,7 +142,7 @@ func BenchmarkLevel1TokenRoundTrip(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				route.Tokens = c
+				route.Stages = stage.Options{tokenstage.Name: &tokenstage.Options{Checker: c}}
 			}
 			benchLevel1With(b, route, 1, "Authorization: Bearer "+tok+"\r\n")
 		})

@@ -14,7 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"mcpintercept/level1"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
 	"mcpintercept/tlsmitm"
 )
 
@@ -351,10 +353,10 @@ func TestRouteLevel1Options(t *testing.T) {
 		extra []string
 		want  int
 	}{
-		{"strict, no Mcp-Method", Route{StrictMCPHeaders: true}, jsonPost, nil, 400},
+		{"strict, no Mcp-Method", Route{Stages: stage.Options{level1.ClassifyName: &level1.RouteOptions{StrictMCPHeaders: true}}}, jsonPost, nil, 400},
 		{"not strict, no Mcp-Method", Route{}, jsonPost, nil, 200},
 		{"upgrade not allowed", Route{}, "GET / HTTP/1.1\r\nHost: mcp.test\r\n", []string{"Connection: Upgrade", "Upgrade: websocket"}, 403},
-		{"upgrade allowed", Route{AllowUpgrade: []string{"websocket"}}, "GET / HTTP/1.1\r\nHost: mcp.test\r\n", []string{"Connection: Upgrade", "Upgrade: websocket"}, 200},
+		{"upgrade allowed", Route{Stages: stage.Options{level1.ClassifyName: &level1.RouteOptions{AllowUpgrade: []string{"websocket"}}}}, "GET / HTTP/1.1\r\nHost: mcp.test\r\n", []string{"Connection: Upgrade", "Upgrade: websocket"}, 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

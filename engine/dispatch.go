@@ -16,6 +16,7 @@ import (
 	"mcpintercept/flowconn"
 	"mcpintercept/origin"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
 	"mcpintercept/tlsmitm"
 )
 
@@ -25,10 +26,7 @@ type LeafSource interface {
 }
 
 // RuleSet is a compiled policy rule set (policy.Set).
-type RuleSet interface {
-	Evaluate(in *policy.Input) policy.Decision
-	Needs() policy.Needs
-}
+type RuleSet = stage.RuleSet
 
 // Routing is the part of the configuration a reload swaps: routes and the rule sets they name.
 // Open flows keep the route they were given, and the rule set that route named when the flow

@@ -22,12 +22,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mcpintercept/exchange"
-	"mcpintercept/integrity"
-	"mcpintercept/level2"
 	"mcpintercept/origin"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
 	"mcpintercept/telemetry"
-	"mcpintercept/tracing"
 )
 
 type atomicInt = atomic.Int64
@@ -73,23 +71,18 @@ type Options struct {
 	// HTTP is the exchange loop's configuration (header bound and timeout); the engine adds the
 	// flow's limits and the route's guards per connection.
 	HTTP exchange.Options
-	// Tools is the appliance's tool-integrity guard (pins, quarantine, divergence); routes with
-	// tool_pins use it at Level 2. Nil: no route checks definitions.
-	Tools *integrity.Guard
-	// Tracer makes the spans of every flow (nil: tracing off).
-	Tracer *tracing.Tracer
+	// Stages is the chain every HTTP-aware connection runs through, in order (chain.Stages); the
+	// engine adds its record writer last. Nil: the record writer alone.
+	Stages []stage.Factory
+	// ConnSpan makes the span of a flow that carried no HTTP the appliance read, whose ids go on
+	// its record (chain.ConnSpan; nil: none).
+	ConnSpan func(c *stage.Conn, start time.Time, decision, rule, reason string) (traceID, spanID string)
 }
 
 // Engine accepts flows from listeners and forwards each in its own goroutine.
 type Engine struct {
-	// sessions is Level 2's memory of MCP sessions across connections (negotiated version,
-	// clientInfo, 2024-11-05 requests whose answers come on another connection).
-	sessions *level2.Sessions
-
 	opt    Options
 	rec    *telemetry.Recorder // opt's recorder (recorderOf)
-	audit  *auditMetrics
-	tokens *tokenMetrics
 	shadow *shadowMetrics
 
 	// listenAddrs are the bound listener addresses; a flow whose original destination is one of
@@ -131,10 +124,7 @@ func New(opt Options) *Engine {
 	e := &Engine{
 		opt:         opt,
 		rec:         recorderOf(opt),
-		audit:       newAuditMetrics(registryOf(opt.Metrics)),
-		tokens:      newTokenMetrics(registryOf(opt.Metrics)),
 		shadow:      newShadowMetrics(registryOf(opt.Metrics)),
-		sessions:    level2.NewSessions(0),
 		listenAddrs: map[netip.AddrPort]bool{},
 		clients:     map[netip.Addr]int{},
 		flows:       map[uint64]*flowConns{},

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"mcpintercept/chain"
 	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 )
@@ -49,6 +50,10 @@ func newHarnessWith(t testing.TB, upstream string, lim Limits, rt *Routing, edit
 	if edit != nil {
 		edit(&opt)
 	}
+	if opt.Stages == nil {
+		// The appliance's chain (chain.Stages), as every HTTP-aware connection runs it.
+		withChain(&opt, chain.Deps{})
+	}
 	h.eng = New(opt)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -61,6 +66,42 @@ func newHarnessWith(t testing.TB, upstream string, lim Limits, rt *Routing, edit
 		h.eng.Drain(dctx)
 	})
 	return h
+}
+
+// withChain gives opt the appliance's chain with deps, counting on opt's registry.
+func withChain(opt *Options, deps chain.Deps) {
+	if opt.Metrics != nil && opt.Metrics.Registry != nil {
+		deps.Registry = opt.Metrics.Registry
+	}
+	opt.Stages, opt.ConnSpan = chain.Stages(deps), chain.ConnSpan(deps)
+}
+
+// counterValue is the value of the counter name{labels…} on h's registry (0: no such series).
+func counterValue(t testing.TB, h *harness, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := h.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 func denyAll(t *testing.T) RuleSet {

@@ -2,9 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -13,10 +10,8 @@ import (
 	"time"
 
 	"mcpintercept/exchange"
-	"mcpintercept/integrity"
-	"mcpintercept/level1"
-	"mcpintercept/level2"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
 )
 
 // level1 serves the flow with HTTP awareness: the route's stages run over every exchange
@@ -33,40 +28,21 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 		xo.BodyTimeout = e.opt.Limits.BodyTimeout
 	}
 	xo.HeaderTimeout = headerTimeoutUnder(xo.HeaderTimeout, e.opt.Limits.IdleTimeout)
-	// Per route: which protocol switches are allowed, and strict MCP headers (the classifier
-	// refuses before any policy runs).
-	g := level1.Guards{AllowUpgrade: route.AllowUpgrade, StrictMCPHeaders: route.StrictMCPHeaders}
-	if f.origin.Host != "" {
-		// DNS steering: the client reached this flow by a name; a request must not name another
-		// host (421), in plaintext as in TLS.
-		g.ExpectedHost = f.origin.Host
-	} else if tlsMode == Terminate {
-		// The route was chosen by the SNI (or, without one, by the destination): a request must
-		// not name another host inside that TLS session (421 otherwise).
-		g.ExpectedHost = f.sniName
-		if g.ExpectedHost == "" {
-			g.ExpectedHost = f.orig.Addr().Unmap().String()
-		}
-	}
 	rec := e.newRecordStage(f, route, tlsMode)
 	// The exchange loop's own idle timeout only runs between requests; this one also ends a flow
 	// whose upstream never answers, or an upgraded stream that went quiet.
 	idled, stop := watchIdle(e.opt.Limits.IdleTimeout, last, client, upstream)
 	defer stop()
-	fa := e.flowAudit(f, route)
-	stages := e.stagesFor(&chainOf{e: e, f: f, route: route, tls: tlsMode, guards: g, rec: rec, audit: fa, ctx: ctx, idled: idled})
+	c := e.stageConn(ctx, f, route, tlsMode, rec, idled)
+	stages := e.stagesFor(c, rec)
 	// Level 2 judges every message: bytes the upstream sends while no request is outstanding
 	// answer nothing it could judge, so they close the flow rather than reach the client raw.
 	xo.CloseUnsolicited = route.Level >= 2
 	err := exchange.Serve(ctx, client, upstream, stages, xo, e.opt.Log.With("flow", f.id))
-	if e.opt.Tracer != nil {
-		endFlowSpans(stages)
-	}
-	if fa != nil {
-		// Every authorization gets its outcome before the flow ends, and so before a drain lets
-		// the audit store close.
-		fa.finish(flowEndReason(ctx))
-	}
+	stage.EndFlow(stages, time.Now())
+	// Every authorization gets its outcome before the flow ends, and so before a drain lets the
+	// audit store close.
+	c.End(flowEndReason(ctx))
 	if rec.requests.Load() > 0 {
 		return outcome{recorded: true}
 	}
@@ -76,6 +52,54 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 		reason = err.Error()
 	}
 	return forwarded(tlsMode, rec.level, route.Name, reason)
+}
+
+// stageConn is the connection as its chain's stages see it.
+func (e *Engine) stageConn(ctx context.Context, f *flow, route *Route, tlsMode Disposition, rec *recordStage, idled func() bool) *stage.Conn {
+	level := max(route.Level, 1)
+	c := &stage.Conn{
+		ID: f.id, Num: f.num, Route: route.Name, Level: level, TLS: string(tlsMode), Options: route.Stages,
+		Client: f.client, Orig: f.orig, Host: f.origin.Host, SNI: f.sniName, Mechanism: f.origin.Mechanism,
+		Identity:   f.origin.Identity,
+		ClientVars: f.clientVars(), ConnVars: f.connVars(tlsMode), FailOpen: f.rules.failOpen,
+		RuleErrors: func(d *policy.Decision) { e.noteRuleErrors(f, d) },
+		Upstream:   f.up,
+		Post:       e.level2Post(f, route, tlsMode),
+		Record:     rec.base, Records: rec.w,
+		Ctx: ctx, Idled: idled, Warn: e.refuseLog.warn,
+	}
+	c.Record.TLS = string(tlsMode)
+	if f.rules.name != "" {
+		// The flow's rule set as current at each evaluation, counting the shadow rules'
+		// would-be decisions.
+		ss := &shadowSet{e: e, f: f}
+		c.Rules = func() stage.RuleSet {
+			if rs := f.rules.current(e); rs != nil {
+				return ss
+			}
+			return nil
+		}
+	}
+	return c
+}
+
+// stagesFor builds the chain of one connection from Options.Stages, for its route's level, and
+// the record writer last, so that its Done sees what every stage decided. A factory that returns
+// nil has nothing to do on this connection.
+func (e *Engine) stagesFor(c *stage.Conn, rec *recordStage) []exchange.Stage {
+	if c.Level >= 2 {
+		rec.level = 2
+	}
+	out := make([]exchange.Stage, 0, len(e.opt.Stages)+1)
+	for _, sf := range e.opt.Stages {
+		if !sf.Levels(c.Level) {
+			continue
+		}
+		if s := sf.New(c); s != nil {
+			out = append(out, s)
+		}
+	}
+	return append(out, rec)
 }
 
 // headerTimeoutUnder keeps Level 1's header timeout (h; 0 is exchange's default of 10 s, negative
@@ -90,89 +114,6 @@ func headerTimeoutUnder(h, idle time.Duration) time.Duration {
 		return h
 	}
 	return idle - idle/10
-}
-
-// level2Flow is what Level 2 needs of the flow: the rule set, the CEL variables, the route's
-// body bound, the appliance's session memory, and where its per-message records go. fa is the
-// flow's audit writer (nil: the route is not audited), which Level 2's audit step writes its
-// authorization and outcome records through (fa.writer()).
-func (e *Engine) level2Flow(f *flow, route *Route, tlsMode Disposition, rec *recordStage, fa *flowAudit) *level2.Flow {
-	l2 := &level2.Flow{
-		Client:   f.clientVars(),
-		Conn:     f.connVars(tlsMode),
-		FailOpen: f.rules.failOpen,
-		Options:  level2.Options{MaxBody: route.MaxBody, ForwardOversized: route.ForwardOversized},
-		// Surface control: the route's schema check, and the appliance's own way to answer a
-		// server whose server→client request policy blocked.
-		ValidateArguments: route.ValidateArguments,
-		Post:              e.level2Post(f, route, tlsMode),
-		Sessions:          e.sessions,
-		Record:            rec.message,
-		Audit:             fa.writer(),
-		// One span per JSON-RPC request (nil Tracer: none), with the flow's attributes.
-		Tracer:      e.opt.Tracer,
-		TraceInject: route.TraceInject,
-	}
-	if e.opt.Tracer != nil {
-		l2.Trace = f.traceBase(tlsMode)
-	}
-	if e.opt.Tools != nil {
-		// A nil *RouteGuard (tool_pins off) must stay a nil interface: Level 2 checks Tools
-		// against nil.
-		if rg := e.opt.Tools.Route(integrity.RouteOptions{Mode: route.ToolPins, QuarantineDivergence: route.QuarantineDivergence}); rg != nil {
-			l2.Tools = rg
-			if tlsMode == Terminate {
-				l2.UpstreamSPKI = upstreamSPKI(f.up)
-			}
-		}
-	}
-	if f.rules.name != "" {
-		ss := &shadowSet{e: e, f: f}
-		l2.Rules = func() level2.Evaluator {
-			if rs := f.rules.current(e); rs != nil {
-				return ss
-			}
-			return nil
-		}
-	}
-	return l2
-}
-
-// upstreamSPKI is "sha256:<hex>" of the public key of the certificate the upstream presented
-// on a terminate route's re-originated TLS session ("" when there is none: a plaintext
-// upstream on a trusted network).
-func upstreamSPKI(up net.Conn) string {
-	tc, ok := up.(*tls.Conn)
-	if !ok {
-		return ""
-	}
-	certs := tc.ConnectionState().PeerCertificates
-	if len(certs) == 0 {
-		return ""
-	}
-	sum := sha256.Sum256(certs[0].RawSubjectPublicKeyInfo)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// level1Flow is what Level 1's header policy needs of the flow: its rule set, as current at each
-// request (flowRules), and the CEL variables client and conn.
-func (e *Engine) level1Flow(f *flow, tlsMode Disposition) *level1.Flow {
-	if f.rules.name == "" {
-		return nil
-	}
-	ss := &shadowSet{e: e, f: f}
-	return &level1.Flow{
-		Rules: func() level1.RuleSet {
-			if rs := f.rules.current(e); rs != nil {
-				return ss
-			}
-			return nil
-		},
-		Client:     f.clientVars(),
-		Conn:       f.connVars(tlsMode),
-		FailOpen:   f.rules.failOpen,
-		RuleErrors: func(d *policy.Decision) { e.noteRuleErrors(f, d) },
-	}
 }
 
 // flowEndReason is the uncertain outcome's reason for a call still open when its flow ended.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"mcpintercept/policy"
+	"mcpintercept/stage"
 	"mcpintercept/telemetry"
 )
 
@@ -77,7 +78,11 @@ func (e *Engine) exit(f *flow, out outcome) {
 	rec.Decision, rec.Rule, rec.Reason = string(out.decision), out.rule, out.reason
 	if out.level == 0 && f.dispatched {
 		// Opaque, passthrough, refused at the connection: the flow is its one call.
-		rec.TraceID, rec.SpanID = e.connectionSpan(f, out)
+		if e.opt.ConnSpan != nil {
+			c := stage.Conn{Route: f.route, TLS: string(out.tls), Client: f.client, Orig: f.orig, Host: f.origin.Host,
+				SNI: f.sniName, Mechanism: f.origin.Mechanism, Identity: f.origin.Identity}
+			rec.TraceID, rec.SpanID = e.opt.ConnSpan(&c, f.start, string(out.decision), out.rule, out.reason)
+		}
 	}
 	e.rec.Flow(&rec, end)
 }

@@ -2,15 +2,15 @@ package engine
 
 import (
 	"mcpintercept/exchange"
-	"mcpintercept/level2"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
 	"mcpintercept/telemetry"
 )
 
 // Every record of the engine goes through its telemetry.Recorder, the one writer: a flow's
-// record at its exit (outcome.go), an exchange's in recordStage.Done, a JSON-RPC message's in
-// recordStage.message. The recorder counts the metrics that go with each kind and hands the
+// record at its exit (outcome.go), an exchange's in recordStage.Done, a JSON-RPC message's through
+// stage.Conn.Records (Level 2 writes them). The recorder counts the metrics that go with each kind and hands the
 // record to its sinks (the flow log; audit and tracing plug in there).
 
 // recorderOf is the recorder opt asks for: its own, or one that writes opt.Flows and counts in
@@ -26,8 +26,8 @@ func recorderOf(opt Options) *telemetry.Recorder {
 	return telemetry.NewRecorder(opt.Metrics, sink)
 }
 
-// recordStage writes the record of every exchange of one connection, or at Level 2 hands the
-// Level 2 stage the writer of its per-message records. It runs last, so that its Done sees what
+// recordStage writes the record of every exchange of one connection; at Level 2 the Level 2 stage
+// writes its per-message records through the same writer (stage.Conn.Records). It runs last, so that its Done sees what
 // every stage decided.
 type recordStage struct {
 	exchange.Base
@@ -47,33 +47,10 @@ func (e *Engine) newRecordStage(f *flow, route *Route, tlsMode Disposition) *rec
 		w: e.rec.ForFlow(f.orig.String(), f.client.Addr().String())}
 }
 
-// message writes the record of one JSON-RPC message (Level 2): the flow log's keys, with the
-// message's method, name, id and direction.
-func (r *recordStage) message(m *level2.Record) {
-	rec := r.base
-	rec.Time = telemetry.Time{Time: m.Time}
-	rec.TLS, rec.Level = string(r.tls), 2
-	rec.HTTPMethod, rec.Path, rec.Status = m.HTTPMethod, m.Path, m.Status
-	rec.MCPVersion, rec.MCPMethod, rec.MCPName = m.Version, m.Method, m.Name
-	rec.JSONRPCID, rec.Direction = m.ID, m.Direction
-	rec.Decision = string(m.Decision)
-	if rec.Decision == "" {
-		rec.Decision = string(exchange.Allow)
-	}
-	rec.Rule, rec.Reason = m.Rule, m.Reason
-	if m.Err != "" {
-		appendReason(&rec, m.Err)
-	}
-	rec.BytesUp, rec.BytesDown = m.BytesUp, m.BytesDown
-	rec.Iss, rec.Sub = m.Caller.Iss, m.Caller.Sub
-	rec.TraceID, rec.SpanID = m.TraceID, m.SpanID
-	r.w.Message(&rec, m.Duration)
-}
-
 // Done implements exchange.Stage.
 func (r *recordStage) Done(x *exchange.Exchange) {
 	r.requests.Add(1)
-	if r.level >= 2 && level2.Recorded(x) {
+	if r.level >= 2 && stage.Recorded(x) {
 		// Level 2 wrote one record per JSON-RPC message of this exchange; only the bytes are
 		// left to count.
 		r.w.Bytes(x.BytesUp, x.BytesDown)
@@ -110,7 +87,7 @@ func (r *recordStage) Done(x *exchange.Exchange) {
 	rec.BytesUp, rec.BytesDown = x.BytesUp, x.BytesDown
 	c := policy.CallerFrom(x.Get(policy.CallerKey{}))
 	rec.Iss, rec.Sub = c.Iss, c.Sub
-	if sp := spanOf(x); sp != nil {
+	if sp := stage.SpanOf(x); sp != nil {
 		rec.TraceID, rec.SpanID = sp.TraceID(), sp.SpanID()
 	}
 	// The series are bounded jointly by telemetry (the per-flow handle resolves the destination

@@ -4,9 +4,8 @@ import (
 	"net/netip"
 	"strings"
 
-	"mcpintercept/integrity"
-	"mcpintercept/level2"
 	"mcpintercept/origin"
+	"mcpintercept/stage"
 )
 
 // Disposition is how a flow's TLS is treated (draft, "TLS Considerations").
@@ -47,13 +46,6 @@ type Route struct {
 	TLS   Disposition
 	Level int // 0 opaque, 1 headers, 2 JSON-RPC bodies
 
-	// MaxBody and ForwardOversized are Level 2's body bound and what happens to a response over
-	// it (closed, or forwarded uninspected).
-	MaxBody          int64
-	ForwardOversized bool
-	// ValidateArguments: Level 2 checks tools/call arguments against the tool's listed schema.
-	ValidateArguments bool
-
 	// OnMismatch is what happens when a terminate/passthrough route sees non-TLS bytes, or a
 	// plaintext route with Level ≥ 1 sees a TLS ClientHello: OnMismatchPassthrough (forward
 	// opaque) or OnMismatchClose; unset, see closesOnMismatch. Logged either way.
@@ -64,34 +56,14 @@ type Route struct {
 	// downgrade), which the draft forbids "unless explicitly configured within a trusted network
 	// boundary".
 	PlaintextUpstreamTrustedNetwork bool
-	// StrictMCPHeaders refuses MCP requests that lack Mcp-Method (clients before 2026-07-28)
-	// instead of letting method/tool rules not match them.
-	StrictMCPHeaders bool
-	// AllowUpgrade lists the protocols (lower-case Upgrade tokens; "connect" for CONNECT) a
-	// request on this Level 1 route may switch to; level1 refuses the others.
-	AllowUpgrade []string
 	// RuleSet names the policy rule set applied on this route ("" = none: allow).
 	RuleSet string
 	// OnRuleError is "open" to skip a deny or rate_limit rule whose evaluation fails; anything
 	// else ("closed", the default) makes it deny.
 	OnRuleError string
-	// Audit, when set, makes every judged request of the route durable in the audit store
-	// before it goes upstream, and its outcome after.
-	Audit *RouteAudit
-	// Tokens checks every request's bearer token before it is forwarded (nil: tokens pass
-	// unread, token_audience: off).
-	Tokens TokenChecker
-	// CallerIdentity is how records carry an accepted token's iss and sub: plain (""),
-	// IdentityHash or IdentityOff (tokens.record_identity).
-	CallerIdentity string
-	// ToolPins is the route's tool_pins (integrity.ModeOff, ModeLearn, ModeEnforce; "" off) and
-	// QuarantineDivergence its on_divergence: quarantine. They take effect with Options.Tools.
-	ToolPins             integrity.Mode
-	QuarantineDivergence bool
-	// TraceInject is trace_propagation: inject: the request sent upstream carries the
-	// appliance's span as its parent (traceparent header, and params._meta when the client put
-	// a trace context there). Default: spans recorded, the request forwarded unchanged.
-	TraceInject bool
+	// Stages holds the route's options of each stage of the chain, by stage name (token,
+	// classify, level2, trace, audit, …): each stage reads its own type.
+	Stages stage.Options
 }
 
 // needsSNI reports whether matching this route depends on the ClientHello.
@@ -174,9 +146,6 @@ func selectRoute(routes []*Route, client, dst netip.AddrPort, sni func() string)
 	}
 	return DefaultRoute
 }
-
-// A route's guard is what Level 2 calls.
-var _ level2.ToolGuard = (*integrity.RouteGuard)(nil)
 
 // Select is the route a flow from client to dst takes, as dispatch chooses it: the first route
 // whose conditions hold (sni is asked at most once, only when a candidate route names servers),

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mcpintercept/policy"
+	"mcpintercept/telemetry"
 )
 
 // shadowMetrics is mcpintercept_shadow_decisions_total: what shadow rules (mode: shadow) would
@@ -15,9 +16,7 @@ func newShadowMetrics(reg prometheus.Registerer) *shadowMetrics {
 	m := &shadowMetrics{total: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mcpintercept_shadow_decisions_total", Help: "Decisions shadow rules (mode: shadow) would have made and did not enforce, by rule set, rule and would (deny, rate_limited)."},
 		[]string{"rule_set", "rule", "would"})}
-	if reg != nil {
-		m.total = registered(reg, m.total)
-	}
+	m.total = telemetry.Registered(reg, m.total)
 	return m
 }
 

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"mcpintercept/auth"
 )
@@ -140,7 +139,7 @@ func TestTokenCarriers(t *testing.T) {
 			}
 			// Each refusal is counted under its bounded kind.
 			for kind, want := range map[string]float64{"scheme": 3, "carrier": 5, "authority": 9, "audience": 9, "malformed": 4} {
-				if got := testutil.ToFloat64(h.eng.tokens.refused.WithLabelValues("tokens", kind)); got != want {
+				if got := counterValue(t, h, "mcpintercept_token_refused_total", "route", "tokens", "kind", kind); got != want {
 					t.Errorf("token_refused_total{kind=%s} = %v, want %v", kind, got, want)
 				}
 			}

@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"crypto/sha256"
+	"encoding/hex"
 	"mcpintercept/auth"
+	"mcpintercept/auth/tokenstage"
+	"mcpintercept/stage"
 	"mcpintercept/telemetry"
 )
 
@@ -39,8 +42,9 @@ func (f *fakeChecker) CheckRequest(_ context.Context, cr auth.Credentials, canon
 
 const ping = `{"jsonrpc":"2.0","id":1,"method":"ping"}`
 
-func tokenRoute(level int, c TokenChecker) *Route {
-	return &Route{Name: "tokens", TLS: Plaintext, Level: level, Development: true, Tokens: c}
+func tokenRoute(level int, c tokenstage.Checker) *Route {
+	return &Route{Name: "tokens", TLS: Plaintext, Level: level, Development: true,
+		Stages: stage.Options{tokenstage.Name: &tokenstage.Options{Checker: c}}}
 }
 
 // TestTokenRefusedBeforeUpstream: the draft's "intermediaries MUST validate token audiences before
@@ -86,7 +90,7 @@ func TestTokenRefusedBeforeUpstream(t *testing.T) {
 			if strings.Contains(fmt.Sprintf("%+v", rec), "wrong") {
 				t.Errorf("the record carries the token: %+v", rec)
 			}
-			if got := testutil.ToFloat64(h.eng.tokens.refused.WithLabelValues("tokens", "audience")); got != 1 {
+			if got := counterValue(t, h, "mcpintercept_token_refused_total", "route", "tokens", "kind", "audience"); got != 1 {
 				t.Errorf("token_refused_total{route=tokens,kind=audience} = %v, want 1", got)
 			}
 			// Host is lower-cased, the port is the original destination's (not the default, so
@@ -119,11 +123,11 @@ func TestTokenRefusedBeforeUpstream(t *testing.T) {
 // record, as tokens.record_identity says: plain, hashed (of iss and sub together) or left out.
 func TestTokenCallerInRecords(t *testing.T) {
 	for _, level := range []int{1, 2} {
-		for _, mode := range []string{"", IdentityHash, IdentityOff} {
+		for _, mode := range []string{"", tokenstage.IdentityHash, tokenstage.IdentityOff} {
 			t.Run(fmt.Sprintf("level %d %q", level, mode), func(t *testing.T) {
 				up, read := countingUpstream(t, nil)
 				route := tokenRoute(level, &fakeChecker{})
-				route.CallerIdentity = mode
+				route.Stages[tokenstage.Name].(*tokenstage.Options).CallerIdentity = mode
 				h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{route}})
 				c := dialHTTP(t, h.addr)
 				c.doBody("POST /mcp HTTP/1.1\r\nHost: mcp.test:8080\r\n", ping, "Content-Length: "+fmt.Sprint(len(ping)),
@@ -137,14 +141,21 @@ func TestTokenCallerInRecords(t *testing.T) {
 						break
 					}
 				}
-				want := map[string]string{"": "alice", IdentityHash: identityHash("\x00alice"), IdentityOff: ""}[mode]
+				want := map[string]string{"": "alice", tokenstage.IdentityHash: sha256Hex16("\x00alice"), tokenstage.IdentityOff: ""}[mode]
 				if rec.Sub != want || rec.Iss != "" {
 					t.Errorf("record names iss %q sub %q, want sub %q", rec.Iss, rec.Sub, want)
 				}
-				if mode == IdentityHash && !strings.HasPrefix(rec.Sub, "sha256:") || strings.Contains(fmt.Sprintf("%+v", rec), "good") {
+				if mode == tokenstage.IdentityHash && !strings.HasPrefix(rec.Sub, "sha256:") || strings.Contains(fmt.Sprintf("%+v", rec), "good") {
 					t.Errorf("record %+v", rec)
 				}
 			})
 		}
 	}
+}
+
+// sha256Hex16 is "sha256:" and the first 128 bits of s's SHA-256 in hex: tokens.record_identity:
+// hash of a subject.
+func sha256Hex16(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:16])
 }

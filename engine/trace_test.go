@@ -13,9 +13,13 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"mcpintercept/audit/auditstage"
+	"mcpintercept/chain"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
 	"mcpintercept/telemetry"
 	"mcpintercept/tracing"
+	"mcpintercept/tracing/tracestage"
 	"mcpintercept/tracing/tracingtest"
 )
 
@@ -28,7 +32,7 @@ func tracedHarness(t *testing.T, up string, rt *Routing) (*harness, *tracing.Tra
 	t.Helper()
 	rc := newOTLPReceiver(t)
 	tr := rc.Tracer(t)
-	h := newHarnessWith(t, up, Limits{}, rt, func(o *Options) { o.Tracer = tr })
+	h := newHarnessWith(t, up, Limits{}, rt, func(o *Options) { withChain(o, chain.Deps{Tracer: tr}) })
 	return h, tr, rc
 }
 
@@ -69,7 +73,7 @@ func headerUpstream(t *testing.T) (string, chan string) {
 // parent; with inject the server sees the appliance's span as the parent; the record names it.
 func TestTraceLevel1Span(t *testing.T) {
 	up, seen := headerUpstream(t)
-	h, tr, rc := tracedHarness(t, up, &Routing{Routes: []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true, TraceInject: true}}})
+	h, tr, rc := tracedHarness(t, up, &Routing{Routes: []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true, Stages: stage.Options{tracestage.Name: &tracestage.Options{Inject: true}}}}})
 	c := dialHTTP(t, h.addr)
 	c.body = "{}"
 	if s := c.do("POST /mcp HTTP/1.1\r\nHost: mcp.test\r\n", "Content-Length: 2", "Mcp-Method: tools/call", "Mcp-Name: echo",
@@ -183,7 +187,7 @@ func TestTraceLevel2ThroughEngine(t *testing.T) {
 func TestTraceLevel1Audit(t *testing.T) {
 	store := newFakeStore()
 	up, _ := headerUpstream(t)
-	h, tr, rc := tracedHarness(t, up, &Routing{Routes: []*Route{auditedRoute(&RouteAudit{Store: store})}})
+	h, tr, rc := tracedHarness(t, up, &Routing{Routes: []*Route{auditedRoute(&auditstage.Options{Store: store})}})
 	if s := dialHTTP(t, h.addr).get(); s != 200 {
 		t.Fatalf("status %d", s)
 	}
@@ -202,14 +206,14 @@ func TestTraceLevel1Audit(t *testing.T) {
 // Tracing off: no trace stage in the chain, no ids on records.
 func TestTraceOff(t *testing.T) {
 	up, _ := headerUpstream(t)
-	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true, TraceInject: true}}})
+	h := newRoutedHarness(t, up, Limits{}, &Routing{Routes: []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true, Stages: stage.Options{tracestage.Name: &tracestage.Options{Inject: true}}}}})
 	if s := dialHTTP(t, h.addr).get(); s != 200 {
 		t.Fatalf("status %d", s)
 	}
 	if rec := h.sink.next(t); rec.TraceID != "" || rec.SpanID != "" {
 		t.Fatalf("record with trace ids and tracing off: %+v", rec)
 	}
-	if h.eng.traceStage(&chainOf{}) != nil {
+	if s := tracestage.Factory(nil).New(&stage.Conn{Level: 1}); s != nil {
 		t.Fatal("a trace stage with tracing off")
 	}
 }

@@ -1,8 +1,10 @@
-package engine
+// Package auditstage makes a route's requests durable in the audit store before they go
+// upstream: Level 1's audit stage (one authorization per HTTP request, its outcome after), and the
+// flow's audit writer that Level 2's stage writes its per-message records through (Writer).
+package auditstage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,17 +12,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mcpintercept/audit"
+	"mcpintercept/stage"
+	"mcpintercept/telemetry"
 )
 
-// Appender is what the engine needs of the durable audit store (audit.Store): Append returns
+// Name is the stage's name in the chain and the key of its options.
+const Name = "audit"
+
+// Appender is what the audit stages need of the durable audit store (audit.Store): Append returns
 // once the record is durable, or with an error (audit.ErrUnavailable) when it could not be made so.
 type Appender interface {
 	Append(ctx context.Context, r *audit.Record) (audit.Receipt, error)
 }
 
-// RouteAudit is an audited route's setting: where its records go, what a request gets when its
+// Options is an audited route's setting: where its records go, what a request gets when its
 // record cannot be written, and whether Level 2 records arguments besides their hash.
-type RouteAudit struct {
+type Options struct {
 	// Store receives the records; nil fails every record (a closed route then refuses all).
 	Store Appender
 	// FailOpen forwards a request whose authorization record failed (counted in
@@ -52,8 +59,8 @@ type auditMetrics struct {
 	seconds    prometheus.Histogram
 }
 
-// newAuditMetrics registers the audit series on reg (nil: unregistered), reusing those an engine
-// before this one registered on the same registry.
+// newAuditMetrics registers the audit series on reg (nil: unregistered), reusing those registered
+// before on the same registry.
 func newAuditMetrics(reg prometheus.Registerer) *auditMetrics {
 	m := &auditMetrics{
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -66,24 +73,30 @@ func newAuditMetrics(reg prometheus.Registerer) *auditMetrics {
 			Name: "mcpintercept_audit_append_seconds", Help: "Time for one audit record to become durable (or fail).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 	}
-	if reg == nil {
-		return m
-	}
-	m.records = registered(reg, m.records)
-	m.unrecorded = registered(reg, m.unrecorded)
-	m.seconds = registered(reg, m.seconds)
+	m.records = telemetry.Registered(reg, m.records)
+	m.unrecorded = telemetry.Registered(reg, m.unrecorded)
+	m.seconds = telemetry.Registered(reg, m.seconds)
 	return m
 }
 
-// registered registers c, or returns the collector already registered under its name.
-func registered[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	var are prometheus.AlreadyRegisteredError
-	if err := reg.Register(c); errors.As(err, &are) {
-		if prev, ok := are.ExistingCollector.(C); ok {
-			return prev
-		}
+// Auditing is the audit of one appliance: its series, the Level 1 stage (Factory) and each audited
+// connection's writer (Writer), which Level 1 and Level 2 share.
+type Auditing struct{ m *auditMetrics }
+
+// New returns the audit of a chain, counting on reg (nil: unregistered).
+func New(reg prometheus.Registerer) *Auditing { return &Auditing{m: newAuditMetrics(reg)} }
+
+// connKey keeps a connection's flowAudit.
+type connKey struct{}
+
+// Writer is c's audit writer: nil (an untyped nil interface) when its route is not audited. Its
+// first call makes it; when the connection's exchanges are over, every authorization still
+// without an outcome gets an uncertain one (c.OnEnd).
+func (a *Auditing) Writer(c *stage.Conn) AuditWriter {
+	if fa := a.flowAudit(c); fa != nil {
+		return fa
 	}
-	return c
+	return nil
 }
 
 // flowAudit writes the audit records of one connection on an audited route: it fills the flow's
@@ -93,11 +106,11 @@ func registered[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 // Level 2's stage writes its records through it too: Append for an authorization (before the
 // message goes upstream), Outcome when the call ends.
 type flowAudit struct {
-	ra    *RouteAudit
+	ra    *Options
 	m     *auditMetrics
 	route string
-	log   *rateLimitedLog
-	flow  string // the flow log's id, for log lines
+	warn  func(key, msg string, args ...any) // rate-limited
+	flow  string                             // the flow log's id, for log lines
 	base  audit.Record
 
 	mu      sync.Mutex
@@ -105,44 +118,40 @@ type flowAudit struct {
 	wg      sync.WaitGroup           // outcome appends in flight
 }
 
-// flowAudit is nil when route is not audited.
-func (e *Engine) flowAudit(f *flow, route *Route) *flowAudit {
-	if route.Audit == nil {
+// flowAudit is c's, nil when its route is not audited.
+func (a *Auditing) flowAudit(c *stage.Conn) *flowAudit {
+	ra, _ := stage.Get[*Options](c.Options, Name)
+	if ra == nil {
 		return nil
 	}
-	fa := &flowAudit{ra: route.Audit, m: e.audit, route: route.Name, log: &e.refuseLog, flow: f.id,
-		pending: map[uint64]*audit.Record{}}
-	fa.base = audit.Record{Flow: f.num, Client: f.client.String(), Level: route.Level, Server: f.sniName}
-	if f.orig.IsValid() {
-		fa.base.Destination = f.orig.String()
-	}
-	if fa.base.Server == "" {
-		fa.base.Server = f.origin.Host
-	}
-	if id := f.origin.Identity; id != nil {
-		fa.base.Identity = &audit.Identity{PID: id.PID, UID: id.UID, Comm: id.Comm, Exe: id.Exe, Cgroup: id.CgroupID}
-	}
-	return fa
+	return c.Shared(connKey{}, func() any {
+		fa := &flowAudit{ra: ra, m: a.m, route: c.Route, warn: c.Warn, flow: c.ID,
+			pending: map[uint64]*audit.Record{}}
+		fa.base = audit.Record{Flow: c.Num, Client: c.Client.String(), Level: c.Level, Server: c.SNI}
+		if c.Orig.IsValid() {
+			fa.base.Destination = c.Orig.String()
+		}
+		if fa.base.Server == "" {
+			fa.base.Server = c.Host
+		}
+		if id := c.Identity; id != nil {
+			fa.base.Identity = &audit.Identity{PID: id.PID, UID: id.UID, Comm: id.Comm, Exe: id.Exe, Cgroup: id.CgroupID}
+		}
+		c.OnEnd(fa.finish)
+		return fa
+	}).(*flowAudit)
 }
 
 // AuditWriter is the audit seam of Level 2's stage: what one flow's audit records go through.
 // Append makes an authorization record durable before the message goes upstream (an error: refuse
 // it with -31004, forward nothing); Outcome records how the call ended, in the background;
-// Arguments says whether records carry the redacted arguments besides their hash. The engine fills
+// Arguments says whether records carry the redacted arguments besides their hash. The writer fills
 // the flow's fields (flow, client, identity, destination, server, level) and, when the flow ends,
 // gives every authorization still open an uncertain outcome ("shutdown" at the drain deadline).
 type AuditWriter interface {
 	Append(ctx context.Context, r *audit.Record) (audit.Receipt, error)
 	Outcome(r *audit.Record)
 	Arguments() bool
-}
-
-// writer is fa as an AuditWriter; nil (an untyped nil interface) when the route is not audited.
-func (fa *flowAudit) writer() AuditWriter {
-	if fa == nil {
-		return nil
-	}
-	return fa
 }
 
 // Arguments reports whether records carry the (redacted) arguments besides their hash.
@@ -167,11 +176,11 @@ func (fa *flowAudit) Append(ctx context.Context, r *audit.Record) (audit.Receipt
 	}
 	if fa.ra.FailOpen {
 		fa.m.unrecorded.WithLabelValues(fa.route).Inc()
-		fa.log.warn("audit:"+fa.route, "audit record not written; forwarding (audit fail: open)",
+		fa.warn("audit:"+fa.route, "audit record not written; forwarding (audit fail: open)",
 			"flow", fa.flow, "route", fa.route, "err", err)
 		return audit.Receipt{}, nil
 	}
-	fa.log.warn("audit:"+fa.route, "audit record not written; refusing the request",
+	fa.warn("audit:"+fa.route, "audit record not written; refusing the request",
 		"flow", fa.flow, "route", fa.route, "err", err)
 	return audit.Receipt{}, err
 }
@@ -198,7 +207,7 @@ func (fa *flowAudit) Outcome(r *audit.Record) {
 		// Not the flow's context: a flow cut by the drain deadline still owes its outcomes, and
 		// the store's own timeout bounds the write.
 		if _, err := fa.write(context.Background(), r); err != nil {
-			fa.log.warn("audit-outcome:"+fa.route, "audit outcome not written", "flow", fa.flow, "route", fa.route,
+			fa.warn("audit-outcome:"+fa.route, "audit outcome not written", "flow", fa.flow, "route", fa.route,
 				"authorization", r.Authorization, "err", err)
 		}
 	}()

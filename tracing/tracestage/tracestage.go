@@ -1,20 +1,23 @@
-package engine
+// Package tracestage makes the spans of the flows Level 2 does not (Level 2 makes one per
+// JSON-RPC request, level2/trace.go): one per HTTP request at Level 1 (the trace stage), and one
+// "connection" span for a flow that carried no HTTP the appliance read (ConnSpan).
+package tracestage
 
 import (
 	"context"
 	"time"
 
 	"mcpintercept/exchange"
-	"mcpintercept/level2"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
 	"mcpintercept/tracing"
 )
 
 // Spans (Options.Tracer set; nil is tracing off and none of this runs):
 //
-//   - Level 2 makes one span per JSON-RPC request (level2/trace.go), with traceBase as the
-//     flow's part of its attributes.
+//   - Level 2 makes one span per JSON-RPC request (level2/trace.go), with Base as the flow's
+//     part of its attributes.
 //   - Level 1 (traceStage): one span per HTTP request that gets a Level 1 record — every request
 //     of a Level 1 route, and at Level 2 those Level 2 wrote no message record for (a GET stream,
 //     a body that is not JSON-RPC). At Level 1 it starts once the stages before it let the
@@ -26,32 +29,50 @@ import (
 //
 // The records of those calls (flow log, audit) carry the span's trace_id and span_id.
 
-// traceBase is the flow's part of every span's attributes.
-func (f *flow) traceBase(tlsMode Disposition) tracing.Call {
-	c := tracing.Call{Route: f.route, TLS: string(tlsMode), Mechanism: f.origin.Mechanism,
-		ClientAddress: f.client.Addr().String(), ClientPort: int(f.client.Port())}
-	if id := f.origin.Identity; id != nil {
-		c.PID, c.UID, c.Comm, c.Exe = id.PID, id.UID, id.Comm, id.Exe
+// Name is the stage's name in the chain and the key of its options.
+const Name = "trace"
+
+// Options are a route's tracing settings.
+type Options struct {
+	// Inject is trace_propagation: inject: the request sent upstream carries the appliance's
+	// span as its parent (traceparent header, and params._meta when the client put a trace
+	// context there; Level 2 reads it too). Default: spans recorded, the request forwarded
+	// unchanged.
+	Inject bool
+}
+
+// Inject reports a route's trace_propagation: inject.
+func Inject(o stage.Options) bool {
+	t, _ := stage.Get[*Options](o, Name)
+	return t != nil && t.Inject
+}
+
+// Base is the flow's part of every span's attributes.
+func Base(c *stage.Conn) tracing.Call {
+	b := tracing.Call{Route: c.Route, TLS: c.TLS, Mechanism: c.Mechanism,
+		ClientAddress: c.Client.Addr().String(), ClientPort: int(c.Client.Port())}
+	if id := c.Identity; id != nil {
+		b.PID, b.UID, b.Comm, b.Exe = id.PID, id.UID, id.Comm, id.Exe
 	}
 	switch {
-	case f.sniName != "":
-		c.ServerAddress = f.sniName
-	case f.origin.Host != "":
-		c.ServerAddress = f.origin.Host
-	case f.orig.IsValid():
-		c.ServerAddress = f.orig.Addr().Unmap().String()
+	case c.SNI != "":
+		b.ServerAddress = c.SNI
+	case c.Host != "":
+		b.ServerAddress = c.Host
+	case c.Orig.IsValid():
+		b.ServerAddress = c.Orig.Addr().Unmap().String()
 	}
-	if f.orig.IsValid() {
-		c.ServerPort = int(f.orig.Port())
+	if c.Orig.IsValid() {
+		b.ServerPort = int(c.Orig.Port())
 	}
-	return c
+	return b
 }
 
 // spanKey keeps an exchange's Level 1 span.
 type spanKey struct{}
 
-// spanOf is x's Level 1 span (nil: none).
-func spanOf(x *exchange.Exchange) *tracing.Span {
+// SpanOf is x's Level 1 span (nil: none): the records of x carry its ids.
+func SpanOf(x *exchange.Exchange) *tracing.Span {
 	sp, _ := x.Get(spanKey{}).(*tracing.Span)
 	return sp
 }
@@ -65,11 +86,16 @@ type traceStage struct {
 	inject bool // the route's trace_propagation: inject
 }
 
-func (e *Engine) traceStage(c *chainOf) exchange.Stage {
-	if e.opt.Tracer == nil {
-		return nil
-	}
-	return &traceStage{t: e.opt.Tracer, base: c.f.traceBase(c.tls), level: max(c.route.Level, 1), inject: c.route.TraceInject}
+// Factory is the trace stage of a chain (nil t: tracing off, no stage). It runs after the policy,
+// so that a span starts only for a request let through (a refused one gets its span at Done), and
+// before the audit and record stages, whose records carry its ids.
+func Factory(t *tracing.Tracer) stage.Factory {
+	return stage.Factory{Name: Name, Levels: stage.FromLevel(1), New: func(c *stage.Conn) exchange.Stage {
+		if t == nil {
+			return nil
+		}
+		return &traceStage{t: t, base: Base(c), level: max(c.Level, 1), inject: Inject(c.Options)}
+	}}
 }
 
 // RequestHead implements exchange.Stage: a Level 1 request the stages before let through gets
@@ -80,6 +106,7 @@ func (s *traceStage) RequestHead(_ context.Context, x *exchange.Exchange) exchan
 	}
 	sp := s.start(x)
 	x.Set(spanKey{}, sp)
+	stage.SetSpan(x, sp)
 	if s.inject {
 		if tp, ts, ok := sp.Inject(); ok {
 			x.SetRequestHeader("traceparent", tp)
@@ -123,13 +150,14 @@ func (s *traceStage) Done(x *exchange.Exchange) {
 	if x.Req == nil {
 		return
 	}
-	sp := spanOf(x)
+	sp := SpanOf(x)
 	if sp == nil {
-		if s.level >= 2 && level2.Recorded(x) {
+		if s.level >= 2 && stage.Recorded(x) {
 			return
 		}
 		sp = s.start(x)
 		x.Set(spanKey{}, sp)
+		stage.SetSpan(x, sp)
 	}
 	d := x.Verdict.Decision
 	if d == "" {
@@ -140,29 +168,19 @@ func (s *traceStage) Done(x *exchange.Exchange) {
 	sp.End(x.Start.Add(x.Duration))
 }
 
-// connectionSpan is the span of a flow that carried no HTTP the appliance read (opaque,
-// passthrough, refused at the connection), from its start to now; its ids go on the record.
-func (e *Engine) connectionSpan(f *flow, out outcome) (traceID, spanID string) {
-	if e.opt.Tracer == nil {
-		return "", ""
+// ConnSpan is the span of a flow that carried no HTTP the appliance read (opaque, passthrough,
+// refused at the connection), from start to now; its ids go on the flow's record. Nil t: none.
+func ConnSpan(t *tracing.Tracer) func(c *stage.Conn, start time.Time, decision, rule, reason string) (traceID, spanID string) {
+	if t == nil {
+		return nil
 	}
-	sp := e.opt.Tracer.Start(tracing.Parent{}, tracing.KindInternal, f.traceBase(out.tls), f.start)
-	d := out.decision
-	if d == "" {
-		d = policy.ActionAllow
-	}
-	sp.Decision(string(d), out.rule, out.reason)
-	sp.End(time.Now())
-	return sp.TraceID(), sp.SpanID()
-}
-
-// endFlowSpans ends what the connection's stages keep open past their exchanges (Level 2's
-// server→client requests the client never answered).
-func endFlowSpans(stages []exchange.Stage) {
-	now := time.Now()
-	for _, s := range stages {
-		if ef, ok := s.(interface{ EndFlow(time.Time) }); ok {
-			ef.EndFlow(now)
+	return func(c *stage.Conn, start time.Time, decision, rule, reason string) (string, string) {
+		sp := t.Start(tracing.Parent{}, tracing.KindInternal, Base(c), start)
+		if decision == "" {
+			decision = string(policy.ActionAllow)
 		}
+		sp.Decision(decision, rule, reason)
+		sp.End(time.Now())
+		return sp.TraceID(), sp.SpanID()
 	}
 }

@@ -1,4 +1,7 @@
-package engine
+// Package tokenstage is the token stage: every request's token carriers (Authorization, the
+// target's query, cookies) judged against the server's canonical URI before any byte of it goes
+// upstream. Its options are a route's Options (stage.Get(route options, Name)).
+package tokenstage
 
 import (
 	"context"
@@ -12,16 +15,30 @@ import (
 
 	"mcpintercept/auth"
 	"mcpintercept/exchange"
-	"mcpintercept/level2"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
+	"mcpintercept/telemetry"
 )
 
-// TokenChecker judges every token carrier of one request (Authorization, the target's query,
+// Name is the stage's name in the chain and the key of its options.
+const Name = "token"
+
+// Checker judges every token carrier of one request (Authorization, the target's query,
 // cookies) against the server's canonical URI; *auth.Checker is the one the appliance builds per
 // route.
-type TokenChecker interface {
+type Checker interface {
 	CheckRequest(ctx context.Context, cr auth.Credentials, canonical string) (auth.Result, error)
+}
+
+// Options are a route's token settings (token_audience, tokens.record_identity).
+type Options struct {
+	// Checker checks every request's bearer token before it is forwarded (nil: tokens pass
+	// unread, token_audience: off).
+	Checker Checker
+	// CallerIdentity is how records carry an accepted token's iss and sub: plain (""),
+	// IdentityHash or IdentityOff (tokens.record_identity).
+	CallerIdentity string
 }
 
 // tokenRule is the record's rule of a request the token check refused.
@@ -34,9 +51,7 @@ func newTokenMetrics(reg prometheus.Registerer) *tokenMetrics {
 	m := &tokenMetrics{refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mcpintercept_token_refused_total", Help: "Requests refused before forwarding because of their token, by route and kind (audience, signature, expired, issuer, opaque, malformed, oversized, scheme, carrier, authority)."},
 		[]string{"route", "kind"})}
-	if reg != nil {
-		m.refused = registered(reg, m.refused)
-	}
+	m.refused = telemetry.Registered(reg, m.refused)
 	return m
 }
 
@@ -46,7 +61,7 @@ func newTokenMetrics(reg prometheus.Registerer) *tokenMetrics {
 // spec defines it (RFC 8707), so a token minted for another server is refused.
 type tokenStage struct {
 	exchange.Base
-	check   TokenChecker
+	check   Checker
 	route   string
 	scheme  string // https on terminate, http on plaintext
 	port    int    // the original destination's
@@ -57,20 +72,26 @@ type tokenStage struct {
 	ident   string // Route.CallerIdentity
 }
 
-func (e *Engine) tokenStage(c *chainOf) exchange.Stage {
-	if c.route.Tokens == nil {
-		return nil
-	}
-	s := &tokenStage{check: c.route.Tokens, route: c.route.Name, scheme: "http", port: int(c.f.orig.Port()),
-		dstHost: c.f.orig.Addr().Unmap().String(), level: c.route.Level, metrics: e.tokens,
-		ident: c.route.CallerIdentity}
-	if c.tls == Terminate {
-		s.scheme, s.sni = "https", c.f.sniName
-	}
-	if s.sni == "" {
-		s.sni = c.f.origin.Host
-	}
-	return s
+// Factory is the token stage of a chain, counting refusals on reg (nil: unregistered). It runs
+// at every level that reads HTTP, before any policy or body stage: a refused token is never
+// forwarded, and rules read its claims.
+func Factory(reg prometheus.Registerer) stage.Factory {
+	m := newTokenMetrics(reg)
+	return stage.Factory{Name: Name, Levels: stage.FromLevel(1), New: func(c *stage.Conn) exchange.Stage {
+		o, _ := stage.Get[*Options](c.Options, Name)
+		if o == nil || o.Checker == nil {
+			return nil
+		}
+		s := &tokenStage{check: o.Checker, route: c.Route, scheme: "http", port: int(c.Orig.Port()),
+			dstHost: c.Orig.Addr().Unmap().String(), level: c.Level, metrics: m, ident: o.CallerIdentity}
+		if c.TLS == "terminate" {
+			s.scheme, s.sni = "https", c.SNI
+		}
+		if s.sni == "" {
+			s.sni = c.Host
+		}
+		return s
+	}}
 }
 
 // RequestHead implements exchange.Stage.
@@ -193,17 +214,10 @@ func (s *tokenStage) refuse(x *exchange.Exchange, status int, reason string) exc
 	var body []byte
 	if s.level >= 2 {
 		headers = append(headers, exchange.Header{Name: "Content-Type", Value: "application/json"})
-		body = mcp.EncodeError(nil, level2.CodeTokenRefused, "token refused", tokenDenial{level2.Intermediary, tokenRule, reason})
+		body = mcp.DenialBody(nil, mcp.CodeTokenRefused, "token refused", tokenRule, reason, 0)
 	}
 	x.Answer(status, headers, body, exchange.Verdict{Decision: exchange.Deny, Status: status, Rule: tokenRule, Reason: reason})
 	return exchange.Stop
-}
-
-// tokenDenial is error.data of the refusal, the shape of Level 2's denials.
-type tokenDenial struct {
-	Intermediary string `json:"intermediary"`
-	Rule         string `json:"rule"`
-	Reason       string `json:"reason"`
 }
 
 // quoteParam keeps a reason inside an auth-param's quoted-string: no quote, backslash or control
@@ -230,7 +244,7 @@ func authVars(r auth.Result) *policy.Auth {
 		Claims: policy.Claims{Iss: c.Iss, Sub: c.Sub, Azp: c.Azp, ClientID: c.ClientID, Scope: c.Scope, Aud: c.Aud}}
 }
 
-// Values of Route.CallerIdentity (tokens.record_identity); anything else is plain.
+// Values of Options.CallerIdentity (tokens.record_identity); anything else is plain.
 const (
 	IdentityHash = "hash"
 	IdentityOff  = "off"

@@ -1,4 +1,4 @@
-package engine
+package level2
 
 import (
 	"crypto/ecdsa"
@@ -16,7 +16,15 @@ import (
 	"time"
 
 	"mcpintercept/integrity"
+	flowstage "mcpintercept/stage"
 )
+
+// pinnedConn is a connection on a Level 2 route with tool_pins mode.
+func pinnedConn(mode integrity.Mode, tls string, up net.Conn) *flowstage.Conn {
+	return &flowstage.Conn{Route: "r", Level: 2, TLS: tls, Upstream: up,
+		Client: netip.MustParseAddrPort("10.200.1.2:40000"), Orig: netip.MustParseAddrPort("10.200.2.2:3011"),
+		Options: flowstage.Options{Name: &RouteOptions{ToolPins: mode, QuarantineDivergence: true}}}
+}
 
 // Tool integrity (issue 20): a Level 2 route with tool_pins learn or enforce gets the
 // appliance's guard under its own settings; a route without tool_pins, or an appliance without
@@ -40,10 +48,7 @@ func TestLevel2FlowToolGuard(t *testing.T) {
 		{"no guard", nil, integrity.ModeEnforce, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := New(Options{Tools: c.tools})
-			f := &flow{e: e, client: netip.MustParseAddrPort("10.200.1.2:40000"), orig: netip.MustParseAddrPort("10.200.2.2:3011")}
-			route := &Route{Name: "r", Level: 2, ToolPins: c.pins, QuarantineDivergence: true}
-			l2 := e.level2Flow(f, route, Plaintext, &recordStage{}, nil)
+			l2 := FlowOf(pinnedConn(c.pins, "plaintext", nil), Deps{Tools: c.tools})
 			if got := l2.Tools != nil; got != c.want {
 				t.Fatalf("Level 2 has a guard: %v, want %v (%#v)", got, c.want, l2.Tools)
 			}
@@ -97,15 +102,11 @@ func TestLevel2FlowUpstreamSPKI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	e := New(Options{Tools: g})
-	f := &flow{e: e, client: netip.MustParseAddrPort("10.200.1.2:40000"), orig: netip.MustParseAddrPort("10.200.2.2:443"), up: up}
-	route := &Route{Name: "r", Level: 2, ToolPins: integrity.ModeLearn}
-	if got := e.level2Flow(f, route, Terminate, &recordStage{}, nil).UpstreamSPKI; got != want {
+	if got := FlowOf(pinnedConn(integrity.ModeLearn, "terminate", up), Deps{Tools: g}).UpstreamSPKI; got != want {
 		t.Fatalf("UpstreamSPKI %q, want %q", got, want)
 	}
 	// A terminate route with a plaintext upstream (trusted network) has no key to record.
-	f.up = a
-	if got := e.level2Flow(f, route, Terminate, &recordStage{}, nil).UpstreamSPKI; got != "" {
+	if got := FlowOf(pinnedConn(integrity.ModeLearn, "terminate", a), Deps{Tools: g}).UpstreamSPKI; got != "" {
 		t.Fatalf("plaintext upstream: UpstreamSPKI %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package auditstage
 
 import (
 	"context"
@@ -10,18 +10,11 @@ import (
 
 	"mcpintercept/audit"
 	"mcpintercept/exchange"
-	"mcpintercept/level2"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
+	"mcpintercept/tracing/tracestage"
 )
-
-// CodeAuditUnavailable is the JSON-RPC error an audited request gets when its authorization
-// record could not be made durable and the route fails closed. Like Level 2's policy codes it lies
-// outside the range JSON-RPC reserves, so no client takes it for the server's.
-const CodeAuditUnavailable = level2.CodeAuditUnavailable
-
-// auditIntermediary is how error.data names the appliance, as in Level 2's errors.
-const auditIntermediary = "mcpintercept"
 
 // auditStage is Level 1's audit writer: every request the stages before it let through gets a
 // durable authorization record before its first byte goes upstream (RequestHead runs before any
@@ -38,6 +31,19 @@ type auditStage struct {
 	ctx   context.Context // the flow's: done when the drain deadline cut it
 	idled func() bool     // the idle watch closed the flow
 	n     atomic.Uint64   // exchange numbers, in the order the stage saw requests
+}
+
+// Factory is Level 1's audit stage, after the policy so that it records the decision: an allowed
+// request's record is durable before its first byte goes upstream. Level 2 writes its own
+// records, per JSON-RPC message, through the same Writer.
+func (a *Auditing) Factory() stage.Factory {
+	return stage.Factory{Name: Name, Levels: stage.OnlyLevel(1), New: func(c *stage.Conn) exchange.Stage {
+		fa := a.flowAudit(c)
+		if fa == nil {
+			return nil
+		}
+		return &auditStage{fa: fa, ctx: c.Ctx, idled: c.Idled}
+	}}
 }
 
 // auditKey keeps an exchange's auditState.
@@ -129,7 +135,7 @@ func (s *auditStage) authorization(x *exchange.Exchange) *audit.Record {
 	if tp, ok := x.Req.Get("traceparent"); ok && mcp.ValidTraceparent(tp) {
 		r.Traceparent = tp
 	}
-	if sp := spanOf(x); sp != nil {
+	if sp := tracestage.SpanOf(x); sp != nil {
 		r.TraceID, r.SpanID = sp.TraceID(), sp.SpanID()
 	}
 	return r
@@ -178,6 +184,6 @@ func auditErrorBody(reason string) []byte {
 		JSONRPC string   `json:"jsonrpc"`
 		ID      *int     `json:"id"`
 		Error   rpcError `json:"error"`
-	}{"2.0", nil, rpcError{CodeAuditUnavailable, "audit unavailable", data{auditIntermediary, "audit", reason}}})
+	}{"2.0", nil, rpcError{mcp.CodeAuditUnavailable, "audit unavailable", data{mcp.Intermediary, "audit", reason}}})
 	return b
 }
