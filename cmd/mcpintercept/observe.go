@@ -17,7 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"mcpintercept/appliance"
+	"mcpintercept/admin"
 	"mcpintercept/config"
 	"mcpintercept/telemetry"
 )
@@ -98,7 +98,7 @@ func cmdObserve(args []string, stdout, stderr io.Writer) int {
 	if !all {
 		q.Set("kind", "message,exchange")
 	}
-	if _, err := appliance.ParseObserveQuery(q, time.Now()); err != nil {
+	if _, err := admin.ParseObserveQuery(q, time.Now()); err != nil {
 		fmt.Fprintf(stderr, "mcpintercept observe: %v\n", err)
 		return exitUsage
 	}

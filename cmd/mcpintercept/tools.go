@@ -19,7 +19,7 @@ import (
 	"time"
 	"unicode"
 
-	"mcpintercept/appliance"
+	"mcpintercept/admin"
 	"mcpintercept/config"
 	"mcpintercept/integrity"
 )
@@ -501,12 +501,12 @@ func cmdToolsApprove(args []string, stdout, stderr io.Writer) int {
 	if !c.resolve() {
 		return exitUsage
 	}
-	body, _ := json.Marshal(appliance.ToolApproval{Server: pos[0], Kind: integrity.Kind(*kind), Name: pos[1], Hash: *hash})
+	body, _ := json.Marshal(admin.ToolApproval{Server: pos[0], Kind: integrity.Kind(*kind), Name: pos[1], Hash: *hash})
 	b, err := c.do(http.MethodPost, "/tools/approve", body, true)
 	if err != nil {
 		return exitRuntime
 	}
-	var ev appliance.ToolEvent
+	var ev admin.ToolEvent
 	if err := json.Unmarshal(b, &ev); err != nil {
 		fmt.Fprintf(stderr, "mcpintercept tools approve: the admin listener's answer is not an event: %v\n", err)
 		return exitRuntime

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"unicode"
 
-	"mcpintercept/appliance"
+	"mcpintercept/admin"
 	"mcpintercept/integrity"
 )
 
@@ -24,7 +24,7 @@ type fakeAdmin struct {
 	snap     []integrity.ServerState
 	pins     []byte
 	token    string
-	approved []appliance.ToolApproval
+	approved []admin.ToolApproval
 }
 
 func (f *fakeAdmin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,7 +40,7 @@ func (f *fakeAdmin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "approving needs the admin token", http.StatusUnauthorized)
 			return
 		}
-		var req appliance.ToolApproval
+		var req admin.ToolApproval
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -49,7 +49,7 @@ func (f *fakeAdmin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			for _, d := range s.Defs {
 				if s.Server == req.Server && d.Kind == req.Kind && d.Name == req.Name {
 					f.approved = append(f.approved, req)
-					json.NewEncoder(w).Encode(appliance.ToolEvent{Event: integrity.EventApproved, Server: s.Server, Kind: d.Kind, Name: d.Name, OldHash: d.Pin, NewHash: d.Seen})
+					json.NewEncoder(w).Encode(admin.ToolEvent{Event: integrity.EventApproved, Server: s.Server, Kind: d.Kind, Name: d.Name, OldHash: d.Pin, NewHash: d.Seen})
 					return
 				}
 			}
