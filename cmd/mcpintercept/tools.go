@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -128,14 +127,14 @@ func (c *toolsConn) resolve() bool {
 			fmt.Fprintf(c.stderr, "mcpintercept %s: admin.listen is off in %s; the tools commands talk to the running appliance's admin listener: turn it on, or pass --admin URL\n", c.name, c.config)
 			return false
 		}
-		u, err := adminURLOf(listen)
+		u, err := admin.URLOf(listen)
 		if err != nil {
 			fmt.Fprintf(c.stderr, "mcpintercept %s: admin.listen %q: %v\n", c.name, listen, err)
 			return false
 		}
 		c.admin = u
 	} else {
-		u, err := normalizeAdminURL(c.admin)
+		u, err := admin.NormalizeURL(c.admin)
 		if err != nil {
 			fmt.Fprintf(c.stderr, "mcpintercept %s: --admin %q: %v\n", c.name, c.admin, err)
 			return false
@@ -151,38 +150,6 @@ func (c *toolsConn) resolve() bool {
 	}
 	c.client = &http.Client{Timeout: 30 * time.Second}
 	return true
-}
-
-// adminURLOf is the URL a local client reaches admin.listen at: a wildcard address is reached
-// on loopback.
-func adminURLOf(listen string) (string, error) {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return "", err
-	}
-	switch host {
-	case "", "0.0.0.0":
-		host = "127.0.0.1"
-	case "::":
-		host = "::1"
-	}
-	return "http://" + net.JoinHostPort(host, port), nil
-}
-
-// normalizeAdminURL accepts http(s)://host:port[/prefix] or a bare host:port.
-func normalizeAdminURL(s string) (string, error) {
-	if !strings.Contains(s, "://") {
-		s = "http://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", err
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" || u.User != nil ||
-		u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
-		return "", errors.New("want http://HOST:PORT")
-	}
-	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // errReported is an error already printed; the command exits with exitRuntime.
