@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -327,36 +326,10 @@ func cmdToolsDiff(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// pinKey names a definition of a pin file.
-type pinKey struct {
-	server string
-	kind   integrity.Kind
-	name   string
-}
-
-// pinsOf reads a pin file the way the appliance does (a guard with no state directory, which
-// keeps everything in memory) and returns its pins.
-func pinsOf(path string) (map[pinKey]integrity.DefState, error) {
-	g, err := integrity.Open(integrity.Options{PinFile: path})
-	if err != nil {
-		return nil, err
-	}
-	defer g.Close()
-	out := map[pinKey]integrity.DefState{}
-	for _, s := range g.Snapshot() {
-		for _, d := range s.Defs {
-			if d.Pin != "" {
-				out[pinKey{s.Server, d.Kind, d.Name}] = d
-			}
-		}
-	}
-	return out, nil
-}
-
 // diffPinFile compares the pin file the appliance would write now (GET /tools/pins: every
 // definition seen, at the hash seen last) with file.
 func diffPinFile(c *toolsConn, file string, stdout, stderr io.Writer) int {
-	want, err := pinsOf(file)
+	want, err := integrity.PinsOf(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept tools diff: %s is not a pin file the appliance reads: %v\n", file, err)
 		return exitUsage
@@ -379,35 +352,19 @@ func diffPinFile(c *toolsConn, file string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mcpintercept tools diff: %v\n", werr)
 		return exitRuntime
 	}
-	got, err := pinsOf(tmp.Name())
+	got, err := integrity.PinsOf(tmp.Name())
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept tools diff: the admin listener's /tools/pins does not read as a pin file: %v\n", err)
 		return exitRuntime
 	}
-	keys := make([]pinKey, 0, len(got)+len(want))
-	for k := range got {
-		keys = append(keys, k)
-	}
-	for k := range want {
-		if _, ok := got[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.SortFunc(keys, func(a, b pinKey) int {
-		return strings.Compare(a.server+"\x00"+string(a.kind)+"\x00"+a.name, b.server+"\x00"+string(b.kind)+"\x00"+b.name)
-	})
 	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
 	n := 0
-	for _, k := range keys {
-		g, inLive := got[k]
-		w, inFile := want[k]
-		var what, fields string
+	for _, d := range integrity.DiffPins(want, got) {
+		var what string
 		switch {
-		case inLive && inFile && g.Pin == w.Pin:
-			continue
-		case inLive && inFile:
-			what, fields = "differs", strings.Join(changedFields(w.Fields, g.Fields), ",")
-		case inLive:
+		case d.InA && d.InB:
+			what = "differs"
+		case d.InB:
 			what = "not in " + filepath.Base(file)
 		default:
 			what = "not seen live"
@@ -416,7 +373,7 @@ func diffPinFile(c *toolsConn, file string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(tw, "SERVER\tKIND\tNAME\tDIFFERENCE\tCHANGED\tFILE → LIVE\n")
 		}
 		n++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s → %s\n", safe(k.server), safe(string(k.kind)), safe(k.name), safe(what), orDash(safe(fields)), short(w.Pin), short(g.Pin))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s → %s\n", safe(d.Server), safe(string(d.Kind)), safe(d.Name), safe(what), orDash(safe(strings.Join(d.Changed, ","))), short(d.PinA), short(d.PinB))
 	}
 	tw.Flush()
 	if n > 0 {
@@ -425,26 +382,6 @@ func diffPinFile(c *toolsConn, file string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "the live definitions match %s (%d definition(s))\n", file, len(want))
 	return exitOK
-}
-
-// changedFields are the fields whose hashes differ between a and b, when both have them.
-func changedFields(a, b map[string]string) []string {
-	if len(a) == 0 || len(b) == 0 {
-		return nil
-	}
-	var out []string
-	for f, h := range a {
-		if b[f] != h {
-			out = append(out, f)
-		}
-	}
-	for f := range b {
-		if _, ok := a[f]; !ok {
-			out = append(out, f)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 func cmdToolsApprove(args []string, stdout, stderr io.Writer) int {
