@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"mcpintercept/admin"
 	"mcpintercept/audit"
 	"mcpintercept/chain"
 	"mcpintercept/config"
@@ -100,7 +101,7 @@ type Appliance struct {
 	lns  []*net.TCPListener
 
 	metrics  *telemetry.Metrics
-	admin    *telemetry.Admin
+	admin    *admin.Server
 	flows    *telemetry.FlowLog      // nil when the flow log is off
 	flowFile *telemetry.RotatingFile // log.flows when it is a file
 	eng      *engine.Engine
@@ -120,7 +121,7 @@ type Appliance struct {
 	// opened with.
 	tracer       *tracing.Tracer
 	telemetryCfg config.TelemetryConfig
-	// live is the live view (observe.go): the hub every record also goes to, and the admin
+	// live is the live view (admin.go; its endpoints are package admin's): the hub every record also goes to, and the admin
 	// token GET /observe and /ui require.
 	live       *liveView
 	stopHealth func()
@@ -198,17 +199,14 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		return nil, err
 	}
 	if !opt.NoAdmin && cfg.Admin.Listen != "off" && cfg.Admin.Listen != "" {
-		a.admin, err = telemetry.NewAdmin(cfg.Admin.Listen, a.metrics, func() any { return Declaration(cfg) }, log.With("component", "admin"))
+		a.admin, err = admin.New(cfg.Admin.Listen, a.metrics, func() any { return Declaration(cfg) }, log.With("component", "admin"))
 		if err != nil {
 			return nil, err
 		}
 		a.admin.AllowHosts(cfg.Admin.Hosts...)
 		// Served from now on (metrics, health); /readyz says ready once the steering is in place
 		// and the audit store (when a route is audited) is writable.
-		a.serveAudit()
-		a.serveTools()
-		a.serveObserve()
-		a.serveConfigDump()
+		a.serveAdmin()
 		a.admin.Start()
 	}
 

@@ -3,7 +3,6 @@ package appliance
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"mcpintercept/audit"
@@ -80,27 +79,6 @@ func (a *Appliance) auditReady() error {
 		return s.Ready()
 	}
 	return nil
-}
-
-// serveAudit adds the audit endpoints and readiness check to the admin listener. The checkpoint
-// is what an operator ships off the box (a log cut after it no longer verifies against it), the
-// public key what verifies it.
-func (a *Appliance) serveAudit() {
-	a.admin.AddReadiness("audit", a.auditReady)
-	text := func(get func(*audit.Store) []byte) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			s := a.audit.Load()
-			if s == nil {
-				http.Error(w, "audit is off: no route is audited", http.StatusNotFound)
-				return
-			}
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.Header().Set("Cache-Control", "no-store")
-			w.Write(get(s))
-		}
-	}
-	a.admin.Handle("GET /audit/checkpoint", text(func(s *audit.Store) []byte { return s.Checkpoint() }))
-	a.admin.Handle("GET /audit/pubkey", text(func(s *audit.Store) []byte { return []byte(s.PublicKey() + "\n") }))
 }
 
 // closeAudit writes the final checkpoint and closes the store. Stop calls it after the drain, so

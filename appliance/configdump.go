@@ -2,7 +2,6 @@ package appliance
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 	"unicode"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/antlr4-go/antlr/v4"
 	"go.yaml.in/yaml/v3"
 
+	"mcpintercept/admin"
 	"mcpintercept/config"
 )
 
@@ -29,16 +29,6 @@ import (
 // Elided replaces a secret value in /config_dump.
 const Elided = "[elided]"
 
-// ConfigDump is the body of GET /config_dump.
-type ConfigDump struct {
-	// Path is the file the configuration was loaded from.
-	Path string `json:"path" yaml:"path"`
-	// Reloaded says whether a reload replaced the configuration the appliance started with.
-	Reloaded bool `json:"reloaded" yaml:"reloaded"`
-	// Config is the configuration, secrets elided.
-	Config any `json:"config" yaml:"config"`
-}
-
 // runningConfig is the configuration in effect: the last one a reload applied, else the one New
 // was given. (A reload applies routes, rules and the pin file; the sections it cannot apply
 // without a restart are logged as such and are still the file's in the dump.)
@@ -49,35 +39,14 @@ func (a *Appliance) runningConfig() (cfg *config.Config, reloaded bool) {
 	return a.cfg, false
 }
 
-// serveConfigDump adds GET /config_dump to the admin listener.
-func (a *Appliance) serveConfigDump() {
-	a.admin.Handle("GET /config_dump", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !a.live.check(w, r) {
-			return
-		}
-		cfg, reloaded := a.runningConfig()
-		tree, err := DumpConfig(cfg)
-		if err != nil {
-			http.Error(w, "config dump: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		out := ConfigDump{Path: cfg.Path, Reloaded: reloaded, Config: tree}
-		switch f := r.URL.Query().Get("format"); f {
-		case "", "json":
-			writeJSON(w, http.StatusOK, out)
-		case "yaml":
-			b, err := yaml.Marshal(out)
-			if err != nil {
-				http.Error(w, "config dump: "+err.Error(), http.StatusInternalServerError)
-				return
-			}
-			w.Header().Set("Content-Type", "application/yaml")
-			w.Header().Set("Cache-Control", "no-store")
-			w.Write(b)
-		default:
-			http.Error(w, fmt.Sprintf("format %q: want json or yaml", f), http.StatusBadRequest)
-		}
-	}))
+// configDump is GET /config_dump's body: the running configuration, secrets elided.
+func (a *Appliance) configDump() (admin.ConfigDump, error) {
+	cfg, reloaded := a.runningConfig()
+	tree, err := DumpConfig(cfg)
+	if err != nil {
+		return admin.ConfigDump{}, err
+	}
+	return admin.ConfigDump{Path: cfg.Path, Reloaded: reloaded, Config: tree}, nil
 }
 
 // DumpConfig returns cfg as a tree of maps, lists and scalars keyed as the file is, secrets

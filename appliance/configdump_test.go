@@ -15,6 +15,7 @@ import (
 	"cel.dev/cel-go/parser"
 	"go.yaml.in/yaml/v3"
 
+	"mcpintercept/admin"
 	"mcpintercept/config"
 )
 
@@ -177,7 +178,7 @@ func TestConfigDumpEndpoint(t *testing.T) {
 	}
 	token := strings.TrimSpace(string(raw))
 
-	dump := func(t *testing.T, query string) ConfigDump {
+	dump := func(t *testing.T, query string) admin.ConfigDump {
 		t.Helper()
 		code, body := adminDo(t, a, "GET", "/config_dump"+query, token, "")
 		if code != 200 {
@@ -186,7 +187,7 @@ func TestConfigDumpEndpoint(t *testing.T) {
 		if strings.Contains(body, "header-secret-value") {
 			t.Fatalf("the dump shows the OTLP header's value:\n%s", body)
 		}
-		var d ConfigDump
+		var d admin.ConfigDump
 		if query == "?format=yaml" {
 			err = yaml.Unmarshal([]byte(body), &d)
 		} else {
@@ -197,7 +198,7 @@ func TestConfigDumpEndpoint(t *testing.T) {
 		}
 		return d
 	}
-	routes := func(d ConfigDump) []string {
+	routes := func(d admin.ConfigDump) []string {
 		var names []string
 		c, _ := d.Config.(map[string]any)
 		rs, _ := c["routes"].([]any)

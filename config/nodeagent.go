@@ -63,12 +63,6 @@ const (
 	maxNodeAgentHeartbeat     = 10 * time.Minute
 )
 
-// NamespaceSelector splits NamespaceLabel into its key and value ("" value: any).
-func (n NodeAgentConfig) NamespaceSelector() (key, value string, anyValue bool) {
-	k, v, ok := strings.Cut(n.NamespaceLabel, "=")
-	return k, v, !ok
-}
-
 // nodeAgentKeys are node_agent's part of configTable (appended in init: the table is one
 // literal, and the section comes last in the file format).
 var nodeAgentKeys = table[Config]{

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 
 	"mcpintercept/appliance"
-	"mcpintercept/config"
+	"mcpintercept/intercept"
 )
 
 // User is who the command runs as (Linux only).
@@ -17,13 +17,14 @@ type User struct{}
 
 // Options are what Run needs.
 type Options struct {
-	Config     *config.Config
-	ZeroConfig bool
-	Level      int
-	Argv       []string
-	User       User
-	Stderr     io.Writer
-	Log        *slog.Logger
+	NewAppliance func(context.Context, appliance.Options) (*appliance.Appliance, error)
+	Steering     intercept.Options
+	ZeroConfig   bool
+	Level        int
+	Argv         []string
+	User         User
+	Stderr       io.Writer
+	Log          *slog.Logger
 	// CgroupCreated is told the command's cgroup (Linux only).
 	CgroupCreated func(path string)
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"mcpintercept/appliance"
-	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/intercept"
 	"mcpintercept/telemetry"
@@ -24,9 +23,13 @@ import (
 
 // Options are what Run needs.
 type Options struct {
-	// Config gives routes, rules, CA, upstream trust, limits and the flow log file; the mechanism
+	// NewAppliance makes the appliance (appliance.New with the configuration: routes, rules, CA,
+	// upstream trust, limits and the flow log file) from the options Run decides: the mechanism
 	// is always eBPF on a cgroup Run creates, the listeners ephemeral loopback ports.
-	Config *config.Config
+	NewAppliance func(context.Context, appliance.Options) (*appliance.Appliance, error)
+	// Steering is the configuration's steering (appliance.SteeringOptions): its destinations,
+	// ports and bypass mark are the eBPF program's.
+	Steering intercept.Options
 	// ZeroConfig replaces the routes with ZeroConfigRouting (exec without --config).
 	ZeroConfig bool
 	// Level is the zero-config route's awareness level (1 or 2; 0 means 2).
@@ -94,7 +97,7 @@ func (s *execSink) close() { close(s.lines); <-s.done }
 // Run runs o.Argv with its TCP connects steered through an appliance until it exits, and returns
 // its exit code (128+signal when a signal killed it; 127 when it could not start).
 func Run(ctx context.Context, o Options) (int, error) {
-	cfg, log := o.Config, o.Log
+	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -120,7 +123,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	mech, err := newMechanism(cfg, cg, lns)
+	mech, err := newMechanism(o.Steering, cg, lns)
 	if err != nil {
 		for _, l := range lns {
 			l.Close()
@@ -134,7 +137,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	sink := newExecSink(o.Stderr)
 	opt.Observe = sink
-	app, err := appliance.New(ctx, cfg, opt)
+	app, err := o.NewAppliance(ctx, opt)
 	if err != nil {
 		sink.close()
 		return 0, err
@@ -214,9 +217,8 @@ func Run(ctx context.Context, o Options) (int, error) {
 }
 
 // newMechanism is eBPF steering of the cgroup cg to the listeners lns, limited to the
-// configuration's destinations and ports.
-func newMechanism(cfg *config.Config, cg string, lns []*net.TCPListener) (*intercept.EBPF, error) {
-	steer := appliance.SteeringOptions(cfg)
+// configuration's destinations and ports (steer).
+func newMechanism(steer intercept.Options, cg string, lns []*net.TCPListener) (*intercept.EBPF, error) {
 	opts := intercept.EBPFOptions{CgroupPath: cg, Destinations: steer.Destinations, Ports: steer.Ports, BypassMark: steer.BypassMark}
 	for _, l := range lns {
 		ap := l.Addr().(*net.TCPAddr).AddrPort()

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"mcpintercept/appliance"
-	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/intercept"
 	"mcpintercept/intercept/upstream"
@@ -33,10 +32,34 @@ type Options struct {
 	Resync time.Duration
 }
 
+// Settings are the agent's share of the configuration (node_agent, and the steering and connect
+// timeout of every pod's flows), as the caller read it.
+type Settings struct {
+	// Socket is the CNI plugin's Unix socket; SpoolDir where the plugin leaves the ADDs the agent
+	// was down for; StateDir the agent's record of enrolled pods.
+	Socket, SpoolDir, StateDir string
+	// PodsDir, when set, is the pod list (a directory of objects) instead of the Kubernetes API
+	// at Kubeconfig ("" in-cluster); NodeName selects this node's pods.
+	PodsDir, Kubeconfig, NodeName string
+	// Selector decides which pods are enrolled (SelectorOf).
+	Selector Selector
+	// Port is the transparent listener's port inside each pod's network namespace.
+	Port uint16
+	// Failure is node_agent.failure as configured (logged); FailOpen says it is open: a pod's
+	// steering lapses Heartbeat after the agent's last sign of life.
+	Failure   string
+	FailOpen  bool
+	Heartbeat time.Duration
+	// Steering is the configuration's steering (appliance.SteeringOptions): every pod's starts
+	// from it, and its bypass mark is on every upstream dial.
+	Steering intercept.Options
+	// ConnectTimeout bounds each upstream dial (limits.connect_timeout).
+	ConnectTimeout time.Duration
+}
+
 // Agent is one running node agent.
 type Agent struct {
-	cfg *config.Config
-	na  config.NodeAgentConfig
+	na  Settings
 	opt Options
 	log *slog.Logger
 	app *appliance.Appliance
@@ -64,35 +87,36 @@ type podState struct {
 func (p *podState) enrolled() bool { return p.mech != nil }
 
 // New wires an agent: the appliance (routes, rule sets, records, admin listener) without
-// listeners of its own, the pod list and the CNI socket. Nothing is steered before Run.
-func New(ctx context.Context, cfg *config.Config, opt Options) (*Agent, error) {
+// listeners of its own, made by newApp (appliance.New with the configuration), the pod list and
+// the CNI socket. Nothing is steered before Run.
+func New(ctx context.Context, s Settings, newApp func(appliance.Options) (*appliance.Appliance, error), opt Options) (*Agent, error) {
 	log := opt.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if len(cfg.Intercept.Ports) == 0 {
+	if len(s.Steering.Ports) == 0 {
 		return nil, &appliance.ConfigError{Err: errors.New("node agent: intercept.ports is empty: nothing would be steered in the pods")}
 	}
-	a := &Agent{cfg: cfg, na: cfg.NodeAgent, opt: opt, log: log, sel: SelectorOf(cfg.NodeAgent), pods: map[string]*podState{}}
+	a := &Agent{na: s, opt: opt, log: log, sel: s.Selector, pods: map[string]*podState{}}
 	a.src = opt.Source
 	if a.src == nil {
-		if cfg.NodeAgent.PodsDir != "" {
-			a.src = &DirSource{Dir: cfg.NodeAgent.PodsDir, Node: cfg.NodeAgent.NodeName}
+		if s.PodsDir != "" {
+			a.src = &DirSource{Dir: s.PodsDir, Node: s.NodeName}
 		} else {
-			ks, err := NewKubeSource(cfg.NodeAgent.Kubeconfig, cfg.NodeAgent.NodeName)
+			ks, err := NewKubeSource(s.Kubeconfig, s.NodeName)
 			if err != nil {
 				return nil, err
 			}
 			a.src = ks
 		}
 	}
-	app, err := appliance.New(ctx, cfg, appliance.Options{Stdout: opt.Stdout, Log: log,
+	app, err := newApp(appliance.Options{Stdout: opt.Stdout, Log: log,
 		Mechanism: agentMechanism{}, Listeners: []*net.TCPListener{}, HoldReady: true, Quiet: true})
 	if err != nil {
 		return nil, err
 	}
 	a.app = app
-	if a.ln, err = cniproto.Listen(cfg.NodeAgent.Socket); err != nil {
+	if a.ln, err = cniproto.Listen(s.Socket); err != nil {
 		app.Stop(context.Background())
 		return nil, fmt.Errorf("node agent: CNI socket: %w", err)
 	}
@@ -154,7 +178,7 @@ func (a *Agent) shutdown() {
 		if !p.enrolled() {
 			continue
 		}
-		a.release(p, a.na.Failure == config.FailOpen)
+		a.release(p, a.na.FailOpen)
 	}
 	os.Remove(a.na.Socket)
 }
@@ -242,7 +266,7 @@ func (a *Agent) reconcile(ctx context.Context, p *podState) (bool, error) {
 // steeringOptions are the steering installed in every pod's namespace: nftables-tproxy of the
 // host's own processes (the pod's), to the listener on loopback.
 func (a *Agent) steeringOptions(v6 bool) intercept.Options {
-	o := appliance.SteeringOptions(a.cfg)
+	o := a.na.Steering
 	o.Mechanism = origin.NftablesTProxy
 	o.Listen = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	if v6 {
@@ -253,8 +277,8 @@ func (a *Agent) steeringOptions(v6 bool) intercept.Options {
 	if len(o.Destinations) == 0 {
 		o.Destinations = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
 	}
-	if a.na.Failure == config.FailOpen {
-		o.Heartbeat = a.na.Heartbeat.Duration
+	if a.na.FailOpen {
+		o.Heartbeat = a.na.Heartbeat
 	}
 	return o
 }
@@ -302,7 +326,7 @@ func (a *Agent) enrol(ctx context.Context, p *podState) error {
 		ServiceAccount: p.pod.ServiceAccount, Labels: p.pod.Labels}
 	src := engine.Source{
 		Steering: podSteering{mech: mech, pod: opod},
-		Dialer:   &nsDialer{ns: ns, base: upstream.BypassDialer(a.cfg.Steering.BypassMark, a.cfg.Limits.ConnectTimeout.Duration)},
+		Dialer:   &nsDialer{ns: ns, base: upstream.BypassDialer(a.na.Steering.BypassMark, a.na.ConnectTimeout)},
 		Pod: &policy.Pod{Namespace: opod.Namespace, Name: opod.Name, UID: opod.UID,
 			ServiceAccount: opod.ServiceAccount, Labels: opod.Labels},
 	}
@@ -461,10 +485,10 @@ func (a *Agent) drainSpool(ctx context.Context) {
 // heartbeats refresh every fail-open pod's steering (Options.Heartbeat of intercept) three times
 // per heartbeat, so that it lapses only when the agent is gone.
 func (a *Agent) heartbeats(ctx context.Context) {
-	if a.na.Failure != config.FailOpen {
+	if !a.na.FailOpen {
 		return
 	}
-	t := time.NewTicker(max(a.na.Heartbeat.Duration/3, 100*time.Millisecond))
+	t := time.NewTicker(max(a.na.Heartbeat/3, 100*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {

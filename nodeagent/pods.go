@@ -11,8 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
-
-	"mcpintercept/config"
 )
 
 // Pod is what the agent needs of a Kubernetes pod.
@@ -51,10 +49,11 @@ type Selector struct {
 	AllowOptOut          bool
 }
 
-// SelectorOf is cfg's selector.
-func SelectorOf(cfg config.NodeAgentConfig) Selector {
-	k, v, anyValue := cfg.NamespaceSelector()
-	return Selector{LabelKey: k, LabelValue: v, AnyValue: anyValue, Annotation: cfg.PodAnnotation, AllowOptOut: cfg.AllowPodOptOut}
+// SelectorOf is the selector of node_agent.namespace_label (key=value, or a key alone: any
+// value), node_agent.pod_annotation and node_agent.allow_pod_opt_out.
+func SelectorOf(namespaceLabel, podAnnotation string, allowOptOut bool) Selector {
+	k, v, ok := strings.Cut(namespaceLabel, "=")
+	return Selector{LabelKey: k, LabelValue: v, AnyValue: !ok, Annotation: podAnnotation, AllowOptOut: allowOptOut}
 }
 
 // Selected reports whether p is enrolled, and why (for logs).

@@ -58,7 +58,7 @@ func TestParseObject(t *testing.T) {
 }
 
 func TestSelector(t *testing.T) {
-	sel := SelectorOf(config.NodeAgentConfig{NamespaceLabel: config.DefaultNamespaceLabel, PodAnnotation: config.DefaultPodAnnotation})
+	sel := SelectorOf(config.DefaultNamespaceLabel, config.DefaultPodAnnotation, false)
 	on := map[string]string{"mcpintercept.io/intercept": "enabled"}
 	off := map[string]string{"mcpintercept.io/intercept": "no"}
 	for _, tt := range []struct {
@@ -83,7 +83,7 @@ func TestSelector(t *testing.T) {
 			}
 		})
 	}
-	optOut := SelectorOf(config.NodeAgentConfig{NamespaceLabel: config.DefaultNamespaceLabel, PodAnnotation: config.DefaultPodAnnotation, AllowPodOptOut: true})
+	optOut := SelectorOf(config.DefaultNamespaceLabel, config.DefaultPodAnnotation, true)
 	for _, tt := range []struct {
 		name   string
 		ann    map[string]string
@@ -105,7 +105,7 @@ func TestSelector(t *testing.T) {
 	if !sel.OptOutIgnored(disabled) || optOut.OptOutIgnored(disabled) || sel.OptOutIgnored(&Pod{}) {
 		t.Error("OptOutIgnored: want true only for a disabled pod without allow_pod_opt_out")
 	}
-	anyValue := SelectorOf(config.NodeAgentConfig{NamespaceLabel: "inspect", PodAnnotation: "a"})
+	anyValue := SelectorOf("inspect", "a", false)
 	if got, _ := anyValue.Selected(&Pod{}, map[string]string{"inspect": ""}); !got {
 		t.Fatal("a key-only selector must match any value")
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -215,43 +214,6 @@ func TestDeclarationLevel1Trust(t *testing.T) {
 	d = Declare(nil, Capabilities{Levels: []int{0}, Routes: []RouteCapability{}})
 	if !strings.HasPrefix(d.Level1HeaderTrust, "not applicable") || !strings.HasPrefix(d.UpgradePolicy, "not applicable") {
 		t.Errorf("an opaque-only configuration reads no header: %q, %q", d.Level1HeaderTrust, d.UpgradePolicy)
-	}
-}
-
-func TestAdminReadiness(t *testing.T) {
-	m := NewMetrics()
-	a, err := NewAdmin("127.0.0.1:0", m, func() any { return Declare(nil, BuildCapabilities) }, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	defer a.Shutdown(t.Context())
-	base := "http://" + a.Addr().String()
-	get := func(p string) (int, string) {
-		r, err := http.Get(base + p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Body.Close()
-		b, _ := io.ReadAll(r.Body)
-		return r.StatusCode, string(b)
-	}
-	if c, _ := get("/readyz"); c != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz before SetReady: %d", c)
-	}
-	a.SetReady(true)
-	if c, _ := get("/readyz"); c != http.StatusOK {
-		t.Fatalf("/readyz after SetReady: %d", c)
-	}
-	if c, _ := get("/healthz"); c != http.StatusOK {
-		t.Fatalf("/healthz: %d", c)
-	}
-	m.FlowsRefused.WithLabelValues("loop").Inc()
-	if _, body := get("/metrics"); !strings.Contains(body, `mcpintercept_flows_refused_total{reason="loop"} 1`) {
-		t.Fatalf("/metrics lacks the refused counter")
-	}
-	if _, body := get("/declaration"); !strings.Contains(body, `"Transparent"`) {
-		t.Fatalf("/declaration: %s", body)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"mcpintercept/appliance"
+	"mcpintercept/config"
 	"mcpintercept/nodeagent"
 )
 
@@ -47,7 +48,8 @@ func cmdNodeAgent(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	agent, err := nodeagent.New(ctx, cfg, nodeagent.Options{Log: log, Stdout: stdout})
+	newApp := func(o appliance.Options) (*appliance.Appliance, error) { return appliance.New(ctx, cfg, o) }
+	agent, err := nodeagent.New(ctx, nodeAgentSettings(cfg), newApp, nodeagent.Options{Log: log, Stdout: stdout})
 	if err != nil {
 		var ce *appliance.ConfigError
 		if errors.As(err, &ce) {
@@ -72,4 +74,14 @@ func cmdNodeAgent(args []string, stdout, stderr io.Writer) int {
 		return exitRuntime
 	}
 	return exitOK
+}
+
+// nodeAgentSettings is the node agent's share of cfg.
+func nodeAgentSettings(cfg *config.Config) nodeagent.Settings {
+	na := cfg.NodeAgent
+	return nodeagent.Settings{Socket: na.Socket, SpoolDir: na.SpoolDir, StateDir: na.StateDir,
+		PodsDir: na.PodsDir, Kubeconfig: na.Kubeconfig, NodeName: na.NodeName,
+		Selector: nodeagent.SelectorOf(na.NamespaceLabel, na.PodAnnotation, na.AllowPodOptOut),
+		Port:     na.Port, Failure: na.Failure, FailOpen: na.Failure == config.FailOpen, Heartbeat: na.Heartbeat.Duration,
+		Steering: appliance.SteeringOptions(cfg), ConnectTimeout: cfg.Limits.ConnectTimeout.Duration}
 }

@@ -11,13 +11,12 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"mcpintercept/appliance"
+	"mcpintercept/admin"
 	"mcpintercept/config"
 	"mcpintercept/telemetry"
 )
@@ -98,7 +97,7 @@ func cmdObserve(args []string, stdout, stderr io.Writer) int {
 	if !all {
 		q.Set("kind", "message,exchange")
 	}
-	if _, err := appliance.ParseObserveQuery(q, time.Now()); err != nil {
+	if _, err := admin.ParseObserveQuery(q, time.Now()); err != nil {
 		fmt.Fprintf(stderr, "mcpintercept observe: %v\n", err)
 		return exitUsage
 	}
@@ -147,9 +146,9 @@ func cmdObserve(args []string, stdout, stderr io.Writer) int {
 		return exitRuntime
 	}
 
-	var sum *topSummary
+	var sum *telemetry.CallCounts
 	if top {
-		sum = newTopSummary()
+		sum = telemetry.NewCallCounts()
 	}
 	w := bufio.NewWriter(stdout)
 	sc := bufio.NewScanner(resp.Body)
@@ -177,7 +176,7 @@ func cmdObserve(args []string, stdout, stderr io.Writer) int {
 		}
 		switch {
 		case sum != nil:
-			sum.add(&r)
+			sum.Add(&r)
 		case output == "json":
 			w.Write(line)
 			w.WriteByte('\n')
@@ -198,7 +197,7 @@ func cmdObserve(args []string, stdout, stderr io.Writer) int {
 		code = exitRuntime
 	}
 	if sum != nil {
-		sum.print(stdout)
+		printTop(stdout, sum)
 		if ctx.Err() != nil {
 			code = exitOK // interrupted or --for: the summary is the answer
 		}
@@ -236,81 +235,15 @@ func textLine(r *telemetry.FlowRecord) string {
 		r.Time.UTC().Format("15:04:05.000"), safe(client), safe(server), dash(method), dash(r.MCPName), dash(r.Decision), dash(r.Rule), r.DurationMS)
 }
 
-// topSummary is --top: tools/call requests per client address × tool, their denials, and the
-// latency distribution.
-type topSummary struct {
-	rows map[[2]string]*topRow
-}
-
-type topRow struct {
-	calls, denied int
-	ms            []int64
-}
-
-func newTopSummary() *topSummary { return &topSummary{rows: map[[2]string]*topRow{}} }
-
-func (s *topSummary) add(r *telemetry.FlowRecord) {
-	if r.MCPMethod != "tools/call" || r.Direction == telemetry.ServerToClient {
-		return
-	}
-	client := r.Client
-	if i := strings.LastIndexByte(client, ':'); i >= 0 {
-		client = strings.Trim(client[:i], "[]")
-	}
-	if r.Process != nil {
-		client += " " + r.Process.Comm
-	}
-	k := [2]string{client, r.MCPName}
-	row := s.rows[k]
-	if row == nil {
-		row = &topRow{}
-		s.rows[k] = row
-	}
-	row.calls++
-	if r.Decision == "deny" || r.Decision == "rate_limit" {
-		row.denied++
-	}
-	row.ms = append(row.ms, r.DurationMS)
-}
-
-func percentile(sorted []int64, p float64) int64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(sorted))+0.999999) - 1
-	if i < 0 {
-		i = 0
-	}
-	if i >= len(sorted) {
-		i = len(sorted) - 1
-	}
-	return sorted[i]
-}
-
-func (s *topSummary) print(out io.Writer) {
-	keys := make([][2]string, 0, len(s.rows))
-	for k := range s.rows {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := s.rows[keys[i]], s.rows[keys[j]]
-		if a.calls != b.calls {
-			return a.calls > b.calls
-		}
-		if keys[i][0] != keys[j][0] {
-			return keys[i][0] < keys[j][0]
-		}
-		return keys[i][1] < keys[j][1]
-	})
+// printTop prints --top's table.
+func printTop(out io.Writer, s *telemetry.CallCounts) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLIENT\tTOOL\tCALLS\tDENIED\tP50_MS\tP99_MS")
 	total, denied := 0, 0
-	for _, k := range keys {
-		r := s.rows[k]
-		sort.Slice(r.ms, func(i, j int) bool { return r.ms[i] < r.ms[j] })
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\n", safe(k[0]), safe(k[1]), r.calls, r.denied, percentile(r.ms, 0.5), percentile(r.ms, 0.99))
-		total += r.calls
-		denied += r.denied
+	for _, r := range s.Rows() {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\n", safe(r.Client), safe(r.Tool), r.Calls, r.Denied, r.P50MS, r.P99MS)
+		total += r.Calls
+		denied += r.Denied
 	}
 	tw.Flush()
 	fmt.Fprintf(out, "%d tools/call requests, %d denied\n", total, denied)

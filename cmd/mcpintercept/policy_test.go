@@ -13,7 +13,6 @@ import (
 
 	"mcpintercept/appliance"
 	"mcpintercept/config"
-	"mcpintercept/engine"
 	"mcpintercept/telemetry"
 )
 
@@ -63,7 +62,7 @@ func shadowWired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, known := inputOf(&telemetry.FlowRecord{Client: "10.200.1.2:1", OrigDst: "10.200.2.2:3024", Level: 2, MCPMethod: "tools/call", MCPName: "echo", JSONRPCID: "1"},
+	in, known := appliance.InputFromRecord(&telemetry.FlowRecord{Client: "10.200.1.2:1", OrigDst: "10.200.2.2:3024", Level: 2, MCPMethod: "tools/call", MCPName: "echo", JSONRPCID: "1"},
 		netip.MustParseAddrPort("10.200.1.2:1"), netip.MustParseAddrPort("10.200.2.2:3024"))
 	if d := sets["lab"].Explain(in, known).Decision; d.Action != "allow" {
 		t.Fatalf("the appliance enforces a shadow rule (%s by %s): appliance/routing.go ruleSpec must pass config.Rule.Mode", d.Action, d.Rule)
@@ -149,18 +148,18 @@ func TestPolicyTest(t *testing.T) {
 		t.Fatalf("exit %d with disagreements, want 1\n%s", code, out)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	var sum struct{ Summary replaySummary }
+	var sum struct{ Summary appliance.ReplaySummary }
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
 		t.Fatal(err)
 	}
 	if s := sum.Summary; s.Records != 9 || s.Agree != 6 || s.Disagree != 2 || len(s.Disagreements) != 2 || s.Disagreements[0] != 9 || s.Disagreements[1] != 10 {
 		t.Fatalf("summary %+v (lines are numbered in the file, the blank one included)", s)
 	}
-	var last replayResult
+	var last appliance.ReplayResult
 	if err := json.Unmarshal([]byte(lines[len(lines)-2]), &last); err != nil {
 		t.Fatal(err)
 	}
-	if last.Verdict != verdictDisagree || last.Replayed == nil || last.Replayed.Decision != "deny" || last.Replayed.Rule != "deny-denied" || last.Recorded.Decision != "allow" {
+	if last.Verdict != appliance.VerdictDisagree || last.Replayed == nil || last.Replayed.Decision != "deny" || last.Replayed.Rule != "deny-denied" || last.Recorded.Decision != "allow" {
 		t.Fatalf("last record %+v", last)
 	}
 
@@ -205,27 +204,25 @@ func FuzzReadRecords(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	rp, err := newReplayer(func(prev appliance.CompiledRuleSets) (*engine.Routing, appliance.CompiledRuleSets, error) {
-		return appliance.RoutingFromConfig(cfg, prev)
-	}, cfg.RuleSetOrder, "")
+	rp, err := appliance.NewReplayer(cfg, "")
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n := 0
-		err := readRecords(bytes.NewReader(data), func(line int, r *telemetry.FlowRecord) error {
+		err := telemetry.ReadFlowRecords(bytes.NewReader(data), func(line int, r *telemetry.FlowRecord) error {
 			n++
 			if line < n {
 				t.Fatalf("line %d after %d records", line, n)
 			}
 			// Whatever a line holds, replaying it gives a verdict and writes a report.
-			res := rp.replay(line, r)
+			res := rp.Replay(line, r)
 			switch res.Verdict {
-			case verdictAgree, verdictDisagree, verdictUnknown, verdictSkipped:
+			case appliance.VerdictAgree, appliance.VerdictDisagree, appliance.VerdictUnknown, appliance.VerdictSkipped:
 			default:
 				t.Fatalf("verdict %q", res.Verdict)
 			}
-			res.writeText(io.Discard)
+			writeReplayText(io.Discard, &res)
 			if _, err := json.Marshal(res); err != nil {
 				t.Fatal(err)
 			}

@@ -7,19 +7,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
 
-	"mcpintercept/appliance"
+	"mcpintercept/admin"
 	"mcpintercept/config"
 	"mcpintercept/integrity"
 )
@@ -128,14 +126,14 @@ func (c *toolsConn) resolve() bool {
 			fmt.Fprintf(c.stderr, "mcpintercept %s: admin.listen is off in %s; the tools commands talk to the running appliance's admin listener: turn it on, or pass --admin URL\n", c.name, c.config)
 			return false
 		}
-		u, err := adminURLOf(listen)
+		u, err := admin.URLOf(listen)
 		if err != nil {
 			fmt.Fprintf(c.stderr, "mcpintercept %s: admin.listen %q: %v\n", c.name, listen, err)
 			return false
 		}
 		c.admin = u
 	} else {
-		u, err := normalizeAdminURL(c.admin)
+		u, err := admin.NormalizeURL(c.admin)
 		if err != nil {
 			fmt.Fprintf(c.stderr, "mcpintercept %s: --admin %q: %v\n", c.name, c.admin, err)
 			return false
@@ -151,38 +149,6 @@ func (c *toolsConn) resolve() bool {
 	}
 	c.client = &http.Client{Timeout: 30 * time.Second}
 	return true
-}
-
-// adminURLOf is the URL a local client reaches admin.listen at: a wildcard address is reached
-// on loopback.
-func adminURLOf(listen string) (string, error) {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return "", err
-	}
-	switch host {
-	case "", "0.0.0.0":
-		host = "127.0.0.1"
-	case "::":
-		host = "::1"
-	}
-	return "http://" + net.JoinHostPort(host, port), nil
-}
-
-// normalizeAdminURL accepts http(s)://host:port[/prefix] or a bare host:port.
-func normalizeAdminURL(s string) (string, error) {
-	if !strings.Contains(s, "://") {
-		s = "http://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", err
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" || u.User != nil ||
-		u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
-		return "", errors.New("want http://HOST:PORT")
-	}
-	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // errReported is an error already printed; the command exits with exitRuntime.
@@ -360,36 +326,10 @@ func cmdToolsDiff(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// pinKey names a definition of a pin file.
-type pinKey struct {
-	server string
-	kind   integrity.Kind
-	name   string
-}
-
-// pinsOf reads a pin file the way the appliance does (a guard with no state directory, which
-// keeps everything in memory) and returns its pins.
-func pinsOf(path string) (map[pinKey]integrity.DefState, error) {
-	g, err := integrity.Open(integrity.Options{PinFile: path})
-	if err != nil {
-		return nil, err
-	}
-	defer g.Close()
-	out := map[pinKey]integrity.DefState{}
-	for _, s := range g.Snapshot() {
-		for _, d := range s.Defs {
-			if d.Pin != "" {
-				out[pinKey{s.Server, d.Kind, d.Name}] = d
-			}
-		}
-	}
-	return out, nil
-}
-
 // diffPinFile compares the pin file the appliance would write now (GET /tools/pins: every
 // definition seen, at the hash seen last) with file.
 func diffPinFile(c *toolsConn, file string, stdout, stderr io.Writer) int {
-	want, err := pinsOf(file)
+	want, err := integrity.PinsOf(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept tools diff: %s is not a pin file the appliance reads: %v\n", file, err)
 		return exitUsage
@@ -412,35 +352,19 @@ func diffPinFile(c *toolsConn, file string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mcpintercept tools diff: %v\n", werr)
 		return exitRuntime
 	}
-	got, err := pinsOf(tmp.Name())
+	got, err := integrity.PinsOf(tmp.Name())
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept tools diff: the admin listener's /tools/pins does not read as a pin file: %v\n", err)
 		return exitRuntime
 	}
-	keys := make([]pinKey, 0, len(got)+len(want))
-	for k := range got {
-		keys = append(keys, k)
-	}
-	for k := range want {
-		if _, ok := got[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.SortFunc(keys, func(a, b pinKey) int {
-		return strings.Compare(a.server+"\x00"+string(a.kind)+"\x00"+a.name, b.server+"\x00"+string(b.kind)+"\x00"+b.name)
-	})
 	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
 	n := 0
-	for _, k := range keys {
-		g, inLive := got[k]
-		w, inFile := want[k]
-		var what, fields string
+	for _, d := range integrity.DiffPins(want, got) {
+		var what string
 		switch {
-		case inLive && inFile && g.Pin == w.Pin:
-			continue
-		case inLive && inFile:
-			what, fields = "differs", strings.Join(changedFields(w.Fields, g.Fields), ",")
-		case inLive:
+		case d.InA && d.InB:
+			what = "differs"
+		case d.InB:
 			what = "not in " + filepath.Base(file)
 		default:
 			what = "not seen live"
@@ -449,7 +373,7 @@ func diffPinFile(c *toolsConn, file string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(tw, "SERVER\tKIND\tNAME\tDIFFERENCE\tCHANGED\tFILE → LIVE\n")
 		}
 		n++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s → %s\n", safe(k.server), safe(string(k.kind)), safe(k.name), safe(what), orDash(safe(fields)), short(w.Pin), short(g.Pin))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s → %s\n", safe(d.Server), safe(string(d.Kind)), safe(d.Name), safe(what), orDash(safe(strings.Join(d.Changed, ","))), short(d.PinA), short(d.PinB))
 	}
 	tw.Flush()
 	if n > 0 {
@@ -458,26 +382,6 @@ func diffPinFile(c *toolsConn, file string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "the live definitions match %s (%d definition(s))\n", file, len(want))
 	return exitOK
-}
-
-// changedFields are the fields whose hashes differ between a and b, when both have them.
-func changedFields(a, b map[string]string) []string {
-	if len(a) == 0 || len(b) == 0 {
-		return nil
-	}
-	var out []string
-	for f, h := range a {
-		if b[f] != h {
-			out = append(out, f)
-		}
-	}
-	for f := range b {
-		if _, ok := a[f]; !ok {
-			out = append(out, f)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 func cmdToolsApprove(args []string, stdout, stderr io.Writer) int {
@@ -501,12 +405,12 @@ func cmdToolsApprove(args []string, stdout, stderr io.Writer) int {
 	if !c.resolve() {
 		return exitUsage
 	}
-	body, _ := json.Marshal(appliance.ToolApproval{Server: pos[0], Kind: integrity.Kind(*kind), Name: pos[1], Hash: *hash})
+	body, _ := json.Marshal(admin.ToolApproval{Server: pos[0], Kind: integrity.Kind(*kind), Name: pos[1], Hash: *hash})
 	b, err := c.do(http.MethodPost, "/tools/approve", body, true)
 	if err != nil {
 		return exitRuntime
 	}
-	var ev appliance.ToolEvent
+	var ev admin.ToolEvent
 	if err := json.Unmarshal(b, &ev); err != nil {
 		fmt.Fprintf(stderr, "mcpintercept tools approve: the admin listener's answer is not an event: %v\n", err)
 		return exitRuntime

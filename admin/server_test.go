@@ -1,4 +1,4 @@
-package telemetry
+package admin
 
 import (
 	"bufio"
@@ -13,12 +13,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"mcpintercept/telemetry"
 )
 
 // TestAdminReadinessChecks: /readyz is 503 with the failing check's reason while a check fails,
-// and ready again once it passes; Handle serves on the admin listener.
+// and ready again once it passes; handle serves on the admin listener.
 func TestAdminReadinessChecks(t *testing.T) {
-	a, err := NewAdmin("127.0.0.1:0", NewMetrics(), func() any { return nil }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New("127.0.0.1:0", telemetry.NewMetrics(), func() any { return nil }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +31,7 @@ func TestAdminReadinessChecks(t *testing.T) {
 		}
 		return nil
 	})
-	a.Handle("GET /extra", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "extra") }))
+	a.handle("GET /extra", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "extra") }))
 	a.Start()
 	defer a.Shutdown(t.Context())
 	get := func(p string) (int, string) {
@@ -96,11 +98,11 @@ func rawGet(t *testing.T, addr, target, host string) (int, string) {
 // changes it) — and 421 to a name that DNS rebinding would send (issue 29 item 16), on every
 // endpoint, the token-free ones above all.
 func TestAdminHostCheck(t *testing.T) {
-	a, err := NewAdmin("127.0.0.1:0", NewMetrics(), func() any { return map[string]string{"mode": "transparent"} }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New("127.0.0.1:0", telemetry.NewMetrics(), func() any { return map[string]string{"mode": "transparent"} }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Handle("GET /tools", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "tool list") }))
+	a.handle("GET /tools", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "tool list") }))
 	a.SetReady(true)
 	a.Start()
 	defer a.Shutdown(t.Context())
@@ -172,7 +174,7 @@ func TestAdminHostsExtra(t *testing.T) {
 		{name: "listen host given as localhost", listen: "localhost:0", host: "localhost", want: 200},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := NewAdmin(tt.listen, NewMetrics(), func() any { return nil }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			a, err := New(tt.listen, telemetry.NewMetrics(), func() any { return nil }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,4 +215,41 @@ func FuzzAdminHost(f *testing.F) {
 			t.Fatalf("Host %q allowed; a browser reads its host as %q", host, u.Hostname())
 		}
 	})
+}
+
+func TestAdminReadiness(t *testing.T) {
+	m := telemetry.NewMetrics()
+	a, err := New("127.0.0.1:0", m, func() any { return telemetry.Declare(nil, telemetry.BuildCapabilities) }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	defer a.Shutdown(t.Context())
+	base := "http://" + a.Addr().String()
+	get := func(p string) (int, string) {
+		r, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r.StatusCode, string(b)
+	}
+	if c, _ := get("/readyz"); c != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before SetReady: %d", c)
+	}
+	a.SetReady(true)
+	if c, _ := get("/readyz"); c != http.StatusOK {
+		t.Fatalf("/readyz after SetReady: %d", c)
+	}
+	if c, _ := get("/healthz"); c != http.StatusOK {
+		t.Fatalf("/healthz: %d", c)
+	}
+	m.FlowsRefused.WithLabelValues("loop").Inc()
+	if _, body := get("/metrics"); !strings.Contains(body, `mcpintercept_flows_refused_total{reason="loop"} 1`) {
+		t.Fatalf("/metrics lacks the refused counter")
+	}
+	if _, body := get("/declaration"); !strings.Contains(body, `"Transparent"`) {
+		t.Fatalf("/declaration: %s", body)
+	}
 }

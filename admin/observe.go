@@ -1,22 +1,18 @@
-package appliance
+package admin
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"mcpintercept/config"
 	"mcpintercept/engine"
-	"mcpintercept/origin"
 	"mcpintercept/telemetry"
 )
 
@@ -26,8 +22,8 @@ import (
 // pins tool definitions): as "Authorization: Bearer <token>", or, for the page, as the cookie
 // GET /ui/login?token=<token> sets (HttpOnly, SameSite=Strict) before it redirects to /ui.
 
-// liveHistory is how many recent records the hub keeps for ?since= (and the page's first view).
-const liveHistory = 1024
+// LiveHistory is how many recent records the hub keeps for ?since= (and the page's first view).
+const LiveHistory = 1024
 
 // observeCookie carries the admin token for the page (the admin listener is on loopback).
 const observeCookie = "mcpi_admin"
@@ -38,73 +34,20 @@ const maxObserveBuffer = telemetry.DefaultLiveBuffer
 //go:embed ui/index.html
 var uiPage []byte
 
-// liveView is the appliance's share of the live view: the hub and the admin token its endpoints
-// require (tokenErr says why there is none).
-type liveView struct {
-	hub       *telemetry.Hub
-	token     []byte // SHA-256 of the admin token
-	tokenErr  error
-	tokenPath string
-}
-
-// newLive makes the hub (its metrics in reg).
-func newLive(a *Appliance) *liveView {
-	return &liveView{hub: telemetry.NewHubWithHistory(a.metrics.Registry, liveHistory)}
-}
-
-// recorder is the engine's one writer of records: the flow log and Options.Observe (sink), and
-// the live view's hub.
-func (a *Appliance) recorder() *telemetry.Recorder {
-	var flows telemetry.Sink
-	if s := a.sink(); s != nil {
-		flows = telemetry.SinkFunc(func(_ telemetry.Kind, r telemetry.FlowRecord) { s.Write(r) })
-	}
-	var hub telemetry.Sink
-	if a.live != nil && a.admin != nil && a.live.tokenErr == nil {
-		// Only when somebody can subscribe: the hub's history costs every record a copy.
-		hub = a.live.hub
-	}
-	return telemetry.NewRecorder(a.metrics, flows, hub)
-}
-
-// closeLive ends every live stream (the admin listener's shutdown would wait for them).
-func (a *Appliance) closeLive() {
-	if a.live != nil {
-		a.live.hub.Close("appliance stopping")
-	}
-}
-
-// serveObserve reads (or makes) the admin token and adds GET /observe, /ui, /ui/login and
-// /ui/config to the admin listener. Without a token (no tool_integrity.dir, or it cannot be
-// written) those endpoints answer 503 with the reason; the rest of the listener works.
-func (a *Appliance) serveObserve() {
-	lv := a.live
-	dir := a.cfg.ToolIntegrity.Dir
-	if dir == "" {
-		lv.tokenErr = errors.New("no admin token: tool_integrity.dir (or ca.dir, which it defaults beside) is not set")
-	} else {
-		lv.tokenPath = filepath.Join(dir, config.AdminTokenFile)
-		if tok, err := adminToken(dir); err != nil {
-			lv.tokenErr = err
-		} else {
-			sum := sha256.Sum256([]byte(tok))
-			lv.token = sum[:]
-		}
-	}
-	if lv.tokenErr != nil {
-		a.log.Warn("live view (/observe, /ui) off: "+lv.tokenErr.Error(), "err", lv.tokenErr)
-	}
-	a.admin.Handle("GET /observe", http.HandlerFunc(a.serveObserveStream))
-	a.admin.Handle("GET /ui", http.HandlerFunc(a.serveUI))
-	a.admin.Handle("GET /ui/login", http.HandlerFunc(a.serveUILogin))
-	a.admin.Handle("GET /ui/config", http.HandlerFunc(a.serveUIConfig))
+// serveObserve adds GET /observe, /ui, /ui/login and /ui/config to the admin listener. Without a
+// token (Token.Err) those endpoints answer 503 with the reason; the rest of the listener works.
+func (h *handlers) serveObserve(a *Server) {
+	a.handle("GET /observe", http.HandlerFunc(h.serveObserveStream))
+	a.handle("GET /ui", http.HandlerFunc(h.serveUI))
+	a.handle("GET /ui/login", http.HandlerFunc(h.serveUILogin))
+	a.handle("GET /ui/config", http.HandlerFunc(h.serveUIConfig))
 }
 
 // check answers 503 or 401 and returns false unless the request carries the admin token (bearer
 // or the page's cookie).
-func (lv *liveView) check(w http.ResponseWriter, r *http.Request) bool {
-	if lv.tokenErr != nil {
-		http.Error(w, "live view unavailable: "+lv.tokenErr.Error(), http.StatusServiceUnavailable)
+func (lv *Token) check(w http.ResponseWriter, r *http.Request) bool {
+	if lv.Err != nil {
+		http.Error(w, "live view unavailable: "+lv.Err.Error(), http.StatusServiceUnavailable)
 		return false
 	}
 	tok := ""
@@ -117,13 +60,13 @@ func (lv *liveView) check(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="mcpintercept-admin"`)
-	http.Error(w, "needs the admin token: Authorization: Bearer <the contents of "+lv.tokenPath+">, or open /ui/login?token=<it> once in the browser", http.StatusUnauthorized)
+	http.Error(w, "needs the admin token: Authorization: Bearer <the contents of "+lv.Path+">, or open /ui/login?token=<it> once in the browser", http.StatusUnauthorized)
 	return false
 }
 
-func (lv *liveView) valid(tok string) bool {
+func (lv *Token) valid(tok string) bool {
 	sum := sha256.Sum256([]byte(tok))
-	return len(lv.token) > 0 && subtle.ConstantTimeCompare(sum[:], lv.token) == 1
+	return len(lv.Sum) > 0 && subtle.ConstantTimeCompare(sum[:], lv.Sum) == 1
 }
 
 // ObserveFilter is what GET /observe's query selects; the zero value passes every record.
@@ -242,34 +185,17 @@ func matchClient(c string, r *telemetry.FlowRecord) bool {
 }
 
 // routeOf is the name of the route a record's connection takes under rt (the engine's choice
-// made again from the record: client, destination, SNI).
+// made again from the record: client, destination, SNI; engine.Routing.Select).
 func routeOf(rt *engine.Routing, r *telemetry.FlowRecord) string {
 	client, err1 := netip.ParseAddrPort(r.Client)
 	dst, err2 := netip.ParseAddrPort(r.OrigDst)
 	if err1 != nil || err2 != nil || rt == nil {
 		return ""
 	}
-	for _, rr := range rt.Routes {
-		if len(rr.Destinations) > 0 && !origin.InPrefixes(rr.Destinations, dst.Addr()) {
-			continue
-		}
-		if len(rr.Clients) > 0 && !origin.InPrefixes(rr.Clients, client.Addr()) {
-			continue
-		}
-		if len(rr.Ports) > 0 {
-			ok := false
-			for _, p := range rr.Ports {
-				ok = ok || p.Contains(dst.Port())
-			}
-			if !ok {
-				continue
-			}
-		}
-		if len(rr.SNI) > 0 && !engine.MatchSNI(rr.SNI, r.SNI) {
-			continue
-		}
+	if rr := rt.Select(client, dst, func() string { return r.SNI }); rr != nil {
 		return rr.Name
 	}
+	// default_route: close refuses the flow; the record is still shown under the default's name.
 	if rt.Default != nil {
 		return rt.Default.Name
 	}
@@ -288,9 +214,8 @@ const observeWriteTimeout = 10 * time.Second
 // log's encoding), or as server-sent events with ?format=sse (event "record"); a final line
 // {"observe":"end","reason":…} (event "end") says why the stream stopped (dropped for falling
 // behind, the appliance stopping; "closed" after follow=0's snapshot). ?buffer=N (1..1024) sizes the subscriber's buffer.
-func (a *Appliance) serveObserveStream(w http.ResponseWriter, r *http.Request) {
-	lv := a.live
-	if !lv.check(w, r) {
+func (h *handlers) serveObserveStream(w http.ResponseWriter, r *http.Request) {
+	if !h.Token.check(w, r) {
 		return
 	}
 	q := r.URL.Query()
@@ -321,7 +246,7 @@ func (a *Appliance) serveObserveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	sub := lv.hub.SubscribeSince(buf, f.Since, !f.Since.IsZero())
+	sub := h.Hub.SubscribeSince(buf, f.Since, !f.Since.IsZero())
 	defer sub.Close()
 	// follow=0: only the replayed history, then the end line (a snapshot: the page's printable
 	// view, a headless browser).
@@ -339,12 +264,7 @@ func (a *Appliance) serveObserveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	emit := func(l *telemetry.Live) bool {
 		cur := &l.Record
-		if !f.matchRecord(l, func() string {
-			if a.eng == nil {
-				return ""
-			}
-			return routeOf(a.eng.Routing(), cur)
-		}) {
+		if !f.matchRecord(l, func() string { return routeOf(h.Routing(), cur) }) {
 			return true
 		}
 		line = line[:0]
@@ -409,30 +329,30 @@ func (a *Appliance) serveObserveStream(w http.ResponseWriter, r *http.Request) {
 
 // serveUI is GET /ui: the one embedded page (inline script and style, nothing fetched from
 // elsewhere).
-func (a *Appliance) serveUI(w http.ResponseWriter, r *http.Request) {
-	if !a.live.check(w, r) {
+func (h *handlers) serveUI(w http.ResponseWriter, r *http.Request) {
+	if !h.Token.check(w, r) {
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'")
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/html; charset=utf-8")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("X-Frame-Options", "DENY")
+	hdr.Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'")
 	w.Write(uiPage)
 }
 
 // serveUILogin is GET /ui/login?token=…: a valid token becomes the page's cookie and the browser
 // goes to /ui (so the token leaves the address bar).
-func (a *Appliance) serveUILogin(w http.ResponseWriter, r *http.Request) {
-	lv := a.live
-	if lv.tokenErr != nil {
-		http.Error(w, "live view unavailable: "+lv.tokenErr.Error(), http.StatusServiceUnavailable)
+func (h *handlers) serveUILogin(w http.ResponseWriter, r *http.Request) {
+	lv := &h.Token
+	if lv.Err != nil {
+		http.Error(w, "live view unavailable: "+lv.Err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	tok := strings.TrimSpace(r.URL.Query().Get("token"))
 	if !lv.valid(tok) {
-		http.Error(w, "wrong or missing token: open /ui/login?token=<the contents of "+lv.tokenPath+">", http.StatusUnauthorized)
+		http.Error(w, "wrong or missing token: open /ui/login?token=<the contents of "+lv.Path+">", http.StatusUnauthorized)
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: observeCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
@@ -474,13 +394,13 @@ type UIRule struct {
 	Mode   string `json:"mode,omitempty"`
 }
 
-func (a *Appliance) serveUIConfig(w http.ResponseWriter, r *http.Request) {
-	if !a.live.check(w, r) {
+func (h *handlers) serveUIConfig(w http.ResponseWriter, r *http.Request) {
+	if !h.Token.check(w, r) {
 		return
 	}
-	out := UIConfig{RuleSets: map[string][]UIRule{}, ToolPins: a.tools.Load() != nil}
-	if a.eng != nil {
-		rt := a.eng.Routing()
+	out := UIConfig{RuleSets: map[string][]UIRule{}, ToolPins: h.Tools() != nil}
+	rt := h.Routing()
+	if rt != nil {
 		for _, rr := range rt.Routes {
 			out.Routes = append(out.Routes, uiRoute(rr))
 		}
@@ -498,13 +418,9 @@ func (a *Appliance) serveUIConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	// Rule names from the configuration the appliance started with (a reload's renames show
 	// after a restart; the sets themselves are the running ones).
-	for name, rules := range a.cfg.RuleSets {
-		if _, ok := out.RuleSets[name]; !ok && a.eng != nil {
+	for name, list := range h.Rules() {
+		if _, ok := out.RuleSets[name]; !ok && rt != nil {
 			continue
-		}
-		list := make([]UIRule, 0, len(rules))
-		for _, ru := range rules {
-			list = append(list, UIRule{Name: ru.Name, Action: ru.Action, Mode: ru.Mode})
 		}
 		out.RuleSets[name] = list
 	}

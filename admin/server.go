@@ -1,4 +1,10 @@
-package telemetry
+// Package admin is the operator's HTTP API: the admin listener (admin.listen), its Host check
+// (admin.hosts) and every endpoint it serves — /metrics, /healthz, /readyz, /declaration (the
+// listener's own), and what it reads from the appliance through Sources: /observe, /ui,
+// /ui/login, /ui/config and /config_dump (the live view, admin token), /tools, /tools/pins and
+// /tools/approve (tool integrity), /audit/checkpoint and /audit/pubkey (the audit store). The
+// appliance builds it and hands it what the endpoints read; nothing else registers a handler.
+package admin
 
 import (
 	"context"
@@ -16,11 +22,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"mcpintercept/telemetry"
 )
 
-// Admin is the operator's HTTP listener. /readyz answers 200 only once SetReady(true) was called,
+// Server is the operator's HTTP listener. /readyz answers 200 only once SetReady(true) was called,
 // which the daemon does after steering is installed, and while every readiness check passes.
-type Admin struct {
+type Server struct {
 	ready   atomic.Bool
 	srv     *http.Server
 	mux     *http.ServeMux
@@ -41,15 +49,16 @@ type readiness struct {
 	check func() error
 }
 
-// NewAdmin binds addr now (so a port conflict is reported before anything is installed) and
-// serves after Start.
-func NewAdmin(addr string, m *Metrics, declare func() any, log *slog.Logger) (*Admin, error) {
+// New binds addr now (so a port conflict is reported before anything is installed) and serves
+// after Start: /metrics (m), /healthz, /readyz and /declaration (declare); Serve adds the
+// appliance's endpoints.
+func New(addr string, m *telemetry.Metrics, declare func() any, log *slog.Logger) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin listener %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	a := &Admin{ln: ln, log: log, declare: declare, mux: mux}
+	a := &Server{ln: ln, log: log, declare: declare, mux: mux}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -72,7 +81,7 @@ func NewAdmin(addr string, m *Metrics, declare func() any, log *slog.Logger) (*A
 
 // AllowHosts adds names (or addresses) the listener answers to besides its own (admin.hosts:
 // the name Prometheus scrapes it by, a NAT address). Call it before Start.
-func (a *Admin) AllowHosts(names ...string) {
+func (a *Server) AllowHosts(names ...string) {
 	p := *a.hosts.Load()
 	p.names = maps.Clone(p.names)
 	p.addrs = maps.Clone(p.addrs)
@@ -162,7 +171,7 @@ func (p *hostPolicy) allows(host string) bool {
 // checkHost refuses, with 421 Misdirected Request, a request whose Host does not name the
 // listener. Go's server takes r.Host from an absolute-form target's authority (RFC 9112 §3.2.2:
 // the Host field is then ignored), so such targets are judged on the authority they name.
-func (a *Admin) checkHost(next http.Handler) http.Handler {
+func (a *Server) checkHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.hosts.Load().allows(r.Host) {
 			a.log.Debug("admin request for another host refused", "host", r.Host, "remote", r.RemoteAddr)
@@ -178,10 +187,10 @@ func (a *Admin) checkHost(next http.Handler) http.Handler {
 }
 
 // Addr is the bound address (useful when the configuration asked for port 0).
-func (a *Admin) Addr() net.Addr { return a.ln.Addr() }
+func (a *Server) Addr() net.Addr { return a.ln.Addr() }
 
-// Start serves in a goroutine owned by the Admin; Shutdown stops it.
-func (a *Admin) Start() {
+// Start serves in a goroutine owned by the Server; Shutdown stops it.
+func (a *Server) Start() {
 	go func() {
 		if err := a.srv.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("admin listener stopped", "err", err)
@@ -190,18 +199,18 @@ func (a *Admin) Start() {
 }
 
 // SetReady flips /readyz.
-func (a *Admin) SetReady(v bool) { a.ready.Store(v) }
+func (a *Server) SetReady(v bool) { a.ready.Store(v) }
 
 // AddReadiness makes /readyz also require check to pass; its error, under name, is the reason
 // /readyz gives.
-func (a *Admin) AddReadiness(name string, check func() error) {
+func (a *Server) AddReadiness(name string, check func() error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.checks = append(a.checks, readiness{name, check})
 }
 
 // Ready is what /readyz reports: nil when the steering is installed and every check passes.
-func (a *Admin) Ready() error {
+func (a *Server) Ready() error {
 	if !a.ready.Load() {
 		return errors.New("steering not installed")
 	}
@@ -216,8 +225,8 @@ func (a *Admin) Ready() error {
 	return nil
 }
 
-// Handle serves h at pattern (a ServeMux pattern, "GET /audit/checkpoint") on the admin listener.
-func (a *Admin) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
+// handle serves h at pattern (a ServeMux pattern, "GET /audit/checkpoint") on the admin listener.
+func (a *Server) handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
 
 // Shutdown stops the listener.
-func (a *Admin) Shutdown(ctx context.Context) error { return a.srv.Shutdown(ctx) }
+func (a *Server) Shutdown(ctx context.Context) error { return a.srv.Shutdown(ctx) }
