@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"mcpintercept/audit/auditstage"
 	"mcpintercept/engine"
+	"mcpintercept/level2"
 	"mcpintercept/telemetry"
 )
 
@@ -432,7 +434,7 @@ func (h *handlers) serveUIConfig(w http.ResponseWriter, r *http.Request) {
 
 func uiRoute(r *engine.Route) UIRoute {
 	u := UIRoute{Name: r.Name, SNI: r.SNI, TLS: string(r.TLS), Level: r.Level, RuleSet: r.RuleSet,
-		ToolPins: string(routeToolPins(r)), Audit: routeAudit(r) != nil}
+		ToolPins: string(level2.ToolPinsOf(r.Stages)), Audit: auditstage.Of(r.Stages) != nil}
 	for _, p := range r.Destinations {
 		u.Destinations = append(u.Destinations, p.String())
 	}

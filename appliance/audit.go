@@ -9,7 +9,6 @@ import (
 	"mcpintercept/audit/auditstage"
 	"mcpintercept/config"
 	"mcpintercept/engine"
-	"mcpintercept/stage"
 )
 
 // auditStoreConfig is the audit store's share of the configuration.
@@ -30,8 +29,7 @@ func routeAudit(r *engine.Route) *auditstage.Options {
 	if r == nil {
 		return nil
 	}
-	ra, _ := stage.Get[*auditstage.Options](r.Stages, auditstage.Name)
-	return ra
+	return auditstage.Of(r.Stages)
 }
 
 // audited reports whether some route of rt writes audit records.

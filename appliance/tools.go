@@ -21,7 +21,6 @@ import (
 	"mcpintercept/engine"
 	"mcpintercept/integrity"
 	"mcpintercept/level2"
-	"mcpintercept/stage"
 )
 
 // routeToolPins is r's tool_pins ("" when r is nil).
@@ -29,11 +28,7 @@ func routeToolPins(r *engine.Route) integrity.Mode {
 	if r == nil {
 		return ""
 	}
-	o, _ := stage.Get[*level2.RouteOptions](r.Stages, level2.Name)
-	if o == nil {
-		return ""
-	}
-	return o.ToolPins
+	return level2.ToolPinsOf(r.Stages)
 }
 
 // toolsPinned reports whether some route of rt pins definitions: only then is the guard opened.

@@ -166,3 +166,11 @@ func upstreamSPKI(up net.Conn) string {
 	sum := sha256.Sum256(certs[0].RawSubjectPublicKeyInfo)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
+
+// ToolPinsOf is a route's tool_pins ("" when its options set none).
+func ToolPinsOf(o flowstage.Options) integrity.Mode {
+	if ro, _ := flowstage.Get[*RouteOptions](o, Name); ro != nil {
+		return ro.ToolPins
+	}
+	return ""
+}

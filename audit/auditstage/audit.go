@@ -265,3 +265,9 @@ func (fa *flowAudit) fill(r *audit.Record) {
 		r.Level = b.Level
 	}
 }
+
+// Of is the audit options of a route's stage options (nil: not audited).
+func Of(o stage.Options) *Options {
+	ra, _ := stage.Get[*Options](o, Name)
+	return ra
+}
