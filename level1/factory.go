@@ -12,16 +12,6 @@ const (
 	HeaderPolicyName = "header-policy"
 )
 
-// RouteOptions are a route's Level 1 settings: the guards of the classifier.
-type RouteOptions struct {
-	// AllowUpgrade lists the protocols (lower-case Upgrade tokens; "connect" for CONNECT) a
-	// request on the route may switch to; the others are refused.
-	AllowUpgrade []string
-	// StrictMCPHeaders refuses MCP requests that lack Mcp-Method (clients before 2026-07-28)
-	// instead of letting method/tool rules not match them.
-	StrictMCPHeaders bool
-}
-
 // ClassifyStage is the classifier of a chain: every request's headers classified, with its guards
 // (protocol switches, Host, unreadable or, on strict routes, untrusted MCP headers), at every
 // level that reads HTTP.
@@ -39,7 +29,7 @@ func ClassifyStage() stage.Factory {
 func GuardsOf(c *stage.Conn) Guards {
 	var g Guards
 	if o, _ := stage.Get[*RouteOptions](c.Options, ClassifyName); o != nil {
-		g.AllowUpgrade, g.StrictMCPHeaders = o.AllowUpgrade, o.StrictMCPHeaders
+		g.RouteOptions = *o
 	}
 	if c.Host != "" {
 		g.ExpectedHost = c.Host

@@ -11,6 +11,53 @@ import (
 	"mcpintercept/mcp"
 )
 
+// RouteOptions are a route's Level 1 settings: the guards of the classifier. A new guard is a
+// field here and its check in Guards.verdict.
+type RouteOptions struct {
+	// AllowUpgrade lists the protocols (lower-case Upgrade tokens; "connect" for CONNECT) a
+	// request may switch the connection to. Any other Upgrade or CONNECT is refused with 403
+	// before it reaches the upstream: after a switch nothing can be judged. h2c is refused even
+	// when listed, and so is a request carrying HTTP2-Settings (the HTTP/2 connection preface is
+	// refused by the exchange's framing).
+	AllowUpgrade []string
+	// StrictMCPHeaders refuses with 400: a JSON POST or MCP request without Mcp-Method; a request
+	// whose MCP-Protocol-Version is malformed or older than 2026-07-28 (mcp.Version.ServerChecksHeaders: its server does
+	// not check the headers against the body, so a policy on them can be lied to); and a request
+	// repeating an Mcp-* header.
+	StrictMCPHeaders bool
+}
+
+// Guards are the checks the classification stage makes before any policy: what no rule should
+// have to judge. The route's options, and the host the connection was opened for.
+type Guards struct {
+	RouteOptions
+	// ExpectedHost, when set, is the server name the connection was opened for (a terminated
+	// flow's SNI, or its destination address without one). A request whose Host (or
+	// absolute-form target) names another host is refused with 421 Misdirected Request; an
+	// HTTP/1.1 request without Host gets 400.
+	ExpectedHost string
+}
+
+// verdict runs the guards on a request head; false refuses the request with the verdict.
+func (g *Guards) verdict(h *exchange.Head, info *mcp.Info) (exchange.Verdict, bool) {
+	if protos, upgrade := h.UpgradeProtocols(); upgrade {
+		if v, ok := upgradeVerdict(protos, g.AllowUpgrade); !ok {
+			return v, false
+		}
+	}
+	if g.ExpectedHost != "" {
+		if v, ok := hostVerdict(h, g.ExpectedHost); !ok {
+			return v, false
+		}
+	}
+	if info.Err == nil && g.StrictMCPHeaders {
+		if v, ok := strictVerdict(h, info); !ok {
+			return v, false
+		}
+	}
+	return exchange.Verdict{}, true
+}
+
 // upgradeVerdict refuses a protocol switch the route does not allow. After a 101 (or a 2xx to
 // CONNECT) both directions are opaque and nothing more can be judged, so every protocol asked for
 // must be allowed, and h2c never is: its streams would carry MCP past Level 1 unseen.

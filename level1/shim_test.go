@@ -154,5 +154,5 @@ func (o Options) Exchange() exchange.Options {
 
 // Guards returns the options of the classification stage.
 func (o Options) Guards() Guards {
-	return Guards{AllowUpgrade: o.AllowUpgrade, StrictMCPHeaders: o.StrictMCPHeaders, ExpectedHost: o.ExpectedHost}
+	return Guards{RouteOptions: RouteOptions{AllowUpgrade: o.AllowUpgrade, StrictMCPHeaders: o.StrictMCPHeaders}, ExpectedHost: o.ExpectedHost}
 }

@@ -15,27 +15,6 @@ import (
 // Limits bound one head or chunk line (exchange.Limits).
 type Limits = exchange.Limits
 
-// Guards are the checks the classification stage makes before any policy: what no rule should
-// have to judge.
-type Guards struct {
-	// AllowUpgrade lists the protocols (lower-case Upgrade tokens; "connect" for CONNECT) a
-	// request may switch the connection to. Any other Upgrade or CONNECT is refused with 403
-	// before it reaches the upstream: after a switch nothing can be judged. h2c is refused even
-	// when listed, and so is a request carrying HTTP2-Settings (the HTTP/2 connection preface is
-	// refused by the exchange's framing).
-	AllowUpgrade []string
-	// StrictMCPHeaders refuses with 400: a JSON POST or MCP request without Mcp-Method; a request
-	// whose MCP-Protocol-Version is malformed or older than 2026-07-28 (mcp.Version.ServerChecksHeaders: its server does
-	// not check the headers against the body, so a policy on them can be lied to); and a request
-	// repeating an Mcp-* header.
-	StrictMCPHeaders bool
-	// ExpectedHost, when set, is the server name the connection was opened for (a terminated
-	// flow's SNI, or its destination address without one). A request whose Host (or
-	// absolute-form target) names another host is refused with 421 Misdirected Request; an
-	// HTTP/1.1 request without Host gets 400.
-	ExpectedHost string
-}
-
 // RuleSet is a compiled rule set (policy.Set).
 type RuleSet interface {
 	Evaluate(in *policy.Input) policy.Decision
@@ -82,20 +61,8 @@ func (c *Classifier) RequestHead(_ context.Context, x *exchange.Exchange) exchan
 	h := x.Req
 	info := classify(h, &c.session)
 	mcp.SetInfo(x, info)
-	if protos, upgrade := h.UpgradeProtocols(); upgrade {
-		if v, ok := upgradeVerdict(protos, c.g.AllowUpgrade); !ok {
-			return refuse(x, v)
-		}
-	}
-	if c.g.ExpectedHost != "" {
-		if v, ok := hostVerdict(h, c.g.ExpectedHost); !ok {
-			return refuse(x, v)
-		}
-	}
-	if info.Err == nil && c.g.StrictMCPHeaders {
-		if v, ok := strictVerdict(h, info); !ok {
-			return refuse(x, v)
-		}
+	if v, ok := c.g.verdict(h, info); !ok {
+		return refuse(x, v)
 	}
 	if info.Err != nil {
 		// An MCP header this proxy cannot read could carry a name policy would refuse.
