@@ -33,6 +33,7 @@ func main() {
 	exclude := flag.String("exclude", "mcpintercept/scripts/walk/", "package prefix of the harness (outside the walk)")
 	root := flag.String("root", "", "the tree's directory, stripped from file names")
 	top := flag.Int("top", 0, "print only the first n files (0: all)")
+	detail := flag.String("file", "", "also list the calls that enter this file (caller → callee), or \"all\"")
 	flag.Parse()
 
 	tab, err := table(*bin)
@@ -120,6 +121,7 @@ func main() {
 	fromOut := map[string]int{}   // file → entries from outside the module (stdlib, runtime, harness)
 	crossings := map[string]int{} // "a → b" package pairs
 	total, nCross, nOut, nNonLeaf := 0, 0, 0, 0
+	details := map[string]int{}
 	for _, c := range all {
 		callee, caller, n := c.callee, c.caller, c.n
 		f := rel(callee.file)
@@ -129,6 +131,9 @@ func main() {
 		}
 		entries[f] += n
 		total += n
+		if *detail == "all" || *detail == f {
+			details[fmt.Sprintf("%s (%s) → %s (%s)", caller.fn, rel(caller.file), callee.fn, f)] += n
+		}
 		if callers[callee.fn] {
 			nonLeaf[f] += n
 			nNonLeaf += n
@@ -182,6 +187,22 @@ func main() {
 	for _, p := range pairs {
 		fmt.Printf("%8d  %s\n", crossings[p], p)
 	}
+	if len(details) > 0 {
+		lines := make([]string, 0, len(details))
+		for d := range details {
+			lines = append(lines, d)
+		}
+		sort.Slice(lines, func(i, j int) bool {
+			if details[lines[i]] != details[lines[j]] {
+				return details[lines[i]] > details[lines[j]]
+			}
+			return lines[i] < lines[j]
+		})
+		fmt.Printf("\ncalls entering %s (caller → callee):\n", *detail)
+		for _, l := range lines {
+			fmt.Printf("%8d  %s\n", details[l], l)
+		}
+	}
 	fmt.Println()
 	fmt.Printf("function entries of %s (calls): %d (wrappers, not counted as files: %d)\n", *module, calls, wrappers)
 	fmt.Printf("file entries (caller in another file): %d in %d files; into non-leaf functions: %d\n", total, len(files), nNonLeaf)
@@ -196,7 +217,7 @@ func main() {
 		fmt.Printf("max non-leaf entries of one file: %d (%s)\n", nonLeaf[mf], mf)
 	}
 	fmt.Printf("package boundary crossings inside %s: %d\n", *module, nCross)
-	fmt.Printf("entries from outside %s (stdlib callbacks, goroutine starts): %d\n", *module, nOut)
+	fmt.Printf("entries from outside %s (callbacks from the stdlib and dependencies, goroutine starts): %d\n", *module, nOut)
 }
 
 // table is the binary's pclntab.
