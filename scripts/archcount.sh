@@ -57,7 +57,7 @@ run "go list -f '{{join .Imports \"\\n\"}}' ./cmd/mcpintercept | grep '^$module/
 
 echo
 echo "== 5. level2's biggest type =="
-run "go run ./scripts/archcount methods level2 | head -3   # methods, type, the files they are in"
+run "go run ./scripts/archcount methods level2 3   # methods, type, the files they are in"
 
 if [ $# -gt 0 ]; then
 	echo

@@ -4,9 +4,9 @@
 //	archcount literals  the string literals, in non-test Go files outside package mcp, whose
 //	                    value is an MCP method name (a value of a constant in mcp/methods.go);
 //	                    one file:line: "value" per literal
-//	archcount methods DIR
+//	archcount methods DIR [N]
 //	                    the methods of each named type declared in DIR's non-test files, most
-//	                    first: count type (files)
+//	                    first (the first N): count type (files)
 //
 // Both run from the module's root.
 package main
@@ -26,16 +26,19 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: archcount literals | methods DIR")
+		fail("usage: archcount literals | methods DIR [N]")
 	}
 	switch os.Args[1] {
 	case "literals":
 		literals()
 	case "methods":
-		if len(os.Args) != 3 {
-			fail("usage: archcount methods DIR")
+		n := 0
+		if len(os.Args) == 4 {
+			n, _ = strconv.Atoi(os.Args[3])
+		} else if len(os.Args) != 3 {
+			fail("usage: archcount methods DIR [N]")
 		}
-		methods(os.Args[2])
+		methods(os.Args[2], n)
 	default:
 		fail("unknown command " + os.Args[1])
 	}
@@ -109,7 +112,7 @@ func literals() {
 	}
 }
 
-func methods(dir string) {
+func methods(dir string, n int) {
 	fset := token.NewFileSet()
 	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.SkipObjectResolution)
 	if err != nil {
@@ -143,6 +146,9 @@ func methods(dir string) {
 		}
 		return types[i] < types[j]
 	})
+	if n > 0 && n < len(types) {
+		types = types[:n]
+	}
 	for _, t := range types {
 		fs := make([]string, 0, len(files[t]))
 		for f := range files[t] {
