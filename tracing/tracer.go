@@ -33,6 +33,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"mcpintercept/mcp"
 )
 
 // Defaults of Config's zero fields.
@@ -393,7 +395,7 @@ func attrs(c *Call) []attribute.KeyValue {
 		}
 	}
 	str("mcp.method.name", c.Method)
-	if c.Method == "tools/call" {
+	if c.Method == mcp.MethodToolsCall {
 		a = append(a, attribute.String("gen_ai.operation.name", "execute_tool"))
 	}
 	str("gen_ai.tool.name", c.Tool)
