@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"mcpintercept/chain"
 	"mcpintercept/engine"
 	"mcpintercept/policy"
 	"mcpintercept/scripts/walk/harness"
@@ -53,6 +54,8 @@ func TestWalk(t *testing.T) {
 			RuleSets: map[string]engine.RuleSet{"walk": set},
 		},
 		TLS: engine.TLSOptions{PeekTimeout: 200 * time.Millisecond},
+		// The appliance's chain, as every HTTP-aware connection runs it.
+		Stages: chain.Stages(chain.Deps{}),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
