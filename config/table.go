@@ -92,6 +92,9 @@ type leaf[S, T any] struct {
 	parse func(d *decoder, v *yaml.Node, key string) (T, bool)
 	dflt  func(*S) (T, bool)
 	valid func(v *validator, key string, x T)
+	// needs is the rule a set value has about the keys beside it (the route's level): it
+	// returns the sibling key to name and why, "" when the value may stand.
+	needs func(s *S, x T) (sibling, why string)
 }
 
 // key describes the setting at path stored where get points.
@@ -124,6 +127,14 @@ func (l leaf[S, T]) checkedBy(f func(v *validator, key string, x T)) leaf[S, T] 
 	return l
 }
 
+// needing adds a rule that relates a set (non-zero) value to the keys beside it: needs returns the
+// sibling key (its last path element, e.g. "level") and why the value cannot stand with it, ""
+// when it can. A key with such a rule is declared in one place, its rule included.
+func (l leaf[S, T]) needing(needs func(s *S, x T) (sibling, why string)) leaf[S, T] {
+	l.needs = needs
+	return l
+}
+
 func (l leaf[S, T]) keyPath() string { return l.path }
 func (l leaf[S, T]) keyDoc() string  { return l.doc }
 
@@ -150,6 +161,11 @@ func (l leaf[S, T]) fill(s *S, key string, given func(string) bool) {
 func (l leaf[S, T]) check(v *validator, s *S, key string) {
 	if l.valid != nil {
 		l.valid(v, key, *l.get(s))
+	}
+	if l.needs != nil && !reflect.ValueOf(l.get(s)).Elem().IsZero() {
+		if sibling, why := l.needs(s, *l.get(s)); why != "" {
+			v.checkAlt(key, strings.TrimSuffix(key, l.path)+sibling, why)
+		}
 	}
 }
 
