@@ -169,7 +169,7 @@ func routeFromConfig(cfg *config.Config, r config.Route) *engine.Route {
 		OnRuleError:                     r.OnRuleError,
 		// Each stage's options, as its package types them (chain lists the stages).
 		Stages: stage.Options{
-			level1.ClassifyName: &level1.RouteOptions{StrictMCPHeaders: r.StrictMCPHeaders, AllowUpgrade: r.AllowUpgrade},
+			level1.ClassifyName: &level1.RouteOptions{StrictMCPHeaders: r.StrictMCPHeaders, AllowUpgrade: r.AllowUpgrade, HTTPMethods: r.HTTPMethods},
 			level2.Name: &level2.RouteOptions{
 				MaxBody:              r.MaxBody,
 				ForwardOversized:     r.OnOversizedResponse == config.OnOversizedForward,

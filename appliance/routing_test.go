@@ -20,7 +20,7 @@ func TestRoutingFromConfigDefaults(t *testing.T) {
 			{Name: "l1", TLS: "terminate", Level: &one},
 			{Name: "l0", TLS: "passthrough", Level: &zero},
 			{Name: "open", TLS: "plaintext", Level: &one, OnRuleError: config.OnRuleErrorOpen, OnMismatch: "passthrough",
-				AllowUpgrade: []string{"websocket"}},
+				AllowUpgrade: []string{"websocket"}, HTTPMethods: []string{"POST", "GET"}},
 		},
 		DefaultRoute: &config.DefaultRoute{Route: &config.Route{TLS: "terminate", Level: &one, RuleSet: "r"}},
 		RuleSets:     map[string][]config.Rule{"r": {{Name: "deny", Action: "deny"}}},
@@ -34,8 +34,9 @@ func TestRoutingFromConfigDefaults(t *testing.T) {
 			t.Errorf("route %s: on_mismatch %q on_rule_error %q, want %q %q", r.Name, r.OnMismatch, r.OnRuleError, want.mismatch, want.ruleErr)
 		}
 	}
-	if o, _ := stage.Get[*level1.RouteOptions](rt.Routes[2].Stages, level1.ClassifyName); o == nil || len(o.AllowUpgrade) != 1 || o.AllowUpgrade[0] != "websocket" {
-		t.Errorf("allow_upgrade %+v", o)
+	if o, _ := stage.Get[*level1.RouteOptions](rt.Routes[2].Stages, level1.ClassifyName); o == nil || len(o.AllowUpgrade) != 1 || o.AllowUpgrade[0] != "websocket" ||
+		len(o.HTTPMethods) != 2 || o.HTTPMethods[1] != "GET" {
+		t.Errorf("allow_upgrade and http_methods %+v", o)
 	}
 	if d := rt.Default; d == nil || d.Name != "default" || d.TLS != engine.Terminate || d.Level != 1 || d.RuleSet != "r" || d.OnMismatch != "close" {
 		t.Fatalf("default route %+v", rt.Default)

@@ -789,7 +789,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "routes is not a list", src: minimal + "routes: {name: a}\n", want: []wantErr{{4, "routes", "expected a list of routes, got a mapping"}}},
 		{name: "route is not a mapping", src: withRoutes + "  - a\n", want: []wantErr{{5, "routes[0]", `expected a mapping, got string "a"`}}},
 		{name: "empty route", src: withRoutes + "  -\n  - {name: b, tls: terminate}\n", want: []wantErr{{5, "routes[0]", "expected a mapping, got an empty value"}}},
-		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, validate_arguments, rule_set, audit, audit_arguments, token_audience, audiences, tool_pins, on_divergence, trace_propagation)`}}},
+		{name: "unknown route key", src: withRoutes + "  - {name: a, tls: terminate, levl: 1}\n", want: []wantErr{{5, "routes[0].levl", `unknown key "levl" (valid: name, match, tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, http_methods, max_body, on_oversized_response, validate_arguments, rule_set, audit, audit_arguments, token_audience, audiences, tool_pins, on_divergence, trace_propagation)`}}},
 		{name: "unknown match key", src: withRoutes + "  - name: a\n    tls: terminate\n    match: {port: [1]}\n", want: []wantErr{{7, "routes[0].match.port", `unknown key "port" (valid: destinations, ports, sni, clients)`}}},
 		{name: "match is not a mapping", src: withRoutes + "  - {name: a, tls: terminate, match: [1]}\n", want: []wantErr{{5, "routes[0].match", "expected a mapping, got a list"}}},
 		{name: "a broken route does not hide the next one's problems", src: withRoutes + "  - x\n  - {name: b, tls: nope}\n", want: []wantErr{
@@ -979,12 +979,21 @@ func TestParseErrors(t *testing.T) {
 // included, for the keys of issue 8 (allow_upgrade, on_rule_error,
 // default_route, limits.body_timeout, rate_limit.max_keys).
 func TestParseErrorPositions(t *testing.T) {
-	const drKeys = "tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, max_body, on_oversized_response, validate_arguments, rule_set, audit, audit_arguments, token_audience, audiences, tool_pins, on_divergence, trace_propagation"
+	const drKeys = "tls, level, on_mismatch, on_rule_error, development, plaintext_upstream_trusted_network, strict_mcp_headers, allow_upgrade, http_methods, max_body, on_oversized_response, validate_arguments, rule_set, audit, audit_arguments, token_audience, audiences, tool_pins, on_divergence, trace_propagation"
 	tests := []struct {
 		name string
 		src  string
 		want []string
 	}{
+		// http_methods: upper-case tokens, no duplicates, level 1 (the key added after issue 30's
+		// refactor, with its rules in the schema table).
+		{name: "http_methods on a passthrough route", src: withRoutes + "  - {name: a, tls: passthrough, http_methods: [POST]}\n", want: []string{
+			"test.yaml:5:47: routes[0].http_methods: needs level 1: a level 0 route does not read requests"}},
+		{name: "http_methods lower case and duplicated", src: withRoutes + "  - {name: a, tls: terminate, http_methods: [POST, get, POST]}\n", want: []string{
+			`test.yaml:5:52: routes[0].http_methods[1]: "get" is not an HTTP method in upper case (e.g. POST, GET, DELETE)`,
+			`test.yaml:5:57: routes[0].http_methods[2]: duplicate of routes[0].http_methods[0] ("POST")`}},
+		{name: "http_methods on a level 1 route", src: withRoutes + "  - {name: a, tls: terminate, http_methods: [POST, GET, DELETE]}\n  - {name: b, tls: nope}\n", want: []string{
+			`test.yaml:6:20: routes[1].tls: unknown value "nope" (valid: passthrough, terminate, plaintext)`}},
 		// allow_upgrade (routes start on line 5).
 		{name: "h2c on a level 1 route", src: withRoutes + "  - {name: a, tls: terminate, allow_upgrade: [websocket, H2C]}\n", want: []string{
 			"test.yaml:5:58: routes[0].allow_upgrade[1]: h2c is never allowed through a Level 1 route: after the switch, requests are HTTP/2 frames Level 1 cannot read"}},

@@ -43,6 +43,10 @@ type Route struct {
 	// because after the switch Level 1 no longer sees requests. UpgradeH2C
 	// is never allowed. Needs level 1.
 	AllowUpgrade []string `yaml:"allow_upgrade"`
+	// HTTPMethods, when set, are the request methods the route lets through (e.g. POST, GET,
+	// DELETE: what MCP's Streamable HTTP uses); any other is refused with 403 before it reaches
+	// the server. Empty lets every method through. Needs level 1.
+	HTTPMethods []string `yaml:"http_methods,omitempty"`
 	// MaxBody bounds, at level 2, a request body, a response body and one SSE event (bytes;
 	// default DefaultMaxBody). A request over it is refused with 413 and a JSON-RPC error.
 	MaxBody int64 `yaml:"max_body,omitempty"`
@@ -194,6 +198,14 @@ var routeTable = table[Route]{
 	key("strict_mcp_headers", "refuses MCP requests without Mcp-Method", func(r *Route) *bool { return &r.StrictMCPHeaders }, boolean),
 	key("allow_upgrade", "protocols a request may switch to", func(r *Route) *[]string { return &r.AllowUpgrade }, list(parseUpgrade)).
 		checkedBy(unique(checkUpgrade, quote)),
+	key("http_methods", "the request methods the route lets through (others refused)", func(r *Route) *[]string { return &r.HTTPMethods }, list(parseString)).
+		checkedBy(unique(checkHTTPMethod, quote)).
+		needing(func(r *Route, _ []string) (string, string) {
+			if r.Level != nil && *r.Level < 1 {
+				return "level", "needs level 1: a level 0 route does not read requests"
+			}
+			return "", ""
+		}),
 	key("max_body", "level 2 bound of a body or an event (bytes)", func(r *Route) *int64 { return &r.MaxBody }, integer[int64](checkMaxBody)).
 		defBy(func(r *Route) (int64, bool) { return DefaultMaxBody, r.LevelOrDefault() >= 2 }),
 	key("on_oversized_response", "what level 2 does with a response over max_body: close or forward", func(r *Route) *string { return &r.OnOversizedResponse }, str).
@@ -298,4 +310,18 @@ func decodeDefaultRoute(d *decoder, c *Config, v *yaml.Node, key string) bool {
 func (r Route) WithDefaults() Route {
 	routeTable.fill(&r, "", nil)
 	return r
+}
+
+// checkHTTPMethod accepts an HTTP method as requests spell it: an RFC 9110 token, in upper case
+// (methods are case-sensitive, and every registered one is upper case).
+func checkHTTPMethod(m string) string {
+	if m == "" {
+		return "must not be empty"
+	}
+	for _, c := range m {
+		if c < 'A' || c > 'Z' {
+			return quote(m) + " is not an HTTP method in upper case (e.g. POST, GET, DELETE)"
+		}
+	}
+	return ""
 }

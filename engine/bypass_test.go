@@ -357,6 +357,10 @@ func TestRouteLevel1Options(t *testing.T) {
 		{"not strict, no Mcp-Method", Route{}, jsonPost, nil, 200},
 		{"upgrade not allowed", Route{}, "GET / HTTP/1.1\r\nHost: mcp.test\r\n", []string{"Connection: Upgrade", "Upgrade: websocket"}, 403},
 		{"upgrade allowed", Route{Stages: stage.Options{level1.ClassifyName: &level1.RouteOptions{AllowUpgrade: []string{"websocket"}}}}, "GET / HTTP/1.1\r\nHost: mcp.test\r\n", []string{"Connection: Upgrade", "Upgrade: websocket"}, 200},
+		// http_methods: a method the route does not list is refused before the server sees it.
+		{"method listed", Route{Stages: stage.Options{level1.ClassifyName: &level1.RouteOptions{HTTPMethods: []string{"POST", "GET"}}}}, "GET / HTTP/1.1\r\nHost: mcp.test\r\n", nil, 200},
+		{"method not listed", Route{Stages: stage.Options{level1.ClassifyName: &level1.RouteOptions{HTTPMethods: []string{"POST", "GET"}}}}, "DELETE / HTTP/1.1\r\nHost: mcp.test\r\n", nil, 403},
+		{"methods unset", Route{}, "DELETE / HTTP/1.1\r\nHost: mcp.test\r\n", nil, 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"mcpintercept/exchange"
@@ -25,6 +26,9 @@ type RouteOptions struct {
 	// not check the headers against the body, so a policy on them can be lied to); and a request
 	// repeating an Mcp-* header.
 	StrictMCPHeaders bool
+	// HTTPMethods, when set, are the request methods let through; any other is refused with 403
+	// before it reaches the server (http_methods).
+	HTTPMethods []string
 }
 
 // Guards are the checks the classification stage makes before any policy: what no rule should
@@ -40,6 +44,10 @@ type Guards struct {
 
 // verdict runs the guards on a request head; false refuses the request with the verdict.
 func (g *Guards) verdict(h *exchange.Head, info *mcp.Info) (exchange.Verdict, bool) {
+	if len(g.HTTPMethods) > 0 && !slices.Contains(g.HTTPMethods, h.Method) {
+		return exchange.Verdict{Decision: exchange.Deny, Status: http.StatusForbidden,
+			Reason: "method " + strconv.Quote(h.Method) + " is not allowed on this route (http_methods)"}, false
+	}
 	if protos, upgrade := h.UpgradeProtocols(); upgrade {
 		if v, ok := upgradeVerdict(protos, g.AllowUpgrade); !ok {
 			return v, false
