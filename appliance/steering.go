@@ -43,6 +43,20 @@ func dnsOptions(cfg *config.Config) intercept.DNSOptions {
 	}
 }
 
+// SteeringFromFile is NewSteering for the configuration file at path, with its mechanism
+// replaced by mechanism (when not "") and intercept.local by local (when not nil): benchsteer's
+// whole setup, so that only appliance and cmd read configuration files.
+func SteeringFromFile(path, mechanism string, local *bool) (intercept.Mechanism, error) {
+	cfg, err := config.Load(path, config.Overrides{Mechanism: config.Mechanism(mechanism)})
+	if err != nil {
+		return nil, err
+	}
+	if local != nil {
+		cfg.Intercept.Local = local
+	}
+	return NewSteering(cfg)
+}
+
 // NewSteering builds the mechanism cfg selects without installing anything (benchsteer
 // installs exactly what `run` would).
 func NewSteering(cfg *config.Config) (intercept.Mechanism, error) {

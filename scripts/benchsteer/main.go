@@ -18,7 +18,6 @@ import (
 	"syscall"
 
 	"mcpintercept/appliance"
-	"mcpintercept/config"
 )
 
 func main() {
@@ -26,21 +25,17 @@ func main() {
 	mech := flag.String("mechanism", "", "override the file's mechanism")
 	local := flag.String("local", "", "override intercept.local (true or false)")
 	flag.Parse()
-	cfg, err := config.Load(*path, config.Overrides{Mechanism: config.Mechanism(*mech)})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "benchsteer:", err)
-		os.Exit(2)
-	}
+	var loc *bool
 	switch *local {
 	case "":
 	case "true", "false":
 		v := *local == "true"
-		cfg.Intercept.Local = &v
+		loc = &v
 	default:
 		fmt.Fprintln(os.Stderr, "benchsteer: --local must be true or false")
 		os.Exit(2)
 	}
-	m, err := appliance.NewSteering(cfg)
+	m, err := appliance.SteeringFromFile(*path, *mech, loc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchsteer:", err)
 		os.Exit(1)
