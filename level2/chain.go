@@ -7,24 +7,24 @@ import "mcpintercept/exchange"
 // more to judge: the body is forwarded as it came) or with Stop (the step answered the request
 // or refused it). A new check on requests is one function and one line here.
 var requestSteps = []requestStep{
-	{"read", (*stage).readRequest},               // Content-Encoding, type, charset: JSON-RPC at all?
-	{"decode", (*stage).decodeRequest},           // strict decode, case-variant keys
-	{"correlate", (*stage).correlateRequest},     // records, ids, version, client info
-	{"trace", (*stage).traceRequests},            // a span per request (Flow.Tracer)
-	{"header-match", (*stage).matchHeaders},      // SEP-2243: Mcp-* headers against the body
-	{"tool-integrity", (*stage).checkTools},      // tool_pins: a quarantined tool's or prompt's calls refused
-	{"policy", (*stage).judgeRequests},           // the rules, message by message
-	{"argument-schema", (*stage).checkArguments}, // validate_arguments
-	{"transform", (*stage).transform},            // redaction, _meta
-	{"trace-inject", (*stage).injectTrace},       // trace_propagation: inject (header, _meta)
-	{"audit", (*stage).authorize},                // durable authorization records (audit: true)
-	{"session", (*stage).rememberRequests},       // what other connections' responses need
+	{"read", readRequest},               // Content-Encoding, type, charset: JSON-RPC at all?
+	{"decode", decodeRequest},           // strict decode, case-variant keys
+	{"correlate", correlateRequest},     // records, ids, version, client info
+	{"trace", traceRequests},            // a span per request (Flow.Tracer)
+	{"header-match", matchHeaders},      // SEP-2243: Mcp-* headers against the body
+	{"tool-integrity", checkTools},      // tool_pins: a quarantined tool's or prompt's calls refused
+	{"policy", judgeRequests},           // the rules, message by message
+	{"argument-schema", checkArguments}, // validate_arguments
+	{"transform", transform},            // redaction, _meta
+	{"trace-inject", injectTrace},       // trace_propagation: inject (header, _meta)
+	{"audit", authorize},                // durable authorization records (audit: true)
+	{"session", rememberRequests},       // what other connections' responses need
 }
 
 // A requestStep is one named step of requestSteps.
 type requestStep struct {
 	name string
-	run  func(s *stage, x *exchange.Exchange, st *xstate, b *requestBody) (res exchange.Result, done bool)
+	run  func(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (res exchange.Result, done bool)
 }
 
 // The response side runs in the same order for a JSON body (ResponseBody) and for each SSE event

@@ -23,7 +23,7 @@ const ruleValidate = "validate_arguments"
 // server listed for the tool in this session (or, for a stateless server, to any client). A
 // tool whose schema is not known, or cannot be compiled, is not checked; one whose schema is over
 // a bound, or whose arguments would cost more than the work budget to check, is refused.
-func (s *stage) validateArguments(x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool) (exchange.Result, bool) {
+func validateArguments(s *conn, x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool) (exchange.Result, bool) {
 	store := s.f.Sessions.toolSchemas()
 	if store == nil {
 		return exchange.Continue, false
@@ -47,7 +47,7 @@ func (s *stage) validateArguments(x *exchange.Exchange, st *xstate, msgs []*mcp.
 		}
 		r.Decision, r.Rule, r.Reason = policy.ActionDeny, ruleValidate, why
 		d := policy.Decision{Action: policy.ActionDeny, Rule: ruleValidate, Reason: why}
-		return s.refuseWith(x, st, msgs, batch, r, d, CodeInvalidParams, "invalid params (checked by "+Intermediary+"): "+told), true
+		return refuseWith(s, x, st, msgs, batch, r, d, CodeInvalidParams, "invalid params (checked by "+Intermediary+"): "+told), true
 	}
 	return exchange.Continue, false
 }
@@ -73,7 +73,7 @@ func refusalOf(tool string, v verdict) (why, told string) {
 // transformRequests applies what policy asked of allowed requests: client capabilities withheld
 // (2026-07-28) and redactions. The body is re-framed when anything changed; the Mcp-Name and
 // Mcp-Param-* headers follow the body.
-func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, decs []policy.Decision) [][]byte {
+func transformRequests(s *conn, x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, decs []policy.Decision) [][]byte {
 	var p *prober
 	changed := false
 	out := make([][]byte, len(msgs))
@@ -82,7 +82,7 @@ func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*mcp.
 		r := st.reqs[i]
 		if m.Kind == mcp.KindRequest && mcp.Version(st.version).Stateless() {
 			if p == nil {
-				p = s.newProber(x, st, ServerToClient)
+				p = newProber(s, x, st, ServerToClient)
 			}
 			if p != nil {
 				if o, removed := withholdCapabilities(out[i], m, p); len(removed) > 0 {
@@ -91,7 +91,7 @@ func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*mcp.
 				}
 			}
 		}
-		if o, ok := s.redact(out[i], decs[i], "params", r); ok {
+		if o, ok := redact(s, out[i], decs[i], "params", r); ok {
 			out[i], changed = o, true
 			if !batch {
 				if after, err := mcp.DecodeMessage(o, mcp.DecodeOptions{MaxSize: int(s.maxBody())}); err == nil {
@@ -117,7 +117,7 @@ func (s *stage) transformRequests(x *exchange.Exchange, st *xstate, msgs []*mcp.
 
 // serverIdentity names the server of an exchange for the schema memory: the destination, the
 // SNI and the Host the client asked for.
-func (s *stage) serverIdentity(h *exchange.Head) string {
+func serverIdentity(s *conn, h *exchange.Head) string {
 	var b strings.Builder
 	if c := s.f.Conn; c != nil {
 		b.WriteString(c.OrigDst)

@@ -19,7 +19,7 @@ const codeURLElicitationRequired = -32042
 // must see them as it sees one on a stream. Each is recorded; a blocked one turns the error into
 // the appliance's (-31000), without the elicitations (the server cannot be answered for them:
 // the client would have retried the call). It returns the new message when it changed.
-func (s *stage) errorElicitations(x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record) ([]byte, bool) {
+func errorElicitations(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record) ([]byte, bool) {
 	if m.Error == nil || m.Error.Code != codeURLElicitationRequired || !mcp.IsObject(m.Error.Data) {
 		return nil, false
 	}
@@ -34,7 +34,7 @@ func (s *stage) errorElicitations(x *exchange.Exchange, st *xstate, m *mcp.Messa
 		im := &mcp.Message{Kind: mcp.KindRequest, Method: method, Params: params}
 		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: "request", ID: "elicitations[" + strconv.Itoa(i) + "]",
 			Method: method, Name: mcp.RedactURI(req.Name), Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target)}
-		d := s.evaluate(x, st, im, r, ServerToClient, nil, serverRequestInput(method, params, req.Name))
+		d := evaluate(s, x, st, im, r, ServerToClient, nil, serverRequestInput(method, params, req.Name))
 		r.Decision, r.Rule = d.Action, d.Rule
 		r.Reason = kindOf(method, params) + " request in error " + strconv.Itoa(codeURLElicitationRequired) + " of " + req.Method + ": " + d.Reason
 		if d.Action != policy.ActionAllow && blocked == nil {

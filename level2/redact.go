@@ -636,7 +636,7 @@ func encodeHeaderValue(v string) string {
 // A call's messages do not always come on its own stream, so the calls judged are also the
 // session's requests still pending elsewhere (relatedPending): every one of them on a GET stream,
 // and on any stream the one whose progressToken a progress notification names.
-func (s *stage) inCall(x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision) policy.Decision {
+func inCall(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision) policy.Decision {
 	if d.Action != policy.ActionAllow {
 		return d
 	}
@@ -647,16 +647,16 @@ func (s *stage) inCall(x *exchange.Exchange, st *xstate, m *mcp.Message, d polic
 		if req.key == "" || req.Direction != ClientToServer {
 			continue // a notification of the client's has no answer, and so no stream
 		}
-		if d = s.judgeAsPartOf(x, st, m, d, req); d.Action != policy.ActionAllow {
+		if d = judgeAsPartOf(s, x, st, m, d, req); d.Action != policy.ActionAllow {
 			return d
 		}
 	}
-	for _, p := range s.relatedPending(x, st, m) {
+	for _, p := range relatedPending(s, x, st, m) {
 		if slices.ContainsFunc(st.reqs, func(r *Record) bool { return r.key != "" && r.ID == p.ID && r.Method == p.Method }) {
 			continue // this exchange's own call, judged above
 		}
 		r := &Record{Direction: ClientToServer, Kind: mcp.KindRequest.String(), Method: p.Method, Name: p.Name, ID: p.ID}
-		if d = s.judgeAsPartOf(x, st, m, d, r); d.Action != policy.ActionAllow {
+		if d = judgeAsPartOf(s, x, st, m, d, r); d.Action != policy.ActionAllow {
 			return d
 		}
 	}
@@ -664,8 +664,8 @@ func (s *stage) inCall(x *exchange.Exchange, st *xstate, m *mcp.Message, d polic
 }
 
 // judgeAsPartOf adds to d what the rules decide for m seen as a message of the call req.
-func (s *stage) judgeAsPartOf(x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision, req *Record) policy.Decision {
-	cd := s.evaluate(x, st, m, req, ServerToClient, req, nil)
+func judgeAsPartOf(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision, req *Record) policy.Decision {
+	cd := evaluate(s, x, st, m, req, ServerToClient, req, nil)
 	for _, red := range cd.Redactions {
 		if !slices.Contains(d.Redactions, red) {
 			d.Redactions = append(d.Redactions, red)
@@ -693,7 +693,7 @@ func (s *stage) judgeAsPartOf(x *exchange.Exchange, st *xstate, m *mcp.Message, 
 //   - On any stream, for notifications/progress, the pending requests whose progressToken it
 //     names as clients match it: the TypeScript SDK routes progress by token whatever the
 //     stream, so a call's progress sent on another call's stream still reaches that call.
-func (s *stage) relatedPending(x *exchange.Exchange, st *xstate, m *mcp.Message) []Pending {
+func relatedPending(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message) []Pending {
 	if st.session == "" {
 		return nil
 	}

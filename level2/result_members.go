@@ -11,7 +11,7 @@ import (
 // decodes into its structs, while Level 2 reads members by their exact keys and would judge the
 // result without it: the client gets an error naming the appliance instead, as for a response
 // the decoder refuses. A custom method's result is the server's own and is not judged so.
-func (s *stage) refuseResultMembers(m *mcp.Message, req *Record) ([]byte, bool) {
+func refuseResultMembers(s *conn, m *mcp.Message, req *Record) ([]byte, bool) {
 	err := m.CheckResult(req.Method)
 	if err == nil {
 		return nil, false
@@ -21,7 +21,7 @@ func (s *stage) refuseResultMembers(m *mcp.Message, req *Record) ([]byte, bool) 
 	if req.Err == "" {
 		req.Err = why
 	}
-	s.auditOutcome(req, "denied", 0, why)
+	auditOutcome(s, req, "denied", 0, why)
 	return errorBody(m.ID, CodeUnreadable, "response refused by "+Intermediary, "level2", why, 0), true
 }
 

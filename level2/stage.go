@@ -197,7 +197,7 @@ func (f *Flow) Stage() exchange.Stage {
 	if f.Client != nil {
 		owner = NewOwner(f.Client.Address)
 	}
-	return &stage{f: f, posts: make(chan struct{}, maxServerAnswers), owner: owner}
+	return &stage{c: &conn{f: f, posts: make(chan struct{}, maxServerAnswers), owner: owner}}
 }
 
 // maxServerAnswers bounds the answers to refused server→client requests in flight per connection:
@@ -205,8 +205,35 @@ func (f *Flow) Stage() exchange.Stage {
 // request it invents.
 const maxServerAnswers = 4
 
+// stage is the exchange.Stage of one connection: its hooks run the steps of chain.go.
 type stage struct {
 	exchange.Base
+	c *conn
+}
+
+func (s *stage) RequestHead(ctx context.Context, x *exchange.Exchange) exchange.Result {
+	return s.c.requestHead(ctx, x)
+}
+func (s *stage) RequestBody(ctx context.Context, x *exchange.Exchange) exchange.Result {
+	return s.c.requestBody_(ctx, x)
+}
+func (s *stage) ResponseHead(ctx context.Context, x *exchange.Exchange) exchange.Result {
+	return s.c.responseHead(ctx, x)
+}
+func (s *stage) ResponseBody(ctx context.Context, x *exchange.Exchange) exchange.Result {
+	return s.c.responseBody(ctx, x)
+}
+func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
+	return s.c.event(ctx, x, ev)
+}
+func (s *stage) Done(x *exchange.Exchange) { s.c.done(x) }
+
+// EndFlow ends the spans still open on this connection (server→client requests the client
+// never answered here); the engine calls it once the connection's exchanges are over.
+func (s *stage) EndFlow(at time.Time) { s.c.spans.endAll(at) }
+
+// conn is Level 2's per-connection state: the flow's settings and what outlives one exchange.
+type conn struct {
 	f     *Flow
 	posts chan struct{} // slots for answers to the server in flight
 	audit stageAudit
@@ -217,7 +244,7 @@ type stage struct {
 	ident flowIdentity
 }
 
-func (s *stage) maxBody() int64 {
+func (s *conn) maxBody() int64 {
 	if s.f.MaxBody > 0 {
 		return s.f.MaxBody
 	}
@@ -226,14 +253,14 @@ func (s *stage) maxBody() int64 {
 
 // ---- request side ----
 
-func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Result {
+func (s *conn) requestHead(_ context.Context, x *exchange.Exchange) exchange.Result {
 	h := x.Req
 	st := &xstate{start: time.Now()}
 	x.Set(stateKey{}, st)
 	if h.Count("Mcp-Session-Id") > 1 {
 		// Servers disagree on which of two session ids counts (Go: the first; Node: both,
 		// joined): the session, and so the client's identity, would be another for each.
-		return s.refuseUnreadable(x, st, 400, "Mcp-Session-Id header repeated")
+		return refuseUnreadable(s, x, st, 400, "Mcp-Session-Id header repeated")
 	}
 	if v, ok := h.Get("Mcp-Session-Id"); ok && v != "" {
 		st.session = hashKey(v)
@@ -248,9 +275,9 @@ func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 		st.version = v
 	}
 	st.acceptSSE, st.acceptJSON = accepts(h)
-	st.server = s.serverIdentity(h)
+	st.server = serverIdentity(s, h)
 	if s.f.Tools != nil {
-		st.tools = s.toolServer(h, st)
+		st.tools = toolServer(s, h, st)
 	}
 	// Responses must be readable: ask the server for identity encoding (Level 2 may modify
 	// messages; this changes no MCP semantics). A server that compresses anyway is decoded.
@@ -263,14 +290,14 @@ func (s *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 	return exchange.Continue
 }
 
-func (s *stage) RequestBody(ctx context.Context, x *exchange.Exchange) exchange.Result {
+func (s *conn) requestBody_(ctx context.Context, x *exchange.Exchange) exchange.Result {
 	st := stateOf(x)
 	b := &st.body
 	*b = requestBody{raw: x.RequestBody(), ctx: ctx}
 	for _, step := range requestSteps {
 		if res, done := step.run(s, x, st, b); done {
 			if st.answered {
-				s.auditDenials(x, st)
+				auditDenials(s, x, st)
 			}
 			return res
 		}
@@ -291,33 +318,33 @@ type requestBody struct {
 // readRequest decodes the body's Content-Encoding and decides whether it carries JSON-RPC at
 // all: by its type however spelt, or by its bytes however padded. A body that is not JSON-RPC is
 // plain HTTP, judged at Level 1 only: no supported server parses it as JSON.
-func (s *stage) readRequest(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func readRequest(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	h := x.Req
 	if ce, ok := h.Get("Content-Encoding"); ok && !isIdentity(ce) {
 		dec, err := DecodeBody(ce, b.raw, s.maxBody())
 		switch {
 		case errors.Is(err, ErrUnsupportedEncoding):
-			return s.refuseUnreadable(x, st, 415, "content-encoding "+ce+" cannot be inspected"), true
+			return refuseUnreadable(s, x, st, 415, "content-encoding "+ce+" cannot be inspected"), true
 		case errors.Is(err, ErrBodyTooLarge):
-			return s.refuseUnreadable(x, st, 413, "decoded body over the route's max_body"), true
+			return refuseUnreadable(s, x, st, 413, "decoded body over the route's max_body"), true
 		case err != nil:
-			return s.refuseUnreadable(x, st, 400, "body does not decode as "+ce+": "+err.Error()), true
+			return refuseUnreadable(s, x, st, 400, "body does not decode as "+ce+": "+err.Error()), true
 		}
 		b.raw = dec
 	}
 	ctv, repeated := contentTypes(h)
 	if repeated {
 		// Servers disagree on which of two types counts (Go: the first; Node: both, joined).
-		return s.refuseUnreadable(x, st, 400, "Content-Type header repeated"), true
+		return refuseUnreadable(s, x, st, 400, "Content-Type header repeated"), true
 	}
 	ct := ParseContentType(ctv)
 	if ct.ForeignCharset {
-		return s.refuseUnreadable(x, st, 415, "charset "+ct.Charset+" cannot be inspected (JSON-RPC bodies are UTF-8)"), true
+		return refuseUnreadable(s, x, st, 415, "charset "+ct.Charset+" cannot be inspected (JSON-RPC bodies are UTF-8)"), true
 	}
 	if enc := pythonEncoding(b.raw); enc != "" {
 		// Python's json reads such bytes as UTF-16 or UTF-32 text, where Level 2 (a UTF-8
 		// reader) would see no JSON at all.
-		return s.refuseUnreadable(x, st, 415, "body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)"), true
+		return refuseUnreadable(s, x, st, 415, "body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)"), true
 	}
 	if !ct.JSON && !namesJSON(ctv) && !looksJSON(b.raw) {
 		return exchange.Continue, true
@@ -331,22 +358,22 @@ func (s *stage) readRequest(x *exchange.Exchange, st *xstate, b *requestBody) (e
 // decodeRequest decodes the body as the most lenient server reads it (a BOM and Unicode spaces
 // around the JSON stripped; it is forwarded as the client sent it), strictly, and refuses a key
 // a server reads as one a rule reads but spelt so that the rule misses it.
-func (s *stage) decodeRequest(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func decodeRequest(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	allowBatch := batchAllowed(st.version, x.Req)
 	msgs, batch, err := mcp.Decode(trimLenient(b.raw), mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: allowBatch})
 	if err != nil {
 		if errors.Is(err, mcp.ErrTooLarge) {
-			return s.refuseUnreadable(x, st, 413, "JSON-RPC body over the route's max_body"), true
+			return refuseUnreadable(s, x, st, 413, "JSON-RPC body over the route's max_body"), true
 		}
-		return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+err.Error()), true
+		return refuseUnreadable(s, x, st, 400, "JSON-RPC body refused: "+err.Error()), true
 	}
 	if why, bad := clientResultCaseVariant(msgs); bad {
-		return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+why), true
+		return refuseUnreadable(s, x, st, 400, "JSON-RPC body refused: "+why), true
 	}
 	if rs := s.rules(); rs != nil {
 		for _, m := range msgs {
 			if why, bad := argumentCaseVariant(m, rs); bad {
-				return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: "+why), true
+				return refuseUnreadable(s, x, st, 400, "JSON-RPC body refused: "+why), true
 			}
 		}
 	}
@@ -356,9 +383,9 @@ func (s *stage) decodeRequest(x *exchange.Exchange, st *xstate, b *requestBody) 
 
 // correlateRequest starts the record of every message, indexes the requests by id (for their
 // responses) and takes the version and client info the messages carry.
-func (s *stage) correlateRequest(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func correlateRequest(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	for _, m := range b.msgs {
-		r := s.newRecord(x, st, m, ClientToServer)
+		r := newRecord(s, x, st, m, ClientToServer)
 		st.reqs = append(st.reqs, r)
 		st.messages++
 		if m.Kind == mcp.KindRequest {
@@ -369,7 +396,7 @@ func (s *stage) correlateRequest(x *exchange.Exchange, st *xstate, b *requestBod
 			if st.byID[k] != nil {
 				// Two requests with one id: their responses could not be told apart, so a result
 				// could be judged as the other request's.
-				return s.refuseUnreadable(x, st, 400, "JSON-RPC body refused: duplicate request id "+r.ID+" in a batch"), true
+				return refuseUnreadable(s, x, st, 400, "JSON-RPC body refused: duplicate request id "+r.ID+" in a batch"), true
 			}
 			st.byID[k] = r
 		}
@@ -401,7 +428,7 @@ func (s *stage) correlateRequest(x *exchange.Exchange, st *xstate, b *requestBod
 
 // matchHeaders is SEP-2243: the headers are the client's claim, the body is the truth; a
 // request whose MCP headers disagree with its body is refused with HTTP 400 and -32020.
-func (s *stage) matchHeaders(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func matchHeaders(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	why := headerMismatch(x.Req, b.msgs, b.batch)
 	if why == "" {
 		return exchange.Continue, false
@@ -422,13 +449,13 @@ func (s *stage) matchHeaders(x *exchange.Exchange, st *xstate, b *requestBody) (
 
 // judgeRequests is policy, message by message: the first refusal refuses the body (a batch is
 // one HTTP message; forwarding part of it would change what the client sent).
-func (s *stage) judgeRequests(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func judgeRequests(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	var denied *Record
 	var dec policy.Decision
 	b.decs = make([]policy.Decision, len(b.msgs))
 	for i, m := range b.msgs {
 		r := st.reqs[i]
-		d := s.evaluate(x, st, m, r, ClientToServer, nil, nil)
+		d := evaluate(s, x, st, m, r, ClientToServer, nil, nil)
 		b.decs[i] = d
 		r.Decision, r.Rule, r.Reason = d.Action, d.Rule, d.Reason
 		if d.Action != policy.ActionAllow && denied == nil {
@@ -436,29 +463,29 @@ func (s *stage) judgeRequests(x *exchange.Exchange, st *xstate, b *requestBody) 
 		}
 	}
 	if denied != nil {
-		return s.refuse(x, st, b.msgs, b.batch, denied, dec), true
+		return refuse(s, x, st, b.msgs, b.batch, denied, dec), true
 	}
 	return exchange.Continue, false
 }
 
 // checkArguments is the route's validate_arguments: tools/call arguments against the input
 // schema the server listed.
-func (s *stage) checkArguments(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func checkArguments(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	if !s.f.ValidateArguments {
 		return exchange.Continue, false
 	}
-	return s.validateArguments(x, st, b.msgs, b.batch)
+	return validateArguments(s, x, st, b.msgs, b.batch)
 }
 
 // transform applies what the allowed messages' decisions ask for (redaction, _meta).
-func (s *stage) transform(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
-	b.out = s.transformRequests(x, st, b.msgs, b.batch, b.decs)
+func transform(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+	b.out = transformRequests(s, x, st, b.msgs, b.batch, b.decs)
 	return exchange.Continue, false
 }
 
 // rememberRequests keeps, in the appliance's session memory, what a response on another
 // connection will need: the 2024-11-05 client's info, and every request still to be answered.
-func (s *stage) rememberRequests(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func rememberRequests(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	if st.legacy && st.initialize && st.session != "" {
 		// 2024-11-05: the session is the endpoint URL's, known now; no response will carry an
 		// Mcp-Session-Id, so the client's info is kept for its GET stream here.
@@ -484,16 +511,16 @@ func (s *stage) rememberRequests(x *exchange.Exchange, st *xstate, b *requestBod
 
 // refuse answers a denied request with a JSON-RPC error (HTTP 200, or an SSE event when the client
 // accepts only a stream), naming the appliance, the rule and the reason. The server never sees it.
-func (s *stage) refuse(x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, denied *Record, d policy.Decision) exchange.Result {
+func refuse(s *conn, x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, denied *Record, d policy.Decision) exchange.Result {
 	code, msg := CodeDenied, "denied by "+Intermediary+" policy"
 	if d.Action == policy.ActionRateLimited {
 		code, msg = CodeRateLimited, "rate limited by "+Intermediary+" policy"
 	}
-	return s.refuseWith(x, st, msgs, batch, denied, d, code, msg)
+	return refuseWith(s, x, st, msgs, batch, denied, d, code, msg)
 }
 
 // refuseWith answers like refuse, with the given JSON-RPC code and message.
-func (s *stage) refuseWith(x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, denied *Record, d policy.Decision, code int, msg string) exchange.Result {
+func refuseWith(s *conn, x *exchange.Exchange, st *xstate, msgs []*mcp.Message, batch bool, denied *Record, d policy.Decision, code int, msg string) exchange.Result {
 	for _, r := range st.reqs {
 		if r != denied && r.Decision == policy.ActionAllow {
 			r.Decision, r.Rule = denied.Decision, denied.Rule
@@ -531,7 +558,7 @@ func (s *stage) refuseWith(x *exchange.Exchange, st *xstate, msgs []*mcp.Message
 }
 
 // refuseUnreadable answers a body Level 2 cannot inspect; it is never forwarded uninspected.
-func (s *stage) refuseUnreadable(x *exchange.Exchange, st *xstate, status int, why string) exchange.Result {
+func refuseUnreadable(s *conn, x *exchange.Exchange, st *xstate, status int, why string) exchange.Result {
 	why = redactTextAll(why, s.rules()) // a decoder's detail may quote a key or value a rule hides
 	code := CodeUnreadable
 	if status == 413 {
@@ -559,7 +586,7 @@ func (s *stage) refuseUnreadable(x *exchange.Exchange, st *xstate, status int, w
 
 // ---- response side ----
 
-func (s *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.Result {
+func (s *conn) responseHead(_ context.Context, x *exchange.Exchange) exchange.Result {
 	st := stateOf(x)
 	if st == nil || st.answered {
 		return exchange.Continue
@@ -606,7 +633,7 @@ func (s *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 	return exchange.Continue
 }
 
-func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.Result {
+func (s *conn) responseBody(_ context.Context, x *exchange.Exchange) exchange.Result {
 	st := stateOf(x)
 	if st == nil {
 		return exchange.Continue
@@ -616,13 +643,13 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 	if ce, ok := x.Resp.Get("Content-Encoding"); ok && !isIdentity(ce) {
 		dec, err := DecodeBody(ce, body, s.maxBody())
 		if err != nil {
-			return s.refuseResponse(x, st, "response body does not decode as "+oneLine(ce)+": "+decodeProblem(err))
+			return refuseResponse(s, x, st, "response body does not decode as "+oneLine(ce)+": "+decodeProblem(err))
 		}
 		body, encoded = dec, true
 	}
 	ctv, _ := contentTypes(x.Resp)
 	if enc := pythonEncoding(body); enc != "" {
-		return s.refuseResponse(x, st, "response body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)")
+		return refuseResponse(s, x, st, "response body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)")
 	}
 	if !ParseContentType(ctv).JSON && !namesJSON(ctv) && !looksJSON(body) {
 		return exchange.Continue // not JSON by its type or its bytes: no client reads it as JSON-RPC
@@ -636,9 +663,9 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 	if err != nil {
 		// The strict decoder refused what a lenient client would read (a duplicate key, a lone
 		// surrogate): forwarding it would let the server past every response rule.
-		return s.refuseResponse(x, st, "response refused: "+decodeProblem(err))
+		return refuseResponse(s, x, st, "response refused: "+decodeProblem(err))
 	}
-	out, changed := s.responses(context.Background(), x, st, msgs, false)
+	out, changed := responses(s, context.Background(), x, st, msgs, false)
 	if changed {
 		kept := compact(out)
 		switch {
@@ -646,7 +673,7 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 			// Every message was a server request policy blocks (dropped, the server answered):
 			// the client's requests of this exchange get an error naming the appliance instead
 			// of an answer the server never gave.
-			x.SetResponseBody(s.unanswered(st, msgs))
+			x.SetResponseBody(unanswered(s, st, msgs))
 		case batch:
 			x.SetResponseBody(joinBatch(kept))
 		default:
@@ -659,7 +686,7 @@ func (s *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 	return exchange.Continue
 }
 
-func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
+func (s *conn) event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
 	st := stateOf(x)
 	if st == nil {
 		return exchange.Continue
@@ -717,7 +744,7 @@ func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: not strict JSON-RPC: " + decodeProblem(err)})
 		return exchange.Continue
 	}
-	out, changed := s.responses(ctx, x, st, msgs, true)
+	out, changed := responses(s, ctx, x, st, msgs, true)
 	if changed {
 		kept := out[:0:0]
 		for _, o := range out {
@@ -743,7 +770,7 @@ func (s *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 // where policy replaced a response with an error, filtered a list, or redacted something. In a
 // stream, a nil entry is a message to drop (a blocked server→client request, answered to the
 // server on the client's behalf).
-func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate, msgs []*mcp.Message, stream bool) ([][]byte, bool) {
+func responses(s *conn, ctx context.Context, x *exchange.Exchange, st *xstate, msgs []*mcp.Message, stream bool) ([][]byte, bool) {
 	out := make([][]byte, len(msgs))
 	changed := false
 	for i, m := range msgs {
@@ -761,7 +788,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				// to nothing this client asked. A client matches a response to any request it
 				// has outstanding, so one Level 2 cannot pair with its request is never passed
 				// on: it would skip that request's response rules (list filtering, redaction).
-				r := s.newRecord(x, st, m, ServerToClient)
+				r := newRecord(s, x, st, m, ServerToClient)
 				st.messages++
 				defer s.emit(r)
 				p, ok := s.f.Sessions.TakePending(s.owner, st.session, key)
@@ -780,7 +807,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			if req.span != nil {
 				defer endResponseSpan(req, m) // once policy, surface control and redaction had their say
 			}
-			if o, bad := s.refuseResultMembers(m, req); bad {
+			if o, bad := refuseResultMembers(s, m, req); bad {
 				out[i], changed = o, true // judged by its request's method (result_members.go)
 				continue
 			}
@@ -790,7 +817,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 					s.f.Sessions.SetVersion(s.owner, st.session, v)
 				}
 			}
-			d := s.evaluate(x, st, m, req, ServerToClient, req, nil)
+			d := evaluate(s, x, st, m, req, ServerToClient, req, nil)
 			if m.Kind == mcp.KindError && m.Error != nil {
 				// The record gets the message as the client sees it: redacted first.
 				req.Err = fmt.Sprintf("server error %d: %s", m.Error.Code, oneLine(redactText(m.Error.Message, d.Redactions)))
@@ -801,33 +828,33 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				out[i] = errorBody(m.ID, CodeDenied, "result withheld by "+Intermediary+" policy", d.Rule, d.Reason, 0)
 				changed = true
 				req.Decision, req.Rule, req.Reason = d.Action, d.Rule, "result withheld: "+d.Reason
-				s.auditOutcome(req, "denied", 0, req.Reason)
+				auditOutcome(s, req, "denied", 0, req.Reason)
 				continue
 			}
 			if m.Kind == mcp.KindError && m.Error != nil {
-				s.auditOutcome(req, "error", m.Error.Code, "")
+				auditOutcome(s, req, "error", m.Error.Code, "")
 			} else {
-				s.auditOutcome(req, "result", 0, "")
+				auditOutcome(s, req, "result", 0, "")
 			}
 			if m.Kind != mcp.KindResponse {
-				if o, ok := s.errorElicitations(x, st, m, req); ok {
+				if o, ok := errorElicitations(s, x, st, m, req); ok {
 					out[i], changed = o, true // a URL elicitation policy blocks (elicit_error.go)
 					continue
 				}
-				if o, ok := s.redact(out[i], d, "error", req); ok {
+				if o, ok := redact(s, out[i], d, "error", req); ok {
 					out[i], changed = o, true
 				}
 				continue
 			}
-			if o, ok := s.surface(x, st, m, req); ok {
+			if o, ok := surface(s, x, st, m, req); ok {
 				out[i], changed = o, true
 			}
-			if o, ok := s.redact(out[i], d, "result", req); ok {
+			if o, ok := redact(s, out[i], d, "result", req); ok {
 				out[i], changed = o, true
 			}
 		default:
 			// A server→client request (sampling, elicitation, roots, ping) or notification.
-			r := s.newRecord(x, st, m, ServerToClient)
+			r := newRecord(s, x, st, m, ServerToClient)
 			st.messages++
 			if m.Kind == mcp.KindNotification && m.Method == "notifications/tools/list_changed" {
 				s.f.Sessions.toolSchemas().forget(st.schemaKey())
@@ -839,7 +866,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			var extra func(*policy.Message)
 			kind := ""
 			if m.Kind == mcp.KindRequest {
-				tool, ambiguous := s.streamTool(x, st)
+				tool, ambiguous := streamTool(s, x, st)
 				st.unknownTool = ambiguous
 				extra = serverRequestInput(m.Method, m.Params, tool)
 				if serverRequestKinds[m.Method] != "" {
@@ -851,13 +878,13 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 			}
 			var sp *openSpan
 			if m.Kind == mcp.KindRequest && s.f.Tracer != nil {
-				sp = s.startSpan(st, r, m, ServerToClient, traceParent(m, func() tracing.Parent { return exchangeParent(x, st) }), r.Time)
+				sp = startSpan(s, st, r, m, ServerToClient, traceParent(m, func() tracing.Parent { return exchangeParent(x, st) }), r.Time)
 			}
-			d := s.evaluate(x, st, m, r, ServerToClient, nil, extra)
+			d := evaluate(s, x, st, m, r, ServerToClient, nil, extra)
 			st.unknownTool = false
-			d = s.inCall(x, st, m, d) // a redact (or deny) rule on the call covers its stream
+			d = inCall(s, x, st, m, d) // a redact (or deny) rule on the call covers its stream
 			if d.Action == policy.ActionAllow && m.Kind == mcp.KindRequest {
-				if err := s.authorizeServerRequest(ctx, x, st, m, r); err != nil {
+				if err := authorizeServerRequest(s, ctx, x, st, m, r); err != nil {
 					d = policy.Decision{Action: policy.ActionDeny, Rule: "audit", Reason: "audit unavailable: " + oneLine(err.Error())}
 				}
 			}
@@ -878,14 +905,14 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 				out[i], changed = nil, true
 				if m.Kind == mcp.KindRequest {
 					if d.Rule != "audit" {
-						s.auditServerDenial(x, st, m, r)
+						auditServerDenial(s, x, st, m, r)
 					}
 					r.Reason += "; dropped, the server was answered with JSON-RPC error " + fmt.Sprint(CodeDenied)
-					s.answerServer(ctx, x, st, m, r, d)
+					answerServer(s, ctx, x, st, m, r, d)
 					continue
 				}
 				r.Reason += "; dropped"
-			} else if o, ok := s.redact(out[i], d, "params", r); ok {
+			} else if o, ok := redact(s, out[i], d, "params", r); ok {
 				out[i], changed = o, true
 			}
 			s.emit(r)
@@ -897,7 +924,7 @@ func (s *stage) responses(ctx context.Context, x *exchange.Exchange, st *xstate,
 // surface applies surface control to an allowed result: a list loses what this client may not
 // use (and its schemas are learnt for validate_arguments), an input_required result is judged
 // request by request. It returns the new message when it changed.
-func (s *stage) surface(x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record) ([]byte, bool) {
+func surface(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record) ([]byte, bool) {
 	if req.Method == "tools/list" && s.f.ValidateArguments {
 		s.f.Sessions.toolSchemas().learn(st.schemaKey(), !req.cursor, toolSchemas(m.Result))
 	}
@@ -906,12 +933,12 @@ func (s *stage) surface(x *exchange.Exchange, st *xstate, m *mcp.Message, req *R
 		var vs []integrity.Verdict // one per listDefs entry, with a guard
 		quarantined := false
 		if s.f.Tools != nil {
-			vs = s.observeList(x, st, m, req, kinds)
+			vs = observeList(s, x, st, m, req, kinds)
 			for i := range vs {
 				quarantined = quarantined || vs[i].Quarantined
 			}
 		}
-		p := s.newProber(x, st, ClientToServer)
+		p := newProber(s, x, st, ClientToServer)
 		if p == nil && !quarantined {
 			return nil, false
 		}
@@ -941,7 +968,7 @@ func (s *stage) surface(x *exchange.Exchange, st *xstate, m *mcp.Message, req *R
 		im := &mcp.Message{Kind: mcp.KindRequest, Method: ir.method, Params: ir.params}
 		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: "input_request", ID: ir.key, Method: ir.method,
 			Name: mcp.RedactURI(tool), Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target)}
-		d := s.evaluate(x, st, im, r, ServerToClient, nil, serverRequestInput(ir.method, ir.params, tool))
+		d := evaluate(s, x, st, im, r, ServerToClient, nil, serverRequestInput(ir.method, ir.params, tool))
 		r.Decision, r.Rule = d.Action, d.Rule
 		r.Reason = kindOf(ir.method, ir.params) + " input request " + oneLine(ir.key) + " (input_required of " + req.Method + "): " + d.Reason
 		if kindOf(ir.method, ir.params) == "" {
@@ -964,7 +991,7 @@ func (s *stage) surface(x *exchange.Exchange, st *xstate, m *mcp.Message, req *R
 
 // redact applies the redact rules of d to msg (scope: the member patterns scan). It notes on r
 // what was redacted (rules and paths, never values).
-func (s *stage) redact(msg []byte, d policy.Decision, scope string, r *Record) ([]byte, bool) {
+func redact(s *conn, msg []byte, d policy.Decision, scope string, r *Record) ([]byte, bool) {
 	if len(d.Redactions) == 0 {
 		return nil, false
 	}
@@ -989,9 +1016,9 @@ func appendReason(r *Record, s string) {
 
 // refuseResponse replaces a response body Level 2 cannot read with a JSON-RPC error naming the
 // appliance (never the server's bytes uninspected, never a made-up result).
-func (s *stage) refuseResponse(x *exchange.Exchange, st *xstate, why string) exchange.Result {
+func refuseResponse(s *conn, x *exchange.Exchange, st *xstate, why string) exchange.Result {
 	why = redactTextAll(why, s.rules())
-	s.unreadableResponse(x, st, why)
+	unreadableResponse(s, x, st, why)
 	st.respCode = CodeUnreadable
 	var id json.RawMessage
 	if len(st.reqs) == 1 && st.reqs[0].ID != "" {
@@ -1003,7 +1030,7 @@ func (s *stage) refuseResponse(x *exchange.Exchange, st *xstate, why string) exc
 	return exchange.Continue
 }
 
-func (s *stage) unreadableResponse(x *exchange.Exchange, st *xstate, why string) {
+func unreadableResponse(s *conn, x *exchange.Exchange, st *xstate, why string) {
 	for _, r := range st.reqs {
 		if r.Err == "" {
 			r.Err = why
@@ -1012,13 +1039,13 @@ func (s *stage) unreadableResponse(x *exchange.Exchange, st *xstate, why string)
 }
 
 // Done writes the records of the exchange's client→server messages, with the outcome.
-func (s *stage) Done(x *exchange.Exchange) {
+func (s *conn) done(x *exchange.Exchange) {
 	st := stateOf(x)
 	if st == nil {
 		return
 	}
-	s.auditUnended(x, st)
-	s.endRequestSpans(x, st)
+	auditUnended(s, x, st)
+	endRequestSpans(s, x, st)
 	for i, r := range st.reqs {
 		r.Status = x.Status
 		r.Duration = x.Duration
@@ -1037,14 +1064,14 @@ func (s *stage) Done(x *exchange.Exchange) {
 }
 
 // rules is the rule set that judges now, or nil (allow all).
-func (s *stage) rules() Evaluator {
+func (s *conn) rules() Evaluator {
 	if s.f.Rules == nil {
 		return nil
 	}
 	return s.f.Rules()
 }
 
-func (s *stage) emit(r *Record) {
+func (s *conn) emit(r *Record) {
 	if s.f.Record != nil {
 		s.f.Record(r)
 	}
@@ -1056,7 +1083,7 @@ func (s *stage) emit(r *Record) {
 // name are the response's as far as rules are concerned).
 // extra adds facts of surface control (the tool a server request was made for, an elicitation's
 // mode).
-func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, dir string, req *Record, extra func(*policy.Message)) policy.Decision {
+func evaluate(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, dir string, req *Record, extra func(*policy.Message)) policy.Decision {
 	rs := s.rules()
 	if rs == nil {
 		return policy.Decision{Action: policy.ActionAllow}
@@ -1095,7 +1122,7 @@ func (s *stage) evaluate(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Re
 	if dir == ServerToClient && rs.Needs().ClientInfo {
 		// The client this message goes to cannot be told: a rule on its info fails rather
 		// than read a guess (or nothing, which would look like a client that sent none).
-		if _, known := s.clientIdentity(st); !known {
+		if _, known := clientIdentity(s, st); !known {
 			v.in.Vars.Unknown = unknownClient
 		}
 	}
@@ -1126,7 +1153,7 @@ type evalVars struct {
 
 // messageBody gives policy the members of m that cost a decode, when a rule reads them.
 type messageBody struct {
-	s   *stage
+	s   *conn
 	st  *xstate
 	m   *mcp.Message
 	dir string
@@ -1161,12 +1188,12 @@ func (b *messageBody) ClientInfo() map[string]any {
 	if b.s == nil {
 		return b.st.clientInfo
 	}
-	ci, _ := b.s.clientIdentity(b.st)
+	ci, _ := clientIdentity(b.s, b.st)
 	return ci
 }
 
 // newRecord starts the record of m.
-func (s *stage) newRecord(x *exchange.Exchange, st *xstate, m *mcp.Message, dir string) *Record {
+func newRecord(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, dir string) *Record {
 	r := &Record{
 		Time: time.Now(), Direction: dir, Kind: m.Kind.String(), ID: m.IDText(), rawID: m.ID, Method: m.Method,
 		Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Decision: policy.ActionAllow,
@@ -1319,7 +1346,7 @@ func compact(out [][]byte) [][]byte {
 // unanswered is the body for a JSON response whose every message was dropped: an error naming the
 // appliance for each request of the exchange the body did not answer (a batch when several), or
 // nothing when the exchange carried no request.
-func (s *stage) unanswered(st *xstate, msgs []*mcp.Message) []byte {
+func unanswered(s *conn, st *xstate, msgs []*mcp.Message) []byte {
 	answered := make(map[string]bool, len(msgs))
 	for _, m := range msgs {
 		if m.Kind == mcp.KindResponse || m.Kind == mcp.KindError {

@@ -162,7 +162,7 @@ func describeFiltered(method string, f filtered) string {
 // listed tool, or a server→client request the client's capabilities would let through. No
 // rate-limit token is spent (policy.Input.Probe).
 type prober struct {
-	s    *stage
+	s    *conn
 	x    *exchange.Exchange
 	st   *xstate
 	rs   Evaluator
@@ -181,7 +181,7 @@ func (clientInfoOnly) Arguments() map[string]any     { return nil }
 func (clientInfoOnly) Result() any                   { return nil }
 func (c *clientInfoOnly) ClientInfo() map[string]any { return c.ci }
 
-func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober {
+func newProber(s *conn, x *exchange.Exchange, st *xstate, dir string) *prober {
 	rs := s.rules()
 	if rs == nil {
 		return nil
@@ -189,7 +189,7 @@ func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober 
 	p := &prober{s: s, x: x, st: st, rs: rs}
 	p.msg = policy.Message{Direction: dir, Kind: mcp.KindRequest.String(), Version: st.version, Session: st.session}
 	var known bool
-	p.ci.ci, known = s.clientIdentity(st)
+	p.ci.ci, known = clientIdentity(s, st)
 	p.msg.Body = &p.ci
 	p.http = policy.Request{Method: x.Req.Method, Path: pathOf(x.Req.Target)}
 	if info := mcp.InfoOf(x); info != nil {
@@ -274,7 +274,7 @@ var unknownTool = []string{"mcp.tool", "mcp.name"}
 // pending name is that name; calls of several different names pending make it ambiguous (a
 // rule on mcp.tool is then a rule error, never the "no match" of an empty tool that would let
 // a server ask for a tool the rule stops while a harmless call runs beside it).
-func (s *stage) streamTool(x *exchange.Exchange, st *xstate) (tool string, ambiguous bool) {
+func streamTool(s *conn, x *exchange.Exchange, st *xstate) (tool string, ambiguous bool) {
 	if t := st.tool(); t != "" || x.Req.Method != "GET" || st.session == "" {
 		return t, false
 	}
@@ -311,7 +311,7 @@ const postTimeout = 10 * time.Second
 // (2025-x: a dropped request would leave the server waiting): a JSON-RPC error naming the
 // appliance, POSTed with the client's session headers over a new connection (Flow.Post). The
 // record r is written once the answer went out (or failed).
-func (s *stage) answerServer(ctx context.Context, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, d policy.Decision) {
+func answerServer(s *conn, ctx context.Context, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, d policy.Decision) {
 	body := errorBody(m.ID, CodeDenied, "request denied by "+Intermediary+" policy", d.Rule, d.Reason, 0)
 	if s.f.Post == nil {
 		r.Err = "the server was not answered (no way to reach it from Level 2)"
