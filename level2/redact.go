@@ -735,3 +735,28 @@ func progressKey(m *mcp.Message) string {
 	}
 	return jsonKey(v)
 }
+
+// redact applies the redact rules of d to msg (scope: the member patterns scan). It notes on r
+// what was redacted (rules and paths, never values).
+func redact(s *conn, msg []byte, d policy.Decision, scope string, r *Record) ([]byte, bool) {
+	if len(d.Redactions) == 0 {
+		return nil, false
+	}
+	out, hits, n := redactJSON(msg, d.Redactions, scope)
+	if n == 0 {
+		return nil, false
+	}
+	appendReason(r, describeHits(hits, n))
+	if r.Decision == "" || r.Decision == policy.ActionAllow {
+		r.Rule = hits[0].rule
+	}
+	return out, true
+}
+
+func appendReason(r *Record, s string) {
+	if r.Reason == "" || r.Reason == policy.ReasonNoMatch {
+		r.Reason = s
+		return
+	}
+	r.Reason += "; " + s
+}

@@ -547,3 +547,71 @@ func isRetry(m *mcp.Message) bool {
 
 // rawID is a JSON id for an error response (the id as sent).
 func rawID(m *mcp.Message) json.RawMessage { return m.ID }
+
+// surface applies surface control to an allowed result: a list loses what this client may not
+// use (and its schemas are learnt for validate_arguments), an input_required result is judged
+// request by request. It returns the new message when it changed.
+func surface(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record) ([]byte, bool) {
+	if req.Method == "tools/list" && s.f.ValidateArguments {
+		s.f.Sessions.toolSchemas().learn(st.schemaKey(), !req.cursor, toolSchemas(m.Result))
+	}
+	kinds, isList := listMethods[req.Method]
+	if isList {
+		var vs []integrity.Verdict // one per listDefs entry, with a guard
+		quarantined := false
+		if s.f.Tools != nil {
+			vs = observeList(s, x, st, m, req, kinds)
+			for i := range vs {
+				quarantined = quarantined || vs[i].Quarantined
+			}
+		}
+		p := newProber(s, x, st, ClientToServer)
+		if p == nil && !quarantined {
+			return nil, false
+		}
+		var f filtered
+		if vs == nil {
+			f = filterList(m.Raw, kinds, mcp.Version(st.version).CachingHints(), p.allowed)
+		} else {
+			f = filterJudged(m.Raw, kinds, mcp.Version(st.version).CachingHints(), vs, p)
+		}
+		if len(f.hidden) == 0 {
+			return nil, false
+		}
+		appendReason(req, describeFiltered(req.Method, f))
+		return f.out, true
+	}
+	irs, ok := inputRequests(m.Result)
+	if !ok {
+		return nil, false
+	}
+	// 2026-07-28 multi round-trip: every input request is a server→client request, judged and
+	// recorded as one; a blocked one turns the whole result into an error for the client (the
+	// server cannot be answered for it: the client would retry with its answers).
+	tool := req.Name
+	var blocked *policy.Decision
+	var blockedKey string
+	for _, ir := range irs {
+		im := &mcp.Message{Kind: mcp.KindRequest, Method: ir.method, Params: ir.params}
+		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: "input_request", ID: ir.key, Method: ir.method,
+			Name: mcp.RedactURI(tool), Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target)}
+		d := evaluate(s, x, st, im, r, ServerToClient, nil, serverRequestInput(ir.method, ir.params, tool))
+		r.Decision, r.Rule = d.Action, d.Rule
+		r.Reason = kindOf(ir.method, ir.params) + " input request " + oneLine(ir.key) + " (input_required of " + req.Method + "): " + d.Reason
+		if kindOf(ir.method, ir.params) == "" {
+			r.Reason = "input request " + oneLine(ir.key) + " (" + ir.method + "): " + d.Reason
+		}
+		if d.Action != policy.ActionAllow && blocked == nil {
+			blocked, blockedKey = &d, ir.key
+			r.Reason += "; the client gets an error instead of the input_required result"
+		}
+		st.messages++
+		s.emit(r)
+	}
+	if blocked == nil {
+		return nil, false
+	}
+	req.Decision, req.Rule = blocked.Action, blocked.Rule
+	req.Reason = "input_required result withheld: input request " + oneLine(blockedKey) + " denied: " + blocked.Reason
+	return errorBody(m.ID, CodeDenied, "input request denied by "+Intermediary+" policy", blocked.Rule, blocked.Reason, 0), true
+}

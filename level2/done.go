@@ -1,0 +1,37 @@
+package level2
+
+import (
+	"time"
+
+	"mcpintercept/exchange"
+)
+
+// Done writes the records of the exchange's client→server messages, with the outcome.
+func (g *stage) Done(x *exchange.Exchange) {
+	s := g.c
+	st := stateOf(x)
+	if st == nil {
+		return
+	}
+	auditUnended(s, x, st)
+	endRequestSpans(s, x, st)
+	for i, r := range st.reqs {
+		r.Status = x.Status
+		r.Duration = x.Duration
+		if i == 0 {
+			r.BytesUp, r.BytesDown = x.BytesUp, x.BytesDown
+		}
+		if r.Err == "" && x.Err != "" {
+			r.Err = x.Err
+		}
+		if r.Err == "" && x.Uninspected != "" {
+			r.Err = x.Uninspected
+		}
+		s.emit(r)
+	}
+	st.reqs = nil
+}
+
+// EndFlow ends the spans still open on this connection (server→client requests the client
+// never answered here); the engine calls it once the connection's exchanges are over.
+func (g *stage) EndFlow(at time.Time) { g.c.spans.endAll(at) }

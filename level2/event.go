@@ -1,0 +1,122 @@
+package level2
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"time"
+
+	"mcpintercept/exchange"
+	"mcpintercept/mcp"
+	"mcpintercept/policy"
+)
+
+func (g *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
+	s := g.c
+	st := stateOf(x)
+	if st == nil {
+		return exchange.Continue
+	}
+	cr := st.eventCR
+	st.eventCR = len(ev.Raw) > 0 && ev.Raw[len(ev.Raw)-1] == '\r'
+	if bareCR(ev.Raw, cr) {
+		// Peers split this stream into different events (the Go SDK ends lines at LF only): what
+		// one of them dispatches cannot be judged for both.
+		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
+			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event stream refused: a bare CR line end, which peers frame differently"})
+		x.Abort("level2: an SSE line ended by a bare CR (peers frame it differently)")
+		return exchange.Stop
+	}
+	if !ev.HasData {
+		return exchange.Continue
+	}
+	data := []byte(ev.Data)
+	if ev.Type == "endpoint" && !looksJSON(data) {
+		// 2024-11-05: the stream announces where to POST; its session id ties the POSTs
+		// (other connections) to this stream. An endpoint event whose data is JSON is judged
+		// below like any other: the Go SDK's legacy client decodes every event after the first.
+		// Only the first endpoint event of a GET stream opens a session: any other would let a
+		// server open sessions without bound (and evict the client's), and a later one is read
+		// differently by clients (the TypeScript SDK moves its POSTs there, the Go SDK ignores
+		// it), so it is dropped.
+		if x.Req.Method != "GET" {
+			return exchange.Continue
+		}
+		if st.endpoint != "" {
+			ev.Drop()
+			s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
+				HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: a second endpoint event on the stream"})
+			return exchange.Continue
+		}
+		if ep := endpointTarget(x.Req.Target, ev.Data); ep != "" {
+			st.session, st.legacy, st.endpoint = legacyKey(ep), true, ep
+			s.f.Sessions.Open(s.owner, st.session)
+			if s.f.Tools != nil {
+				// Its POSTs name this stream's server to tool integrity (toolServer).
+				s.f.Sessions.setStreamPath(s.owner, st.session, x.Req.Target)
+			}
+		}
+		return exchange.Continue
+	}
+	if !looksJSON(data) {
+		return exchange.Continue
+	}
+	msgs, batch, err := mcp.Decode(trimLenient(data), mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	if err != nil {
+		// JSON the strict decoder refuses (a duplicate key, a lone surrogate) is what a lenient
+		// client would still read: the event is dropped, never forwarded past the response rules.
+		ev.Drop()
+		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
+			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: not strict JSON-RPC: " + decodeProblem(err)})
+		return exchange.Continue
+	}
+	out, changed := responses(s, ctx, x, st, msgs, true)
+	if changed {
+		kept := out[:0:0]
+		for _, o := range out {
+			if o != nil {
+				kept = append(kept, o)
+			}
+		}
+		switch {
+		case len(kept) == 0:
+			// A blocked server→client request: the client never sees it (the server was
+			// answered on its behalf).
+			ev.Drop()
+		case batch:
+			ev.Replace(encodeEvent(ev, joinBatch(kept)))
+		default:
+			ev.Replace(encodeEvent(ev, kept[0]))
+		}
+	}
+	return exchange.Continue
+}
+
+// encodeEvent re-frames ev with data d, keeping its type and id.
+func encodeEvent(ev *exchange.Event, d []byte) []byte {
+	e := *ev
+	e.Data = string(d)
+	return exchange.EncodeEvent(e)
+}
+
+// endpointTarget is the request target (path and query) of a 2024-11-05 endpoint event's URL,
+// resolved against the GET stream's target as the clients resolve it (the Go SDK's server sends
+// "?sessionid=…", relative to the stream's path).
+func endpointTarget(stream, data string) string {
+	data = strings.TrimSpace(data)
+	u, err := url.Parse(data)
+	if err != nil || data == "" {
+		return ""
+	}
+	if base, err := url.Parse(pathOf(stream)); err == nil {
+		u = base.ResolveReference(u)
+	}
+	t := u.EscapedPath()
+	if t == "" {
+		t = "/"
+	}
+	if u.RawQuery != "" {
+		t += "?" + u.RawQuery
+	}
+	return t
+}
