@@ -267,3 +267,25 @@ func auditDecision(a policy.Action) audit.Decision {
 	}
 	return audit.Deny
 }
+
+// auditAnswer is the response step that ends the authorization of the call a response or error
+// answers (allowed: a result withheld ended it as denied).
+func auditAnswer(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if m := sm.m; m.Kind == mcp.KindError && m.Error != nil {
+		auditOutcome(s, sm.rec, "error", m.Error.Code, "")
+	} else {
+		auditOutcome(s, sm.rec, "result", 0, "")
+	}
+	return false
+}
+
+// auditServerRequest is the response step that makes the authorization of an allowed
+// server→client request durable before the client gets it; one that cannot be is denied.
+func auditServerRequest(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if sm.d.Action == policy.ActionAllow && sm.m.Kind == mcp.KindRequest {
+		if err := authorizeServerRequest(s, sm.ctx, x, st, sm.m, sm.rec); err != nil {
+			sm.d = policy.Decision{Action: policy.ActionDeny, Rule: "audit", Reason: "audit unavailable: " + oneLine(err.Error())}
+		}
+	}
+	return false
+}

@@ -51,3 +51,15 @@ func errorElicitations(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message
 	req.Reason = "URL elicitation in error " + strconv.Itoa(codeURLElicitationRequired) + " denied: " + blocked.Reason
 	return errorBody(m.ID, CodeDenied, "URL elicitation denied by "+Intermediary+" policy", blocked.Rule, blocked.Reason, 0), true
 }
+
+// checkErrorElicitations is the response step of errorElicitations, on an error.
+func checkErrorElicitations(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if sm.m.Kind == mcp.KindResponse {
+		return false
+	}
+	if o, ok := errorElicitations(s, x, st, sm.m, sm.rec); ok {
+		sm.out, sm.changed = o, true // a URL elicitation policy blocks
+		return true
+	}
+	return false
+}

@@ -70,7 +70,7 @@ func (g *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: not strict JSON-RPC: " + decodeProblem(err)})
 		return exchange.Continue
 	}
-	out, changed := responses(s, ctx, x, st, msgs, true)
+	out, changed := judgeMessages(s, ctx, x, st, msgs)
 	if changed {
 		kept := out[:0:0]
 		for _, o := range out {

@@ -760,3 +760,22 @@ func appendReason(r *Record, s string) {
 	}
 	r.Reason += "; " + s
 }
+
+// redactMessage is the response step of the redact rules of the message's decision: a result's,
+// an error's, or a server request's or notification's params (one not dropped).
+func redactMessage(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if sm.out == nil {
+		return false
+	}
+	scope := "params"
+	switch sm.m.Kind {
+	case mcp.KindResponse:
+		scope = "result"
+	case mcp.KindError:
+		scope = "error"
+	}
+	if o, ok := redact(s, sm.out, sm.d, scope, sm.rec); ok {
+		sm.out, sm.changed = o, true
+	}
+	return false
+}

@@ -1,6 +1,7 @@
 package level2
 
 import (
+	"mcpintercept/exchange"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
@@ -35,4 +36,13 @@ func clientResultCaseVariant(msgs []*mcp.Message) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// checkResultMembers is the response step of refuseResultMembers.
+func checkResultMembers(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if o, bad := refuseResultMembers(s, sm.m, sm.rec); bad {
+		sm.out, sm.changed = o, true
+		return true
+	}
+	return false
 }

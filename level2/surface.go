@@ -615,3 +615,34 @@ func surface(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, req *Rec
 	req.Reason = "input_required result withheld: input request " + oneLine(blockedKey) + " denied: " + blocked.Reason
 	return errorBody(m.ID, CodeDenied, "input request denied by "+Intermediary+" policy", blocked.Rule, blocked.Reason, 0), true
 }
+
+// controlSurface is the response step of surface, on an allowed result.
+func controlSurface(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if sm.m.Kind != mcp.KindResponse {
+		return false
+	}
+	if o, ok := surface(s, x, st, sm.m, sm.rec); ok {
+		sm.out, sm.changed = o, true
+	}
+	return false
+}
+
+// serverRequestFacts is the response step that gives policy what surface control knows of a
+// server→client request: the tool it is made for (streamTool) and an elicitation's mode; the
+// record names that tool and the request's kind.
+func serverRequestFacts(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	m := sm.m
+	if m.Kind != mcp.KindRequest {
+		return false
+	}
+	tool, ambiguous := streamTool(s, x, st)
+	st.unknownTool = ambiguous
+	sm.extra = serverRequestInput(m.Method, m.Params, tool)
+	if serverRequestKinds[m.Method] != "" {
+		sm.kind = kindOf(m.Method, m.Params)
+		if tool != "" {
+			sm.rec.Name = mcp.RedactURI(tool)
+		}
+	}
+	return false
+}

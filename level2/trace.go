@@ -349,3 +349,27 @@ func exchangeParent(x *exchange.Exchange, st *xstate) tracing.Parent {
 	}
 	return headerParent(x.Req)
 }
+
+// startServerSpan is the response step that starts a server→client request's span.
+func startServerSpan(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if sm.m.Kind == mcp.KindRequest && s.f.Tracer != nil {
+		sm.span = startSpan(s, st, sm.rec, sm.m, ServerToClient, traceParent(sm.m, func() tracing.Parent { return exchangeParent(x, st) }), sm.rec.Time)
+	}
+	return false
+}
+
+// endServerSpan is the response step that ends a dropped server request's span (the server got
+// the appliance's error), or keeps a forwarded one's until the client answers it or the flow
+// ends.
+func endServerSpan(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	sp := sm.span
+	if sp == nil {
+		return false
+	}
+	if sm.d.Action != policy.ActionAllow {
+		sp.end(sm.rec, CodeDenied, 0, false, time.Now())
+	} else if len(sm.m.ID) > 0 {
+		s.spans.add(idKey(sm.m), sp)
+	}
+	return false
+}

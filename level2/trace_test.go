@@ -280,7 +280,7 @@ func TestTraceOffAllocatesNothing(t *testing.T) {
 		s := &conn{f: &Flow{TraceInject: inject}}
 		x := &exchange.Exchange{Req: &exchange.Head{Method: "POST", Target: "/mcp"}}
 		r := &Record{}
-		st := &xstate{reqs: []*Record{r}}
+		st := &xstate{callState: callState{reqs: []*Record{r}}}
 		b := &requestBody{msgs: []*mcp.Message{m}, out: [][]byte{m.Raw}}
 		allocs := testing.AllocsPerRun(100, func() {
 			traceRequests(s, x, st, b)

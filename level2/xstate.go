@@ -10,9 +10,27 @@ import (
 // stateKey is where the exchange keeps Level 2's per-exchange state.
 type stateKey struct{}
 
-// xstate is Level 2's view of one exchange, from request to response.
+// xstate is Level 2's view of one exchange, from request to response: small parts, each what
+// some steps share. What outlives the exchange is the connection's (conn) or the session's
+// (Sessions).
 type xstate struct {
-	start      time.Time
+	start time.Time
+	peerState
+	callState
+	answerState
+	eventCR bool // the last SSE block ended with a CR (an LF may follow it)
+	// unknownTool: the server request being judged may belong to calls of several tools (a GET
+	// stream, streamTool), so mcp.tool and mcp.name are unknown to its rules.
+	unknownTool bool
+	body        requestBody   // the request steps' shared view of the body
+	msg         serverMessage // the response steps' shared view of the message being judged
+	later       []later       // what they leave for the end of the body
+	vars        evalVars      // the policy input, reused message after message
+}
+
+// peerState is who one exchange is between: the client's session, version and identity, and the
+// server.
+type peerState struct {
 	session    string // hashed session key ("" none)
 	legacy     bool   // 2024-11-05 HTTP+SSE POST (answered on the GET stream)
 	version    string
@@ -20,21 +38,23 @@ type xstate struct {
 	acceptJSON bool
 	clientInfo map[string]any
 	initialize bool
-	reqs       []*Record          // client→server messages of this exchange, in order
-	byID       map[string]*Record // requests by id
-	answered   bool               // answered locally
-	answerCode int                // the JSON-RPC code of that local answer
-	respCode   int                // the code of an error that replaced the server's whole answer
-	messages   int                // records emitted or owed for this exchange
-	server     string             // the server's identity: destination, SNI and Host
-	endpoint   string             // 2024-11-05 GET stream: where its endpoint event says to POST
-	eventCR    bool               // the last SSE block ended with a CR (an LF may follow it)
-	body       requestBody        // the request steps' shared view of the body
-	vars       evalVars           // the policy input, reused message after message
-	// unknownTool: the server request being judged may belong to calls of several tools (a GET
-	// stream, streamTool), so mcp.tool and mcp.name are unknown to its rules.
-	unknownTool bool
-	tools       integrity.Server // the server as tool integrity knows it (Flow.Tools set)
+	server     string           // the server's identity: destination, SNI and Host
+	endpoint   string           // 2024-11-05 GET stream: where its endpoint event says to POST
+	tools      integrity.Server // the server as tool integrity knows it (Flow.Tools set)
+}
+
+// callState is the exchange's client→server messages as records.
+type callState struct {
+	reqs     []*Record          // client→server messages of this exchange, in order
+	byID     map[string]*Record // requests by id
+	messages int                // records emitted or owed for this exchange
+}
+
+// answerState is how the appliance answered the exchange, when it did.
+type answerState struct {
+	answered   bool // answered locally
+	answerCode int  // the JSON-RPC code of that local answer
+	respCode   int  // the code of an error that replaced the server's whole answer
 }
 
 // schemaKey is where the tool schemas of this exchange's server and session are remembered: per
