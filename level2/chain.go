@@ -27,10 +27,30 @@ type requestStep struct {
 	run  func(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (res exchange.Result, done bool)
 }
 
-// The response side runs in the same order for a JSON body (ResponseBody) and for each SSE event
-// (Event): read the bytes (encoding, type, framing), decode them strictly, then judge message by
-// message (responses: pair with the request, policy, surface control, redaction), then write
-// back what changed.
+// The steps over one server→client body: a JSON response body (responseSteps) or one SSE event
+// of a response stream (eventSteps). Each reads the bytes its own way, then the messages are
+// judged one by one (judgeBody: answerSteps or serverSteps below), then what changed is written
+// back. A step ends the chain as a request step does.
+var responseSteps = []bodyStep{
+	{"read", readResponse},     // Content-Encoding, charset, type: JSON-RPC at all?
+	{"decode", decodeResponse}, // strict decode; refused: the client gets the appliance's error
+	{"judge", judgeBody},       // each message's steps
+	{"write", writeResponse},   // the changed body
+}
+
+var eventSteps = []bodyStep{
+	{"framing", checkFraming},  // bare CR line ends refused; events without data pass
+	{"endpoint", openEndpoint}, // 2024-11-05: the endpoint event opens the session
+	{"decode", decodeEvent},    // strict decode; refused: the event dropped
+	{"judge", judgeBody},       // each message's steps
+	{"write", writeEvent},      // the changed event, or none
+}
+
+// A bodyStep is one named step of responseSteps or eventSteps.
+type bodyStep struct {
+	name string
+	run  func(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (res exchange.Result, done bool)
+}
 
 // The steps over each server→client message of a response body or an SSE event
 // (judgeMessages), in order, until one ends the message's chain (returns true). A response or

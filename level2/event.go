@@ -1,7 +1,6 @@
 package level2
 
 import (
-	"context"
 	"net/url"
 	"strings"
 	"time"
@@ -11,12 +10,13 @@ import (
 	"mcpintercept/policy"
 )
 
-func (g *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
-	s := g.c
-	st := stateOf(x)
-	if st == nil {
-		return exchange.Continue
-	}
+// The response steps of an SSE event (Event) that are its own: the JSON body has its own
+// (response_body.go).
+
+// checkFraming refuses a stream whose events peers would split differently, and passes an event
+// without data.
+func checkFraming(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exchange.Result, bool) {
+	ev := b.ev
 	cr := st.eventCR
 	st.eventCR = len(ev.Raw) > 0 && ev.Raw[len(ev.Raw)-1] == '\r'
 	if bareCR(ev.Raw, cr) {
@@ -25,71 +25,82 @@ func (g *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
 			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event stream refused: a bare CR line end, which peers frame differently"})
 		x.Abort("level2: an SSE line ended by a bare CR (peers frame it differently)")
-		return exchange.Stop
+		return exchange.Stop, true
 	}
 	if !ev.HasData {
-		return exchange.Continue
+		return exchange.Continue, true
 	}
-	data := []byte(ev.Data)
-	if ev.Type == "endpoint" && !looksJSON(data) {
-		// 2024-11-05: the stream announces where to POST; its session id ties the POSTs
-		// (other connections) to this stream. An endpoint event whose data is JSON is judged
-		// below like any other: the Go SDK's legacy client decodes every event after the first.
-		// Only the first endpoint event of a GET stream opens a session: any other would let a
-		// server open sessions without bound (and evict the client's), and a later one is read
-		// differently by clients (the TypeScript SDK moves its POSTs there, the Go SDK ignores
-		// it), so it is dropped.
-		if x.Req.Method != "GET" {
-			return exchange.Continue
-		}
-		if st.endpoint != "" {
-			ev.Drop()
-			s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
-				HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: a second endpoint event on the stream"})
-			return exchange.Continue
-		}
-		if ep := endpointTarget(x.Req.Target, ev.Data); ep != "" {
-			st.session, st.legacy, st.endpoint = legacyKey(ep), true, ep
-			s.f.Sessions.Open(s.owner, st.session)
-			if s.f.Tools != nil {
-				// Its POSTs name this stream's server to tool integrity (toolServer).
-				s.f.Sessions.setStreamPath(s.owner, st.session, x.Req.Target)
-			}
-		}
-		return exchange.Continue
+	b.data = []byte(ev.Data)
+	return exchange.Continue, false
+}
+
+// openEndpoint is 2024-11-05: the stream announces where to POST; its session id ties the POSTs
+// (other connections) to this stream. An endpoint event whose data is JSON is judged like any
+// other: the Go SDK's legacy client decodes every event after the first. Only the first
+// endpoint event of a GET stream opens a session: any other would let a server open sessions
+// without bound (and evict the client's), and a later one is read differently by clients (the
+// TypeScript SDK moves its POSTs there, the Go SDK ignores it), so it is dropped.
+func openEndpoint(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exchange.Result, bool) {
+	ev := b.ev
+	if ev.Type != "endpoint" || looksJSON(b.data) {
+		return exchange.Continue, false
 	}
-	if !looksJSON(data) {
-		return exchange.Continue
+	if x.Req.Method != "GET" {
+		return exchange.Continue, true
 	}
-	msgs, batch, err := mcp.Decode(trimLenient(data), mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
-	if err != nil {
-		// JSON the strict decoder refuses (a duplicate key, a lone surrogate) is what a lenient
-		// client would still read: the event is dropped, never forwarded past the response rules.
+	if st.endpoint != "" {
 		ev.Drop()
 		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
+			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: a second endpoint event on the stream"})
+		return exchange.Continue, true
+	}
+	if ep := endpointTarget(x.Req.Target, ev.Data); ep != "" {
+		st.session, st.legacy, st.endpoint = legacyKey(ep), true, ep
+		s.f.Sessions.Open(s.owner, st.session)
+		if s.f.Tools != nil {
+			// Its POSTs name this stream's server to tool integrity (toolServer).
+			s.f.Sessions.setStreamPath(s.owner, st.session, x.Req.Target)
+		}
+	}
+	return exchange.Continue, true
+}
+
+// decodeEvent decodes the event's data strictly when it is JSON. JSON the strict decoder refuses
+// (a duplicate key, a lone surrogate) is what a lenient client would still read: the event is
+// dropped, never forwarded past the response rules.
+func decodeEvent(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exchange.Result, bool) {
+	if !looksJSON(b.data) {
+		return exchange.Continue, true
+	}
+	msgs, batch, err := mcp.Decode(trimLenient(b.data), mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	if err != nil {
+		b.ev.Drop()
+		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
 			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: not strict JSON-RPC: " + decodeProblem(err)})
-		return exchange.Continue
+		return exchange.Continue, true
 	}
-	out, changed := judgeMessages(s, ctx, x, st, msgs)
-	if changed {
-		kept := out[:0:0]
-		for _, o := range out {
-			if o != nil {
-				kept = append(kept, o)
-			}
-		}
-		switch {
-		case len(kept) == 0:
-			// A blocked server→client request: the client never sees it (the server was
-			// answered on its behalf).
-			ev.Drop()
-		case batch:
-			ev.Replace(encodeEvent(ev, joinBatch(kept)))
-		default:
-			ev.Replace(encodeEvent(ev, kept[0]))
-		}
+	b.msgs, b.batch = msgs, batch
+	return exchange.Continue, false
+}
+
+// writeEvent re-frames an event whose messages changed, or drops it when none is left (a
+// blocked server→client request: the client never sees it, the server was answered on its
+// behalf).
+func writeEvent(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exchange.Result, bool) {
+	if !b.changed {
+		return exchange.Continue, false
 	}
-	return exchange.Continue
+	ev := b.ev
+	kept := compact(b.out)
+	switch {
+	case len(kept) == 0:
+		ev.Drop()
+	case b.batch:
+		ev.Replace(encodeEvent(ev, joinBatch(kept)))
+	default:
+		ev.Replace(encodeEvent(ev, kept[0]))
+	}
+	return exchange.Continue, false
 }
 
 // encodeEvent re-frames ev with data d, keeping its type and id.

@@ -8,60 +8,57 @@ import (
 	"mcpintercept/policy"
 )
 
-// ResponseBody reads a JSON response body (its encoding, type and bytes), decodes it strictly and
-// judges its messages (judgeMessages); a body that changed is written back.
+// ResponseBody runs responseSteps (chain.go) over a JSON response body, in order, until one
+// ends the chain.
 func (g *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.Result {
-	s := g.c
 	st := stateOf(x)
 	if st == nil {
 		return exchange.Continue
 	}
-	body := x.ResponseBody()
-	encoded := false
-	if ce, ok := x.Resp.Get("Content-Encoding"); ok && !isIdentity(ce) {
-		dec, err := DecodeBody(ce, body, s.maxBody())
-		if err != nil {
-			return refuseResponse(s, x, st, "response body does not decode as "+oneLine(ce)+": "+decodeProblem(err))
-		}
-		body, encoded = dec, true
-	}
-	ctv, _ := contentTypes(x.Resp)
-	if enc := pythonEncoding(body); enc != "" {
-		return refuseResponse(s, x, st, "response body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)")
-	}
-	if !ParseContentType(ctv).JSON && !namesJSON(ctv) && !looksJSON(body) {
-		return exchange.Continue // not JSON by its type or its bytes: no client reads it as JSON-RPC
-	}
-	if blank(body) {
-		// An empty answer (202 to a notification or a legacy POST, however typed) carries no
-		// message: it passes as it came.
+	b := &st.resp
+	*b = serverBody{ctx: context.Background(), data: x.ResponseBody()}
+	return runServerBody(g.c, x, st, b, responseSteps)
+}
+
+// Event runs eventSteps (chain.go) over one SSE event of a response stream, in order, until one
+// ends the chain.
+func (g *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
+	st := stateOf(x)
+	if st == nil {
 		return exchange.Continue
 	}
-	msgs, batch, err := mcp.Decode(trimLenient(body), mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
-	if err != nil {
-		// The strict decoder refused what a lenient client would read (a duplicate key, a lone
-		// surrogate): forwarding it would let the server past every response rule.
-		return refuseResponse(s, x, st, "response refused: "+decodeProblem(err))
-	}
-	out, changed := judgeMessages(s, context.Background(), x, st, msgs)
-	if changed {
-		kept := compact(out)
-		switch {
-		case len(kept) == 0:
-			// Every message was a server request policy blocks (dropped, the server answered):
-			// the client's requests of this exchange get an error naming the appliance instead
-			// of an answer the server never gave.
-			x.SetResponseBody(unanswered(s, st, msgs))
-		case batch:
-			x.SetResponseBody(joinBatch(kept))
-		default:
-			x.SetResponseBody(kept[0])
-		}
-		if encoded {
-			x.DelResponseHeader("Content-Encoding")
+	b := &st.resp
+	*b = serverBody{ctx: ctx, ev: ev}
+	return runServerBody(g.c, x, st, b, eventSteps)
+}
+
+func runServerBody(s *conn, x *exchange.Exchange, st *xstate, b *serverBody, steps []bodyStep) exchange.Result {
+	defer func() { *b = serverBody{} }()
+	for _, step := range steps {
+		if res, done := step.run(s, x, st, b); done {
+			return res
 		}
 	}
 	return exchange.Continue
+}
+
+// serverBody is what the response steps hand each other about one server→client body: a JSON
+// response body, or one SSE event's data.
+type serverBody struct {
+	ctx     context.Context
+	ev      *exchange.Event // the event (Event), nil for a JSON body
+	data    []byte          // the body as read (decoded from its Content-Encoding)
+	encoded bool            // the JSON body came with a Content-Encoding
+	msgs    []*mcp.Message
+	batch   bool
+	out     [][]byte // the messages as the client gets them (nil: dropped), from judgeBody
+	changed bool
+}
+
+// judgeBody is the response step that judges the body's messages (judgeMessages).
+func judgeBody(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exchange.Result, bool) {
+	b.out, b.changed = judgeMessages(s, b.ctx, x, st, b.msgs)
+	return exchange.Continue, false
 }
 
 // judgeMessages records and judges the server→client messages of one body or event: the
@@ -132,15 +129,4 @@ func (l later) run(s *conn) {
 		return
 	}
 	s.emit(l.emit)
-}
-
-// compact returns the non-nil entries of out (nil: a message dropped).
-func compact(out [][]byte) [][]byte {
-	kept := make([][]byte, 0, len(out))
-	for _, o := range out {
-		if o != nil {
-			kept = append(kept, o)
-		}
-	}
-	return kept
 }

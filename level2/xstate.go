@@ -23,7 +23,8 @@ type xstate struct {
 	// stream, streamTool), so mcp.tool and mcp.name are unknown to its rules.
 	unknownTool bool
 	body        requestBody   // the request steps' shared view of the body
-	msg         serverMessage // the response steps' shared view of the message being judged
+	resp        serverBody    // the response steps' shared view of a body or event
+	msg         serverMessage // and of the message being judged
 	later       []later       // what they leave for the end of the body
 	vars        evalVars      // the policy input, reused message after message
 }
