@@ -86,3 +86,16 @@ type messageStep struct {
 	name string
 	run  func(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) (done bool)
 }
+
+// The steps once the exchange is over (Done), in order.
+var doneSteps = []doneStep{
+	{"audit", auditUnended},    // calls the exchange failed after dispatch: outcome uncertain
+	{"trace", endRequestSpans}, // the spans of requests answered here, or not at all
+	{"records", writeRecords},  // the client→server messages' records, with the outcome
+}
+
+// A doneStep is one named step of doneSteps.
+type doneStep struct {
+	name string
+	run  func(s *conn, x *exchange.Exchange, st *xstate)
+}

@@ -6,15 +6,20 @@ import (
 	"mcpintercept/exchange"
 )
 
-// Done writes the records of the exchange's client→server messages, with the outcome.
+// Done runs doneSteps (chain.go) once the exchange is over.
 func (g *stage) Done(x *exchange.Exchange) {
-	s := g.c
 	st := stateOf(x)
 	if st == nil {
 		return
 	}
-	auditUnended(s, x, st)
-	endRequestSpans(s, x, st)
+	for _, step := range doneSteps {
+		step.run(g.c, x, st)
+	}
+}
+
+// writeRecords is the done step that writes the records of the exchange's client→server
+// messages, with the outcome.
+func writeRecords(s *conn, x *exchange.Exchange, st *xstate) {
 	for i, r := range st.reqs {
 		r.Status = x.Status
 		r.Duration = x.Duration
