@@ -30,7 +30,7 @@ type Auditor interface {
 
 // auditedMethods are the client→server calls that get an authorization record when allowed.
 // Every denial gets one too, whatever its method, and so does every server→client request.
-var auditedMethods = map[string]bool{"tools/call": true, "prompts/get": true, "resources/read": true}
+var auditedMethods = map[string]bool{mcp.MethodToolsCall: true, mcp.MethodPromptsGet: true, mcp.MethodResourcesRead: true}
 
 // stageAudit is one connection's audit state in the Level 2 stage.
 type stageAudit struct {

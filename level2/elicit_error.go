@@ -27,7 +27,7 @@ func errorElicitations(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message
 	if !ok || len(arr) == 0 || arr[0] != '[' {
 		return nil, false
 	}
-	const method = "elicitation/create"
+	const method = mcp.MethodElicitationCreate
 	var blocked *policy.Decision
 	for i, e := range mcp.Elements(arr) {
 		params := arr[e[0]:e[1]]
@@ -49,7 +49,7 @@ func errorElicitations(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message
 	}
 	req.Decision, req.Rule = blocked.Action, blocked.Rule
 	req.Reason = "URL elicitation in error " + strconv.Itoa(codeURLElicitationRequired) + " denied: " + blocked.Reason
-	return errorBody(m.ID, CodeDenied, "URL elicitation denied by "+Intermediary+" policy", blocked.Rule, blocked.Reason, 0), true
+	return mcp.DenialBody(m.ID, CodeDenied, "URL elicitation denied by "+Intermediary+" policy", blocked.Rule, blocked.Reason, 0), true
 }
 
 // checkErrorElicitations is the response step of errorElicitations, on an error.

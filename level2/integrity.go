@@ -28,14 +28,6 @@ const (
 // kindToolIntegrity is the Record.Kind of a guard's event.
 const kindToolIntegrity = "tool_integrity"
 
-// listChanged are the server notifications after which the guard judges the server's next
-// lists afresh.
-var listChanged = map[string]bool{
-	"notifications/tools/list_changed":     true,
-	"notifications/prompts/list_changed":   true,
-	"notifications/resources/list_changed": true,
-}
-
 // serverKey is integrity.Server.Key of a request: "host:port/path". host is the TLS server
 // name when the flow opened with a ClientHello naming one, else the Host header's name, else
 // the original destination's address (lower case, IPv6 in brackets, no trailing dot); port the
@@ -141,8 +133,8 @@ var defMethods = map[string]struct {
 	kind integrity.Kind
 	noun string
 }{
-	"tools/call":  {integrity.KindTool, "tool"},
-	"prompts/get": {integrity.KindPrompt, "prompt"},
+	mcp.MethodToolsCall:  {integrity.KindTool, "tool"},
+	mcp.MethodPromptsGet: {integrity.KindPrompt, "prompt"},
 }
 
 // listDefs are the definitions of a list result raw (a whole response message) in the order
@@ -336,4 +328,6 @@ func checkTools(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exch
 
 // integrityCall reports a request that carries mcp.tool_* to policy (defMethods, without a
 // map lookup on every message).
-func integrityCall(method string) bool { return method == "tools/call" || method == "prompts/get" }
+func integrityCall(method string) bool {
+	return method == mcp.MethodToolsCall || method == mcp.MethodPromptsGet
+}

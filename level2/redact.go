@@ -699,7 +699,7 @@ func relatedPending(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message) [
 	}
 	get := x.Req.Method == "GET"
 	tok := ""
-	if m.Kind == mcp.KindNotification && m.Method == "notifications/progress" {
+	if m.Kind == mcp.KindNotification && m.Method == mcp.NotificationProgress {
 		tok = progressKey(m)
 	}
 	if !get && tok == "" {

@@ -32,11 +32,11 @@ func refuseWith(s *conn, x *exchange.Exchange, st *xstate, msgs []*mcp.Message, 
 	case batch:
 		body = batchErrorBody(msgs, code, msg, d.Rule, d.Reason, d.RetryAfter)
 	case msgs[0].Kind == mcp.KindRequest:
-		body = errorBody(msgs[0].ID, code, msg, d.Rule, d.Reason, d.RetryAfter)
+		body = mcp.DenialBody(msgs[0].ID, code, msg, d.Rule, d.Reason, d.RetryAfter)
 	default:
 		// A notification or a response has no id to answer: refuse at the HTTP level, still
 		// with a JSON-RPC body so that no client reads it as an old server.
-		body = errorBody(nil, code, msg, d.Rule, d.Reason, d.RetryAfter)
+		body = mcp.DenialBody(nil, code, msg, d.Rule, d.Reason, d.RetryAfter)
 	}
 	status := 200
 	if st.legacy || (!batch && msgs[0].Kind != mcp.KindRequest) {
@@ -79,7 +79,7 @@ func refuseUnreadable(s *conn, x *exchange.Exchange, st *xstate, status int, why
 	st.messages++
 	st.answered, st.answerCode = true, code
 	x.Answer(status, []exchange.Header{{Name: "Content-Type", Value: "application/json"}},
-		errorBody(nil, code, "request refused by "+Intermediary, "level2", why, 0),
+		mcp.DenialBody(nil, code, "request refused by "+Intermediary, "level2", why, 0),
 		exchange.Verdict{Decision: exchange.Deny, Status: status, Rule: "level2", Reason: why})
 	return exchange.Stop
 }
@@ -94,7 +94,7 @@ func refuseResponse(s *conn, x *exchange.Exchange, st *xstate, why string) excha
 	if len(st.reqs) == 1 && st.reqs[0].ID != "" {
 		id = json.RawMessage(st.reqs[0].rawID)
 	}
-	x.SetResponseBody(errorBody(id, CodeUnreadable, "response refused by "+Intermediary, "level2", why, 0))
+	x.SetResponseBody(mcp.DenialBody(id, CodeUnreadable, "response refused by "+Intermediary, "level2", why, 0))
 	x.DelResponseHeader("Content-Encoding")
 	x.SetResponseHeader("Content-Type", "application/json")
 	return exchange.Continue
@@ -128,7 +128,7 @@ func unanswered(s *conn, st *xstate, msgs []*mcp.Message) []byte {
 		if r.Err == "" {
 			r.Err = why
 		}
-		parts = append(parts, errorBody(r.rawID, CodeDenied, "response refused by "+Intermediary+": "+why, "level2", why, 0))
+		parts = append(parts, mcp.DenialBody(r.rawID, CodeDenied, "response refused by "+Intermediary+": "+why, "level2", why, 0))
 	}
 	switch len(parts) {
 	case 0:

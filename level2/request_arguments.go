@@ -32,7 +32,7 @@ func validateArguments(s *conn, x *exchange.Exchange, st *xstate, msgs []*mcp.Me
 		return exchange.Continue, false
 	}
 	for i, m := range msgs {
-		if m.Kind != mcp.KindRequest || m.Method != "tools/call" {
+		if m.Kind != mcp.KindRequest || m.Method != mcp.MethodToolsCall {
 			continue
 		}
 		ts := store.lookup(st.schemaKey(), m.Name())

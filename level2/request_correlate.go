@@ -28,11 +28,11 @@ func correlateRequest(s *conn, x *exchange.Exchange, st *xstate, b *requestBody)
 			r.cursor = true
 		}
 		ci := clientInfoOf(m) // decoded once: the exchange's, the flow's
-		if m.Method == "initialize" {
+		if m.Method == mcp.MethodInitialize {
 			st.initialize = true
 			st.clientInfo = ci
 		}
-		if pv := m.ProtocolVersion(); pv != "" && m.Method != "initialize" {
+		if pv := m.ProtocolVersion(); pv != "" && m.Method != mcp.MethodInitialize {
 			st.version = pv
 		}
 		if st.clientInfo == nil && m.Kind == mcp.KindRequest {

@@ -23,7 +23,7 @@ func matchHeaders(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (ex
 	if !b.batch && len(b.msgs) == 1 {
 		id = b.msgs[0].ID
 	}
-	body := errorBody(id, CodeHeaderMismatch, "header mismatch: "+why, "header-mismatch", why, 0)
+	body := mcp.DenialBody(id, CodeHeaderMismatch, "header mismatch: "+why, "header-mismatch", why, 0)
 	st.answered, st.answerCode = true, CodeHeaderMismatch
 	x.Answer(400, []exchange.Header{{Name: "Content-Type", Value: "application/json"}}, body,
 		exchange.Verdict{Decision: exchange.Deny, Status: 400, Rule: "header-mismatch", Reason: why})
@@ -70,7 +70,7 @@ func headerMismatch(h *exchange.Head, msgs []*mcp.Message, batch bool) string {
 			return fmt.Sprintf("Mcp-Name header %q does not match body name %q", mcp.RedactURI(name), mcp.RedactURI(m.Name()))
 		}
 	}
-	if hasV && m.Method != "initialize" {
+	if hasV && m.Method != mcp.MethodInitialize {
 		if pv := m.ProtocolVersion(); pv != "" && pv != hv {
 			return fmt.Sprintf("MCP-Protocol-Version header %q does not match _meta protocolVersion %q", hv, pv)
 		}

@@ -20,7 +20,7 @@ func judgeResponse(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage)
 		req.Err = fmt.Sprintf("server error %d: %s", m.Error.Code, oneLine(redactText(m.Error.Message, d.Redactions)))
 	}
 	if d.Action != policy.ActionAllow && m.Kind == mcp.KindResponse {
-		sm.out = errorBody(m.ID, CodeDenied, "result withheld by "+Intermediary+" policy", d.Rule, d.Reason, 0)
+		sm.out = mcp.DenialBody(m.ID, CodeDenied, "result withheld by "+Intermediary+" policy", d.Rule, d.Reason, 0)
 		sm.changed = true
 		req.Decision, req.Rule, req.Reason = d.Action, d.Rule, "result withheld: "+d.Reason
 		auditOutcome(s, req, "denied", 0, req.Reason)

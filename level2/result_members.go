@@ -23,7 +23,7 @@ func refuseResultMembers(s *conn, m *mcp.Message, req *Record) ([]byte, bool) {
 		req.Err = why
 	}
 	auditOutcome(s, req, "denied", 0, why)
-	return errorBody(m.ID, CodeUnreadable, "response refused by "+Intermediary, "level2", why, 0), true
+	return mcp.DenialBody(m.ID, CodeUnreadable, "response refused by "+Intermediary, "level2", why, 0), true
 }
 
 // clientResultCaseVariant judges the results a client sends (answers to the server's sampling,

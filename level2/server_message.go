@@ -26,10 +26,10 @@ func forgetChangedLists(s *conn, x *exchange.Exchange, st *xstate, sm *serverMes
 	if m.Kind != mcp.KindNotification {
 		return false
 	}
-	if m.Method == "notifications/tools/list_changed" {
+	if m.Method == mcp.NotificationToolsListChanged {
 		s.f.Sessions.toolSchemas().forget(st.schemaKey())
 	}
-	if s.f.Tools != nil && listChanged[m.Method] {
+	if s.f.Tools != nil && mcp.Methods[m.Method].ListChanged {
 		s.f.Tools.Forget(st.tools)
 	}
 	return false

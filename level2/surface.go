@@ -27,21 +27,21 @@ type listKind struct {
 }
 
 var (
-	toolsKind     = listKind{"tools", "name", "tools/call", integrity.KindTool}
-	promptsKind   = listKind{"prompts", "name", "prompts/get", integrity.KindPrompt}
-	resourcesKind = listKind{"resources", "uri", "resources/read", ""}
-	templatesKind = listKind{"resourceTemplates", "uriTemplate", "resources/read", integrity.KindTemplate}
+	toolsKind     = listKind{"tools", "name", mcp.MethodToolsCall, integrity.KindTool}
+	promptsKind   = listKind{"prompts", "name", mcp.MethodPromptsGet, integrity.KindPrompt}
+	resourcesKind = listKind{"resources", "uri", mcp.MethodResourcesRead, ""}
+	templatesKind = listKind{"resourceTemplates", "uriTemplate", mcp.MethodResourcesRead, integrity.KindTemplate}
 )
 
 // listMethods are the requests whose results are filtered; only responses to them (correlated by
 // id) are rewritten, so a tools/call result that happens to hold a "tools" array is left alone.
 var listMethods = map[string][]listKind{
-	"tools/list":               {toolsKind},
-	"prompts/list":             {promptsKind},
-	"resources/list":           {resourcesKind},
-	"resources/templates/list": {templatesKind},
+	mcp.MethodToolsList:              {toolsKind},
+	mcp.MethodPromptsList:            {promptsKind},
+	mcp.MethodResourcesList:          {resourcesKind},
+	mcp.MethodResourcesTemplatesList: {templatesKind},
 	// 2026-07-28: what discovery returns is filtered the same way, wherever it lists entries.
-	"server/discover": {toolsKind, promptsKind, resourcesKind, templatesKind},
+	mcp.MethodServerDiscover: {toolsKind, promptsKind, resourcesKind, templatesKind},
 }
 
 // filtered is what filterList did to one result.
@@ -225,13 +225,6 @@ func (p *prober) judge(k *listKind, name string, v *integrity.Verdict) (bool, st
 
 // ---- server→client requests ----
 
-// serverRequestKinds are the server→client requests surface control judges, by method.
-var serverRequestKinds = map[string]string{
-	"sampling/createMessage": "sampling",
-	"elicitation/create":     "elicitation",
-	"roots/list":             "roots",
-}
-
 // elicitationMode is an elicitation request's mode ("form" when absent, as the spec defaults).
 func elicitationMode(params []byte) string {
 	if mcp.IsObject(params) {
@@ -244,7 +237,7 @@ func elicitationMode(params []byte) string {
 
 // kindOf names a server request for the record: sampling, elicitation (form|url), roots.
 func kindOf(method string, params []byte) string {
-	k := serverRequestKinds[method]
+	k := mcp.Methods[method].Capability
 	if k == "elicitation" {
 		k += " (" + elicitationMode(params) + ")"
 	}
@@ -256,7 +249,7 @@ func kindOf(method string, params []byte) string {
 func (st *xstate) tool() string {
 	for _, r := range st.reqs {
 		switch r.Method {
-		case "tools/call", "prompts/get", "resources/read":
+		case mcp.MethodToolsCall, mcp.MethodPromptsGet, mcp.MethodResourcesRead:
 			return r.Name
 		}
 	}
@@ -280,7 +273,7 @@ func streamTool(s *conn, x *exchange.Exchange, st *xstate) (tool string, ambiguo
 	}
 	for _, p := range s.f.Sessions.PendingOf(s.owner, st.session) {
 		switch p.Method {
-		case "tools/call", "prompts/get", "resources/read":
+		case mcp.MethodToolsCall, mcp.MethodPromptsGet, mcp.MethodResourcesRead:
 			switch {
 			case tool == "":
 				tool = p.Name
@@ -298,7 +291,7 @@ func serverRequestInput(method string, params []byte, tool string) func(*policy.
 		if tool != "" {
 			m.Tool, m.Name = tool, tool
 		}
-		if method == "elicitation/create" {
+		if method == mcp.MethodElicitationCreate {
 			m.Mode = elicitationMode(params)
 		}
 	}
@@ -312,7 +305,7 @@ const postTimeout = 10 * time.Second
 // appliance, POSTed with the client's session headers over a new connection (Flow.Post). The
 // record r is written once the answer went out (or failed).
 func answerServer(s *conn, ctx context.Context, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, d policy.Decision) {
-	body := errorBody(m.ID, CodeDenied, "request denied by "+Intermediary+" policy", d.Rule, d.Reason, 0)
+	body := mcp.DenialBody(m.ID, CodeDenied, "request denied by "+Intermediary+" policy", d.Rule, d.Reason, 0)
 	if s.f.Post == nil {
 		r.Err = "the server was not answered (no way to reach it from Level 2)"
 		s.emit(r)
@@ -360,10 +353,10 @@ func answerServer(s *conn, ctx context.Context, x *exchange.Exchange, st *xstate
 // capabilities a 2026-07-28 request can carry in _meta, and the server→client request each one
 // lets the server make (multi round-trip input requests).
 var capabilityRequests = []struct{ capability, method, mode string }{
-	{"sampling", "sampling/createMessage", ""},
-	{"elicitation", "elicitation/create", "form"},
-	{"elicitation", "elicitation/create", "url"},
-	{"roots", "roots/list", ""},
+	{"sampling", mcp.MethodSamplingCreateMessage, ""},
+	{"elicitation", mcp.MethodElicitationCreate, "form"},
+	{"elicitation", mcp.MethodElicitationCreate, "url"},
+	{"roots", mcp.MethodRootsList, ""},
 }
 
 // withholdCapabilities removes from a 2026-07-28 request's client capabilities what policy would
@@ -372,7 +365,7 @@ var capabilityRequests = []struct{ capability, method, mode string }{
 // client did not declare). It returns the new message and what it removed; raw when nothing.
 func withholdCapabilities(raw []byte, m *mcp.Message, p *prober) ([]byte, []string) {
 	switch m.Method {
-	case "tools/call", "prompts/get", "resources/read":
+	case mcp.MethodToolsCall, mcp.MethodPromptsGet, mcp.MethodResourcesRead:
 	default:
 		return raw, nil
 	}
@@ -552,7 +545,7 @@ func rawID(m *mcp.Message) json.RawMessage { return m.ID }
 // use (and its schemas are learnt for validate_arguments), an input_required result is judged
 // request by request. It returns the new message when it changed.
 func surface(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record) ([]byte, bool) {
-	if req.Method == "tools/list" && s.f.ValidateArguments {
+	if req.Method == mcp.MethodToolsList && s.f.ValidateArguments {
 		s.f.Sessions.toolSchemas().learn(st.schemaKey(), !req.cursor, toolSchemas(m.Result))
 	}
 	kinds, isList := listMethods[req.Method]
@@ -613,7 +606,7 @@ func surface(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, req *Rec
 	}
 	req.Decision, req.Rule = blocked.Action, blocked.Rule
 	req.Reason = "input_required result withheld: input request " + oneLine(blockedKey) + " denied: " + blocked.Reason
-	return errorBody(m.ID, CodeDenied, "input request denied by "+Intermediary+" policy", blocked.Rule, blocked.Reason, 0), true
+	return mcp.DenialBody(m.ID, CodeDenied, "input request denied by "+Intermediary+" policy", blocked.Rule, blocked.Reason, 0), true
 }
 
 // controlSurface is the response step of surface, on an allowed result.
@@ -638,7 +631,7 @@ func serverRequestFacts(s *conn, x *exchange.Exchange, st *xstate, sm *serverMes
 	tool, ambiguous := streamTool(s, x, st)
 	st.unknownTool = ambiguous
 	sm.extra = serverRequestInput(m.Method, m.Params, tool)
-	if serverRequestKinds[m.Method] != "" {
+	if mcp.Methods[m.Method].Capability != "" { // sampling, elicitation, roots
 		sm.kind = kindOf(m.Method, m.Params)
 		if tool != "" {
 			sm.rec.Name = mcp.RedactURI(tool)

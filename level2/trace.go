@@ -145,11 +145,11 @@ func traceCall(s *conn, st *xstate, r *Record, m *mcp.Message, dir string) traci
 	c := s.f.Trace
 	c.Method = m.Method
 	switch m.Method {
-	case "tools/call":
+	case mcp.MethodToolsCall:
 		c.Tool = r.Name
-	case "prompts/get":
+	case mcp.MethodPromptsGet:
 		c.Prompt = r.Name
-	case "resources/read":
+	case mcp.MethodResourcesRead:
 		c.ResourceURI = r.Name // RedactURI applied by newRecord
 	}
 	c.RequestID = r.ID
@@ -326,7 +326,7 @@ func endResponseSpan(req *Record, m *mcp.Message) {
 		code = m.Error.Code
 	case req.Decision != "" && req.Decision != policy.ActionAllow:
 		code = CodeDenied // the result withheld: the client got the appliance's error
-	case req.Method == "tools/call":
+	case req.Method == mcp.MethodToolsCall:
 		if v, ok := mcp.Member(m.Result, "isError"); ok && string(v) == "true" {
 			toolError = true
 		}
