@@ -58,6 +58,32 @@ func looksJSON(b []byte) bool {
 // blank reports a body or event value with nothing but lenient space: it carries no message.
 func blank(b []byte) bool { return len(trimLenient(b)) == 0 }
 
+// sniffed is what a body's Content-Type and bytes say about it, read as the most lenient peer
+// reads them: the read steps of either side (readRequest, ResponseHead, readResponse) judge by
+// it.
+type sniffed struct {
+	ctv      string // every Content-Type value, joined (contentTypes)
+	repeated bool   // more than one Content-Type
+	ct       ContentType
+	// namesJSON and namesEventStream: the type mentions json or event-stream anywhere.
+	namesJSON, namesEventStream bool
+	python                      string // the UTF-16/32 encoding Python reads the bytes in ("" none)
+	json                        bool   // JSON by its type or by its bytes
+	trimmed                     []byte // the bytes without the lenient space around them (empty: blank)
+}
+
+// sniff reads h's Content-Type and body (nil for a head alone).
+func sniff(h *exchange.Head, body []byte) sniffed {
+	var s sniffed
+	s.ctv, s.repeated = contentTypes(h)
+	s.ct = ParseContentType(s.ctv)
+	s.namesJSON, s.namesEventStream = namesJSON(s.ctv), namesEventStream(s.ctv)
+	s.python = pythonEncoding(body)
+	s.json = s.ct.JSON || s.namesJSON || looksJSON(body)
+	s.trimmed = trimLenient(body)
+	return s
+}
+
 // contentTypes returns every Content-Type value of h joined with ", " (as fetch's Headers.get
 // does), and whether there was more than one.
 func contentTypes(h *exchange.Head) (joined string, repeated bool) {

@@ -70,12 +70,13 @@ func (g *stage) RequestBody(ctx context.Context, x *exchange.Exchange) exchange.
 
 // requestBody is what the request steps hand each other about one client→server body.
 type requestBody struct {
-	raw   []byte // the body as read (decoded from its Content-Encoding)
-	msgs  []*mcp.Message
-	batch bool
-	decs  []policy.Decision // one per message, from the policy step
-	out   [][]byte          // the messages as forwarded, from the transform step
-	ctx   context.Context   // the exchange's
+	raw     []byte // the body as read (decoded from its Content-Encoding)
+	trimmed []byte // raw without the lenient space around it (readRequest)
+	msgs    []*mcp.Message
+	batch   bool
+	decs    []policy.Decision // one per message, from the policy step
+	out     [][]byte          // the messages as forwarded, from the transform step
+	ctx     context.Context   // the exchange's
 }
 
 // serverIdentity names the server of an exchange for the schema memory: the destination, the

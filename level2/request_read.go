@@ -23,24 +23,24 @@ func readRequest(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exc
 		}
 		b.raw = dec
 	}
-	ctv, repeated := contentTypes(h)
-	if repeated {
+	sn := sniff(h, b.raw)
+	if sn.repeated {
 		// Servers disagree on which of two types counts (Go: the first; Node: both, joined).
 		return refuseUnreadable(s, x, st, 400, "Content-Type header repeated"), true
 	}
-	ct := ParseContentType(ctv)
-	if ct.ForeignCharset {
-		return refuseUnreadable(s, x, st, 415, "charset "+ct.Charset+" cannot be inspected (JSON-RPC bodies are UTF-8)"), true
+	if sn.ct.ForeignCharset {
+		return refuseUnreadable(s, x, st, 415, "charset "+sn.ct.Charset+" cannot be inspected (JSON-RPC bodies are UTF-8)"), true
 	}
-	if enc := pythonEncoding(b.raw); enc != "" {
+	if enc := sn.python; enc != "" {
 		// Python's json reads such bytes as UTF-16 or UTF-32 text, where Level 2 (a UTF-8
 		// reader) would see no JSON at all.
 		return refuseUnreadable(s, x, st, 415, "body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)"), true
 	}
-	if !ct.JSON && !namesJSON(ctv) && !looksJSON(b.raw) {
+	if !sn.json {
 		return exchange.Continue, true
 	}
-	if blank(b.raw) {
+	b.trimmed = sn.trimmed
+	if len(b.trimmed) == 0 {
 		return exchange.Continue, true // no message in it: nothing to judge, nothing a server acts on
 	}
 	return exchange.Continue, false

@@ -19,14 +19,15 @@ func readResponse(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exc
 		}
 		b.data, b.encoded = dec, true
 	}
-	ctv, _ := contentTypes(x.Resp)
-	if enc := pythonEncoding(b.data); enc != "" {
+	sn := sniff(x.Resp, b.data)
+	if enc := sn.python; enc != "" {
 		return refuseResponse(s, x, st, "response body in "+enc+" cannot be inspected (JSON-RPC bodies are UTF-8)"), true
 	}
-	if !ParseContentType(ctv).JSON && !namesJSON(ctv) && !looksJSON(b.data) {
+	if !sn.json {
 		return exchange.Continue, true
 	}
-	if blank(b.data) {
+	b.data = sn.trimmed
+	if len(b.data) == 0 {
 		// An empty answer (202 to a notification or a legacy POST, however typed) carries no
 		// message: it passes as it came.
 		return exchange.Continue, true
@@ -38,7 +39,7 @@ func readResponse(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exc
 // would read (a duplicate key, a lone surrogate): forwarding it would let the server past every
 // response rule, so the client gets an error naming the appliance instead.
 func decodeResponse(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exchange.Result, bool) {
-	msgs, batch, err := mcp.Decode(trimLenient(b.data), mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	msgs, batch, err := mcp.Decode(b.data, mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
 	if err != nil {
 		return refuseResponse(s, x, st, "response refused: "+decodeProblem(err)), true
 	}

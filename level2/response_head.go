@@ -29,14 +29,14 @@ func (g *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 			s.f.Sessions.SetClientInfo(s.owner, st.session, st.clientInfo)
 		}
 	}
-	ctv, _ := contentTypes(h)
-	ct := ParseContentType(ctv)
+	sn := sniff(h, nil)
+	ct := sn.ct
 	switch {
 	case h.NoBody:
-	case !ct.SSE && namesEventStream(ctv):
+	case !ct.SSE && sn.namesEventStream:
 		// A client that looks for "event-stream" anywhere in the type would read this as a
 		// stream Level 2 did not frame as one: refuse rather than forward it uninspected.
-		x.Abort("level2: a response type naming event-stream that is not text/event-stream (" + oneLine(ctv) + ")")
+		x.Abort("level2: a response type naming event-stream that is not text/event-stream (" + oneLine(sn.ctv) + ")")
 		return exchange.Stop
 	case ct.SSE:
 		if ce, ok := h.Get("Content-Encoding"); ok && !isIdentity(ce) {
@@ -44,7 +44,7 @@ func (g *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 			return exchange.Stop
 		}
 		x.WantEvents(int(s.maxBody()))
-	case ct.JSON || ct.MediaType == "" || namesJSON(ctv):
+	case ct.JSON || ct.MediaType == "" || sn.namesJSON:
 		// JSON, a JSON-like type (application/json-rpc) or none at all: clients parse those, so
 		// Level 2 reads them too (a body that is not JSON then goes through as it came).
 		o := exchange.OverflowClose
