@@ -62,7 +62,7 @@ func authorize(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (excha
 		ar := auditRecord(s, x, st, m, r, xn, ClientToServer)
 		ar.Kind, ar.Decision = audit.KindAuthorization, auditDecision(b.decs[i].Action)
 		if a.Arguments() {
-			ar.Arguments = forwardedArguments(m, b.out, i, s.maxBody())
+			ar.Arguments = forwardedArguments(m, b.out, i, s.max)
 		}
 		rc, err := a.Append(b.ctx, ar)
 		if err != nil {

@@ -10,19 +10,13 @@ type conn struct {
 	// sent on this flow (identity.go).
 	owner *Owner
 	ident flowIdentity
+	max   int64 // the flow's MaxBody (maxBody)
 }
 
-func (s *conn) maxBody() int64 {
-	if s.f.MaxBody > 0 {
-		return s.f.MaxBody
+// maxBody bounds a request body, a response body and one SSE event of f.
+func maxBody(f *Flow) int64 {
+	if f.MaxBody > 0 {
+		return f.MaxBody
 	}
 	return DefaultMaxBody
-}
-
-// rules is the rule set that judges now, or nil (allow all).
-func (s *conn) rules() Evaluator {
-	if s.f.Rules == nil {
-		return nil
-	}
-	return s.f.Rules()
 }

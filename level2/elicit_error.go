@@ -33,7 +33,7 @@ func errorElicitations(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message
 		params := arr[e[0]:e[1]]
 		im := &mcp.Message{Kind: mcp.KindRequest, Method: method, Params: params}
 		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: "request", ID: "elicitations[" + strconv.Itoa(i) + "]",
-			Method: method, Name: mcp.RedactURI(req.Name), Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target)}
+			Method: method, Name: mcp.RedactURI(req.Name), Version: st.version, HTTPMethod: x.Req.Method, Path: st.path}
 		d := evaluate(s, x, st, im, r, ServerToClient, nil, serverRequestInput(method, params, req.Name))
 		r.Decision, r.Rule = d.Action, d.Rule
 		r.Reason = kindOf(method, params) + " request in error " + strconv.Itoa(codeURLElicitationRequired) + " of " + req.Method + ": " + d.Reason

@@ -8,6 +8,14 @@ import (
 	"mcpintercept/policy"
 )
 
+// rules is the rule set that judges now, or nil (allow all).
+func (s *conn) rules() Evaluator {
+	if s.f.Rules == nil {
+		return nil
+	}
+	return s.f.Rules()
+}
+
 // evaluate judges one message. For a response, req is the request it answers (its method and
 // name are the response's as far as rules are concerned).
 // extra adds facts of surface control (the tool a server request was made for, an elicitation's
@@ -42,7 +50,7 @@ func evaluate(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Reco
 	if dir == ClientToServer && (m.Kind == mcp.KindRequest) && isRetry(m) {
 		v.msg.Retry = true
 	}
-	v.http = policy.Request{Method: x.Req.Method, Path: pathOf(x.Req.Target)}
+	v.http = policy.Request{Method: x.Req.Method, Path: st.path}
 	if info := mcp.InfoOf(x); info != nil {
 		v.http.Headers = policy.HeaderMap(info.Headers)
 	}

@@ -23,7 +23,7 @@ func checkFraming(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exc
 		// Peers split this stream into different events (the Go SDK ends lines at LF only): what
 		// one of them dispatches cannot be judged for both.
 		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
-			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event stream refused: a bare CR line end, which peers frame differently"})
+			HTTPMethod: x.Req.Method, Path: st.path, Reason: "event stream refused: a bare CR line end, which peers frame differently"})
 		x.Abort("level2: an SSE line ended by a bare CR (peers frame it differently)")
 		return exchange.Stop, true
 	}
@@ -51,7 +51,7 @@ func openEndpoint(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exc
 	if st.endpoint != "" {
 		ev.Drop()
 		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
-			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: a second endpoint event on the stream"})
+			HTTPMethod: x.Req.Method, Path: st.path, Reason: "event dropped: a second endpoint event on the stream"})
 		return exchange.Continue, true
 	}
 	if ep := endpointTarget(x.Req.Target, ev.Data); ep != "" {
@@ -72,11 +72,11 @@ func decodeEvent(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exch
 	if !looksJSON(b.data) {
 		return exchange.Continue, true
 	}
-	msgs, batch, err := mcp.Decode(trimLenient(b.data), mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	msgs, batch, err := mcp.Decode(trimLenient(b.data), mcp.DecodeOptions{MaxSize: int(s.max), AllowBatch: true})
 	if err != nil {
 		b.ev.Drop()
 		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
-			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "event dropped: not strict JSON-RPC: " + decodeProblem(err)})
+			HTTPMethod: x.Req.Method, Path: st.path, Reason: "event dropped: not strict JSON-RPC: " + decodeProblem(err)})
 		return exchange.Continue, true
 	}
 	b.msgs, b.batch = msgs, batch

@@ -241,7 +241,7 @@ func recordEvents(s *conn, x *exchange.Exchange, st *xstate, method string, evs 
 	for i := range evs {
 		ev := &evs[i]
 		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: kindToolIntegrity, Method: method,
-			Name: ev.Name, Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target),
+			Name: ev.Name, Version: st.version, HTTPMethod: x.Req.Method, Path: st.path,
 			Decision: policy.ActionAllow, Rule: ruleIntegrity, Reason: detailLine(ev.Detail),
 			Caller: policy.CallerFrom(x.Get(policy.CallerKey{}))}
 		if ev.DefKind == integrity.KindTemplate {

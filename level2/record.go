@@ -18,7 +18,7 @@ func (s *conn) emit(r *Record) {
 func newRecord(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, dir string) *Record {
 	r := &Record{
 		Time: time.Now(), Direction: dir, Kind: m.Kind.String(), ID: m.IDText(), rawID: m.ID, Method: m.Method,
-		Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Decision: policy.ActionAllow,
+		Version: st.version, HTTPMethod: x.Req.Method, Path: st.path, Decision: policy.ActionAllow,
 		Caller: policy.CallerFrom(x.Get(policy.CallerKey{})),
 	}
 	if len(m.ID) > 0 {

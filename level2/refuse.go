@@ -65,7 +65,7 @@ func refuseUnreadable(s *conn, x *exchange.Exchange, st *xstate, status int, why
 		code = CodeTooLarge
 	}
 	r := &Record{Time: st.start, Direction: ClientToServer, Decision: policy.ActionDeny, Rule: "level2", Reason: why,
-		HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Version: st.version,
+		HTTPMethod: x.Req.Method, Path: st.path, Version: st.version,
 		Caller: policy.CallerFrom(x.Get(policy.CallerKey{}))}
 	if s.f.Tracer != nil {
 		// No message to name: the span is the HTTP request's, its error the refusal's code.

@@ -15,7 +15,7 @@ import (
 func (g *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Result {
 	s := g.c
 	h := x.Req
-	st := &xstate{start: time.Now()}
+	st := &xstate{start: time.Now(), path: pathOf(h.Target)}
 	x.Set(stateKey{}, st)
 	if h.Count("Mcp-Session-Id") > 1 {
 		// Servers disagree on which of two session ids counts (Go: the first; Node: both,
@@ -45,7 +45,7 @@ func (g *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Re
 		x.DelRequestHeader("Accept-Encoding")
 	}
 	if !h.NoBody {
-		x.WantRequestBody(s.maxBody())
+		x.WantRequestBody(s.max)
 	}
 	return exchange.Continue
 }

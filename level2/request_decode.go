@@ -12,7 +12,7 @@ import (
 // a server reads as one a rule reads but spelt so that the rule misses it.
 func decodeRequest(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	allowBatch := batchAllowed(st.version, x.Req)
-	msgs, batch, err := mcp.Decode(b.trimmed, mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: allowBatch})
+	msgs, batch, err := mcp.Decode(b.trimmed, mcp.DecodeOptions{MaxSize: int(s.max), AllowBatch: allowBatch})
 	if err != nil {
 		if errors.Is(err, mcp.ErrTooLarge) {
 			return refuseUnreadable(s, x, st, 413, "JSON-RPC body over the route's max_body"), true

@@ -12,7 +12,7 @@ import (
 func readRequest(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	h := x.Req
 	if ce, ok := h.Get("Content-Encoding"); ok && !isIdentity(ce) {
-		dec, err := DecodeBody(ce, b.raw, s.maxBody())
+		dec, err := DecodeBody(ce, b.raw, s.max)
 		switch {
 		case errors.Is(err, ErrUnsupportedEncoding):
 			return refuseUnreadable(s, x, st, 415, "content-encoding "+ce+" cannot be inspected"), true

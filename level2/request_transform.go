@@ -38,7 +38,7 @@ func transformRequests(s *conn, x *exchange.Exchange, st *xstate, msgs []*mcp.Me
 		if o, ok := redact(s, out[i], decs[i], "params", r); ok {
 			out[i], changed = o, true
 			if !batch {
-				if after, err := mcp.DecodeMessage(o, mcp.DecodeOptions{MaxSize: int(s.maxBody())}); err == nil {
+				if after, err := mcp.DecodeMessage(o, mcp.DecodeOptions{MaxSize: int(s.max)}); err == nil {
 					syncMCPHeaders(x, m, after, decs[i].Redactions)
 				}
 			}

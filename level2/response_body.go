@@ -13,7 +13,7 @@ import (
 // it as JSON-RPC.
 func readResponse(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exchange.Result, bool) {
 	if ce, ok := x.Resp.Get("Content-Encoding"); ok && !isIdentity(ce) {
-		dec, err := DecodeBody(ce, b.data, s.maxBody())
+		dec, err := DecodeBody(ce, b.data, s.max)
 		if err != nil {
 			return refuseResponse(s, x, st, "response body does not decode as "+oneLine(ce)+": "+decodeProblem(err)), true
 		}
@@ -39,7 +39,7 @@ func readResponse(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exc
 // would read (a duplicate key, a lone surrogate): forwarding it would let the server past every
 // response rule, so the client gets an error naming the appliance instead.
 func decodeResponse(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exchange.Result, bool) {
-	msgs, batch, err := mcp.Decode(b.data, mcp.DecodeOptions{MaxSize: int(s.maxBody()), AllowBatch: true})
+	msgs, batch, err := mcp.Decode(b.data, mcp.DecodeOptions{MaxSize: int(s.max), AllowBatch: true})
 	if err != nil {
 		return refuseResponse(s, x, st, "response refused: "+decodeProblem(err)), true
 	}

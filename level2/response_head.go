@@ -19,7 +19,7 @@ func (g *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 		// A client would take the first (Go) or both joined (fetch) as its session: Level 2
 		// could not tell which session, and so which client, the stream's requests go to.
 		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
-			HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target), Reason: "response refused: Mcp-Session-Id header repeated"})
+			HTTPMethod: x.Req.Method, Path: st.path, Reason: "response refused: Mcp-Session-Id header repeated"})
 		x.Abort("level2: Mcp-Session-Id header repeated in the response")
 		return exchange.Stop
 	}
@@ -43,7 +43,7 @@ func (g *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 			x.Abort("level2: an encoded event stream (" + ce + ") cannot be inspected")
 			return exchange.Stop
 		}
-		x.WantEvents(int(s.maxBody()))
+		x.WantEvents(int(s.max))
 	case ct.JSON || ct.MediaType == "" || sn.namesJSON:
 		// JSON, a JSON-like type (application/json-rpc) or none at all: clients parse those, so
 		// Level 2 reads them too (a body that is not JSON then goes through as it came).
@@ -51,7 +51,7 @@ func (g *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 		if s.f.ForwardOversized {
 			o = exchange.OverflowForward
 		}
-		x.WantResponseBody(s.maxBody(), o)
+		x.WantResponseBody(s.max, o)
 	}
 	return exchange.Continue
 }

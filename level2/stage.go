@@ -139,7 +139,7 @@ func (f *Flow) Stage() exchange.Stage {
 	if f.Client != nil {
 		owner = NewOwner(f.Client.Address)
 	}
-	return &stage{c: &conn{f: f, posts: make(chan struct{}, maxServerAnswers), owner: owner}}
+	return &stage{c: &conn{f: f, posts: make(chan struct{}, maxServerAnswers), owner: owner, max: maxBody(f)}}
 }
 
 // maxServerAnswers bounds the answers to refused server→client requests in flight per connection:

@@ -191,7 +191,7 @@ func newProber(s *conn, x *exchange.Exchange, st *xstate, dir string) *prober {
 	var known bool
 	p.ci.ci, known = clientIdentity(s, st)
 	p.msg.Body = &p.ci
-	p.http = policy.Request{Method: x.Req.Method, Path: pathOf(x.Req.Target)}
+	p.http = policy.Request{Method: x.Req.Method, Path: st.path}
 	if info := mcp.InfoOf(x); info != nil {
 		p.http.Headers = policy.HeaderMap(info.Headers)
 	}
@@ -587,7 +587,7 @@ func surface(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, req *Rec
 	for _, ir := range irs {
 		im := &mcp.Message{Kind: mcp.KindRequest, Method: ir.method, Params: ir.params}
 		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: "input_request", ID: ir.key, Method: ir.method,
-			Name: mcp.RedactURI(tool), Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target)}
+			Name: mcp.RedactURI(tool), Version: st.version, HTTPMethod: x.Req.Method, Path: st.path}
 		d := evaluate(s, x, st, im, r, ServerToClient, nil, serverRequestInput(ir.method, ir.params, tool))
 		r.Decision, r.Rule = d.Action, d.Rule
 		r.Reason = kindOf(ir.method, ir.params) + " input request " + oneLine(ir.key) + " (input_required of " + req.Method + "): " + d.Reason

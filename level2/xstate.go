@@ -15,6 +15,7 @@ type stateKey struct{}
 // (Sessions).
 type xstate struct {
 	start time.Time
+	path  string // http.path of the request (pathOf)
 	peerState
 	callState
 	answerState
