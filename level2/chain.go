@@ -2,6 +2,25 @@ package level2
 
 import "mcpintercept/exchange"
 
+// The steps over a request's head (RequestHead), and over a response's head (ResponseHead),
+// in order; a step ends the chain as a request step does.
+var requestHeadSteps = []headStep{
+	{"session", openSession},  // Mcp-Session-Id or the 2024-11-05 endpoint; the version
+	{"peer", notePeer},        // what the client accepts; the server it asks
+	{"body", wantRequestBody}, // identity encoding asked of the server; the body read
+}
+
+var responseHeadSteps = []headStep{
+	{"session", responseSession}, // Mcp-Session-Id repeated refused; initialize's session
+	{"body", wantResponse},       // how the body is read: events, JSON, or not at all
+}
+
+// A headStep is one named step of requestHeadSteps or responseHeadSteps.
+type headStep struct {
+	name string
+	run  func(s *conn, x *exchange.Exchange, st *xstate) (res exchange.Result, done bool)
+}
+
 // The steps Level 2 runs over one client→server body, in order. Each step sees what the earlier
 // ones found (requestBody) and either lets the chain go on, or ends it: with Continue (nothing
 // more to judge: the body is forwarded as it came) or with Stop (the step answered the request

@@ -12,9 +12,6 @@ import (
 	"strings"
 
 	"github.com/andybalholm/brotli"
-
-	"mcpintercept/exchange"
-	"mcpintercept/mcp"
 )
 
 // DefaultMaxBody bounds a decoded body when DecodeBody is given 0 or less.
@@ -245,15 +242,6 @@ func trimHeaderSpace(v string) string {
 			return v
 		}
 	}
-}
-
-// pathOf is http.path, read as Level 1 reads it (mcp.PathOf).
-func pathOf(target string) string { return mcp.PathOf(target) }
-
-// accepts reads the request's Accept lines the way Level 1 does (mcp.Accepts).
-func accepts(h *exchange.Head) (sse, json bool) {
-	return mcp.Accepts(h.Headers, "text/event-stream", "text/*", "*/*"),
-		mcp.Accepts(h.Headers, "application/json", "application/*", "*/*")
 }
 
 func isIdentity(ce string) bool {

@@ -166,11 +166,30 @@ func pythonEncoding(b []byte) string {
 	return ""
 }
 
+// trimJSSpace is strings.TrimFunc(s, jsSpace), written out.
+func trimJSSpace(s string) string {
+	for s != "" {
+		r, n := utf8.DecodeRuneInString(s)
+		if !jsSpace(r) {
+			break
+		}
+		s = s[n:]
+	}
+	for s != "" {
+		r, n := utf8.DecodeLastRuneInString(s)
+		if !jsSpace(r) {
+			break
+		}
+		s = s[:len(s)-n]
+	}
+	return s
+}
+
 // jsNumber is JavaScript's Number(s) for a string (ECMA-262 StringToNumber), which the TypeScript
 // SDK applies to a response's id before it looks up the request it answers: " 1 ", "0x1", "1e0",
 // "+1", "01", "1." and even "" (0) answer request 1 (or 0) there. ok is false for NaN.
 func jsNumber(s string) (float64, bool) {
-	s = strings.TrimFunc(s, jsSpace)
+	s = trimJSSpace(s)
 	if s == "" {
 		return 0, true
 	}

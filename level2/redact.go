@@ -526,13 +526,6 @@ func redactText(s string, reds []*policy.Redaction) string {
 	return s
 }
 
-func keyText(quoted []byte) string {
-	if len(quoted) >= 2 && strings.IndexByte(string(quoted), '\\') < 0 {
-		return string(quoted[1 : len(quoted)-1])
-	}
-	return mcp.Unquote(quoted)
-}
-
 // describeHits is the record's account of a redaction: rules and locations, never values.
 func describeHits(hits []redactHit, count int) string {
 	var b strings.Builder

@@ -10,44 +10,42 @@ import (
 	"mcpintercept/policy"
 )
 
-// RequestHead starts the exchange's state: its session, version and server, and what the
-// client accepts. Then the request steps run over the body (RequestBody).
+// RequestHead starts the exchange's state and runs requestHeadSteps (chain.go) over the
+// request's head, in order, until one ends the chain.
 func (g *stage) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Result {
-	s := g.c
-	h := x.Req
-	st := &xstate{start: time.Now(), path: pathOf(h.Target)}
+	st := &xstate{start: time.Now(), path: pathOf(x.Req.Target)}
 	x.Set(stateKey{}, st)
-	if h.Count("Mcp-Session-Id") > 1 {
-		// Servers disagree on which of two session ids counts (Go: the first; Node: both,
-		// joined): the session, and so the client's identity, would be another for each.
-		return refuseUnreadable(s, x, st, 400, "Mcp-Session-Id header repeated")
+	for _, step := range requestHeadSteps {
+		if res, done := step.run(g.c, x, st); done {
+			return res
+		}
 	}
-	if v, ok := h.Get("Mcp-Session-Id"); ok && v != "" {
-		st.session = hashKey(v)
-	} else if s.f.Sessions.KnownEndpoint(s.owner, h.Target) || legacySession(h.Target) != "" {
-		// 2024-11-05: a POST to an endpoint a GET stream announced (whatever the server calls
-		// its session parameter: sessionId, the Go SDK's sessionid, …).
-		st.session, st.legacy = legacyKey(h.Target), h.Method == "POST"
-	}
-	if v, ok := h.Get("MCP-Protocol-Version"); ok {
-		st.version = v
-	} else if v, _ := s.f.Sessions.Lookup(s.owner, st.session); v != "" {
-		st.version = v
-	}
+	return exchange.Continue
+}
+
+// notePeer is the head step that notes what the client accepts and which server it asks.
+func notePeer(s *conn, x *exchange.Exchange, st *xstate) (exchange.Result, bool) {
+	h := x.Req
 	st.acceptSSE, st.acceptJSON = accepts(h)
 	st.server = serverIdentity(s, h)
 	if s.f.Tools != nil {
 		st.tools = toolServer(s, h, st)
 	}
-	// Responses must be readable: ask the server for identity encoding (Level 2 may modify
-	// messages; this changes no MCP semantics). A server that compresses anyway is decoded.
+	return exchange.Continue, false
+}
+
+// wantRequestBody is the head step that asks for the body. Responses must be readable: the
+// server is asked for identity encoding (Level 2 may modify messages; this changes no MCP
+// semantics). A server that compresses anyway is decoded.
+func wantRequestBody(s *conn, x *exchange.Exchange, st *xstate) (exchange.Result, bool) {
+	h := x.Req
 	if _, ok := h.Get("Accept-Encoding"); ok {
 		x.DelRequestHeader("Accept-Encoding")
 	}
 	if !h.NoBody {
 		x.WantRequestBody(s.max)
 	}
-	return exchange.Continue
+	return exchange.Continue, false
 }
 
 // RequestBody runs requestSteps (chain.go) over the client's body, in order, until one ends the
@@ -95,4 +93,13 @@ func serverIdentity(s *conn, h *exchange.Head) string {
 		b.WriteString(strings.ToLower(v))
 	}
 	return b.String()
+}
+
+// pathOf is http.path, read as Level 1 reads it (mcp.PathOf).
+func pathOf(target string) string { return mcp.PathOf(target) }
+
+// accepts reads the request's Accept lines the way Level 1 does (mcp.Accepts).
+func accepts(h *exchange.Head) (sse, json bool) {
+	return mcp.Accepts(h.Headers, "text/event-stream", "text/*", "*/*"),
+		mcp.Accepts(h.Headers, "application/json", "application/*", "*/*")
 }

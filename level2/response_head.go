@@ -2,33 +2,29 @@ package level2
 
 import (
 	"context"
-	"time"
 
 	"mcpintercept/exchange"
-	"mcpintercept/policy"
 )
 
+// ResponseHead runs responseHeadSteps (chain.go) over the response's head, in order, until one
+// ends the chain; nothing when Level 2 answered the request itself.
 func (g *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.Result {
-	s := g.c
 	st := stateOf(x)
 	if st == nil || st.answered {
 		return exchange.Continue
 	}
-	h := x.Resp
-	if h.Count("Mcp-Session-Id") > 1 {
-		// A client would take the first (Go) or both joined (fetch) as its session: Level 2
-		// could not tell which session, and so which client, the stream's requests go to.
-		s.emit(&Record{Time: time.Now(), Direction: ServerToClient, Decision: policy.ActionDeny, Rule: "level2",
-			HTTPMethod: x.Req.Method, Path: st.path, Reason: "response refused: Mcp-Session-Id header repeated"})
-		x.Abort("level2: Mcp-Session-Id header repeated in the response")
-		return exchange.Stop
-	}
-	if st.initialize {
-		if v, ok := h.Get("Mcp-Session-Id"); ok && v != "" {
-			st.session = hashKey(v)
-			s.f.Sessions.SetClientInfo(s.owner, st.session, st.clientInfo)
+	for _, step := range responseHeadSteps {
+		if res, done := step.run(g.c, x, st); done {
+			return res
 		}
 	}
+	return exchange.Continue
+}
+
+// wantResponse is the response head step that decides how the body is read: as events, as one
+// JSON body, or not at all.
+func wantResponse(s *conn, x *exchange.Exchange, st *xstate) (exchange.Result, bool) {
+	h := x.Resp
 	sn := sniff(h, nil)
 	ct := sn.ct
 	switch {
@@ -37,11 +33,11 @@ func (g *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 		// A client that looks for "event-stream" anywhere in the type would read this as a
 		// stream Level 2 did not frame as one: refuse rather than forward it uninspected.
 		x.Abort("level2: a response type naming event-stream that is not text/event-stream (" + oneLine(sn.ctv) + ")")
-		return exchange.Stop
+		return exchange.Stop, true
 	case ct.SSE:
 		if ce, ok := h.Get("Content-Encoding"); ok && !isIdentity(ce) {
 			x.Abort("level2: an encoded event stream (" + ce + ") cannot be inspected")
-			return exchange.Stop
+			return exchange.Stop, true
 		}
 		x.WantEvents(int(s.max))
 	case ct.JSON || ct.MediaType == "" || sn.namesJSON:
@@ -53,5 +49,5 @@ func (g *stage) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.R
 		}
 		x.WantResponseBody(s.max, o)
 	}
-	return exchange.Continue
+	return exchange.Continue, false
 }
