@@ -15,7 +15,7 @@ func (g *stage) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.R
 	if st == nil {
 		return exchange.Continue
 	}
-	b := &st.resp
+	b := &g.c.resp.body
 	*b = serverBody{ctx: context.Background(), data: x.ResponseBody()}
 	return runServerBody(g.c, x, st, b, responseSteps)
 }
@@ -27,7 +27,7 @@ func (g *stage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Ev
 	if st == nil {
 		return exchange.Continue
 	}
-	b := &st.resp
+	b := &g.c.resp.body
 	*b = serverBody{ctx: ctx, ev: ev}
 	return runServerBody(g.c, x, st, b, eventSteps)
 }
@@ -70,8 +70,8 @@ func judgeBody(s *conn, x *exchange.Exchange, st *xstate, b *serverBody) (exchan
 func judgeMessages(s *conn, ctx context.Context, x *exchange.Exchange, st *xstate, msgs []*mcp.Message) ([][]byte, bool) {
 	out := make([][]byte, len(msgs))
 	changed := false
-	st.later = st.later[:0]
-	sm := &st.msg
+	s.resp.later = s.resp.later[:0]
+	sm := &s.resp.msg
 	for i, m := range msgs {
 		*sm = serverMessage{ctx: ctx, m: m, out: m.Raw}
 		steps := serverSteps
@@ -88,10 +88,10 @@ func judgeMessages(s *conn, ctx context.Context, x *exchange.Exchange, st *xstat
 	}
 	*sm = serverMessage{}
 	// What the steps left for the end of the body, last first.
-	for i := len(st.later) - 1; i >= 0; i-- {
-		st.later[i].run(s)
+	for i := len(s.resp.later) - 1; i >= 0; i-- {
+		s.resp.later[i].run(s)
 	}
-	clear(st.later)
+	clear(s.resp.later)
 	return out, changed
 }
 

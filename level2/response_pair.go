@@ -22,7 +22,7 @@ func pairResponse(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) 
 		// on: it would skip that request's response rules (list filtering, redaction).
 		r := newRecord(s, x, st, m, ServerToClient)
 		st.messages++
-		st.later = append(st.later, later{emit: r})
+		s.resp.later = append(s.resp.later, later{emit: r})
 		p, ok := s.f.Sessions.TakePending(s.owner, st.session, key)
 		if !ok && len(m.ID) > 0 {
 			r.Decision, r.Rule = policy.ActionDeny, "level2"
@@ -37,7 +37,7 @@ func pairResponse(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) 
 		req = r
 	}
 	if req.span != nil {
-		st.later = append(st.later, later{span: req, m: m})
+		s.resp.later = append(s.resp.later, later{span: req, m: m})
 	}
 	sm.rec = req
 	return false

@@ -23,11 +23,8 @@ type xstate struct {
 	// unknownTool: the server request being judged may belong to calls of several tools (a GET
 	// stream, streamTool), so mcp.tool and mcp.name are unknown to its rules.
 	unknownTool bool
-	body        requestBody   // the request steps' shared view of the body
-	resp        serverBody    // the response steps' shared view of a body or event
-	msg         serverMessage // and of the message being judged
-	later       []later       // what they leave for the end of the body
-	vars        evalVars      // the policy input, reused message after message
+	body        requestBody // the request steps' shared view of the body
+	vars        evalVars    // the policy input, reused message after message
 }
 
 // peerState is who one exchange is between: the client's session, version and identity, and the
