@@ -8,6 +8,7 @@ import (
 	"mcpintercept/policy"
 )
 
+// emit hands r to the flow's Record (none: records are not kept).
 func (s *conn) emit(r *Record) {
 	if s.f.Record != nil {
 		s.f.Record(r)
