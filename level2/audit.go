@@ -30,7 +30,7 @@ type Auditor interface {
 
 // auditedMethods are the client→server calls that get an authorization record when allowed.
 // Every denial gets one too, whatever its method, and so does every server→client request.
-var auditedMethods = map[string]bool{"tools/call": true, "prompts/get": true, "resources/read": true}
+var auditedMethods = map[string]bool{mcp.MethodToolsCall: true, mcp.MethodPromptsGet: true, mcp.MethodResourcesRead: true}
 
 // stageAudit is one connection's audit state in the Level 2 stage.
 type stageAudit struct {
@@ -44,7 +44,7 @@ type stageAudit struct {
 // authorize is the request step that makes each allowed call's authorization record durable
 // before anything is forwarded. A record that cannot be made durable refuses the whole body
 // (-31004): a batch is one HTTP message, and forwarding part of it would change what was sent.
-func (s *stage) authorize(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func authorize(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	a := s.f.Audit
 	if a == nil {
 		return exchange.Continue, false
@@ -52,21 +52,21 @@ func (s *stage) authorize(x *exchange.Exchange, st *xstate, b *requestBody) (exc
 	xn := s.audit.n.Add(1)
 	for i, m := range b.msgs {
 		if m.Kind == mcp.KindResponse || m.Kind == mcp.KindError {
-			s.endServerRequest(m)
+			endServerRequest(s, m)
 			continue
 		}
 		if m.Kind != mcp.KindRequest || !auditedMethods[m.Method] {
 			continue
 		}
 		r := st.reqs[i]
-		ar := s.auditRecord(x, st, m, r, xn, ClientToServer)
+		ar := auditRecord(s, x, st, m, r, xn, ClientToServer)
 		ar.Kind, ar.Decision = audit.KindAuthorization, auditDecision(b.decs[i].Action)
 		if a.Arguments() {
-			ar.Arguments = forwardedArguments(m, b.out, i, s.maxBody())
+			ar.Arguments = forwardedArguments(m, b.out, i, s.max)
 		}
 		rc, err := a.Append(b.ctx, ar)
 		if err != nil {
-			return s.refuseAudit(x, st, b, r, err), true
+			return refuseAudit(s, x, st, b, r, err), true
 		}
 		if rc.Seq != 0 {
 			r.auditSeq, r.audit = rc.Seq, ar
@@ -77,21 +77,21 @@ func (s *stage) authorize(x *exchange.Exchange, st *xstate, b *requestBody) (exc
 
 // refuseAudit answers the body with -31004; the calls of the same body already authorized end
 // as denied, so that none waits for an outcome that cannot come.
-func (s *stage) refuseAudit(x *exchange.Exchange, st *xstate, b *requestBody, failed *Record, err error) exchange.Result {
+func refuseAudit(s *conn, x *exchange.Exchange, st *xstate, b *requestBody, failed *Record, err error) exchange.Result {
 	why := "audit unavailable: " + oneLine(err.Error())
 	for _, r := range st.reqs {
 		if r.auditSeq != 0 {
-			s.auditOutcome(r, "denied", 0, why)
+			auditOutcome(s, r, "denied", 0, why)
 		}
 	}
 	failed.Decision, failed.Rule, failed.Reason = policy.ActionDeny, "audit", why
 	d := policy.Decision{Action: policy.ActionDeny, Rule: "audit", Reason: why}
-	return s.refuseWith(x, st, b.msgs, b.batch, failed, d, CodeAuditUnavailable, "audit unavailable at "+Intermediary)
+	return refuseWith(s, x, st, b.msgs, b.batch, failed, d, CodeAuditUnavailable, "audit unavailable at "+Intermediary)
 }
 
 // auditDenials makes a record of every client→server message the stage refused, durable before
 // the refusal goes out. A refusal because the store itself failed is not recorded again.
-func (s *stage) auditDenials(x *exchange.Exchange, st *xstate) {
+func auditDenials(s *conn, x *exchange.Exchange, st *xstate) {
 	a := s.f.Audit
 	if a == nil {
 		return
@@ -101,7 +101,7 @@ func (s *stage) auditDenials(x *exchange.Exchange, st *xstate) {
 		if r.Decision == policy.ActionAllow || r.Rule == "audit" {
 			continue
 		}
-		ar := s.auditRecord(x, st, nil, r, xn, ClientToServer)
+		ar := auditRecord(s, x, st, nil, r, xn, ClientToServer)
 		ar.Kind, ar.Decision, ar.Outcome, ar.Reason = audit.KindAuthorization, auditDecision(r.Decision), "denied", r.Reason
 		// Best effort past this point: the request is refused whatever the store says.
 		_, _ = a.Append(context.Background(), ar)
@@ -110,12 +110,12 @@ func (s *stage) auditDenials(x *exchange.Exchange, st *xstate) {
 
 // authorizeServerRequest makes the authorization of a server→client request durable before the
 // client gets it; an error (fail closed) means the request must be dropped as denied.
-func (s *stage) authorizeServerRequest(ctx context.Context, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record) error {
+func authorizeServerRequest(s *conn, ctx context.Context, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record) error {
 	a := s.f.Audit
 	if a == nil {
 		return nil
 	}
-	ar := s.auditRecord(x, st, m, r, s.audit.n.Load(), ServerToClient)
+	ar := auditRecord(s, x, st, m, r, s.audit.n.Load(), ServerToClient)
 	ar.Kind, ar.Decision = audit.KindAuthorization, audit.Allow
 	rc, err := a.Append(ctx, ar)
 	if err != nil || rc.Seq == 0 {
@@ -132,18 +132,18 @@ func (s *stage) authorizeServerRequest(ctx context.Context, x *exchange.Exchange
 }
 
 // auditServerDenial records a server→client request the stage dropped.
-func (s *stage) auditServerDenial(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record) {
+func auditServerDenial(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record) {
 	a := s.f.Audit
 	if a == nil {
 		return
 	}
-	ar := s.auditRecord(x, st, m, r, s.audit.n.Load(), ServerToClient)
+	ar := auditRecord(s, x, st, m, r, s.audit.n.Load(), ServerToClient)
 	ar.Kind, ar.Decision, ar.Outcome, ar.Reason = audit.KindAuthorization, auditDecision(r.Decision), "denied", r.Reason
 	_, _ = a.Append(context.Background(), ar)
 }
 
 // endServerRequest writes the outcome of a server→client request the client now answers.
-func (s *stage) endServerRequest(m *mcp.Message) {
+func endServerRequest(s *conn, m *mcp.Message) {
 	if s.f.Audit == nil || len(m.ID) == 0 {
 		return
 	}
@@ -164,7 +164,7 @@ func (s *stage) endServerRequest(m *mcp.Message) {
 
 // auditOutcome ends r's authorization (once) with outcome: "result", "error" (code), "denied"
 // or "uncertain" (reason says why).
-func (s *stage) auditOutcome(r *Record, outcome string, code int64, reason string) {
+func auditOutcome(s *conn, r *Record, outcome string, code int64, reason string) {
 	if r.auditSeq == 0 || s.f.Audit == nil {
 		return
 	}
@@ -178,7 +178,7 @@ func (s *stage) auditOutcome(r *Record, outcome string, code int64, reason strin
 // outcome when the exchange failed after dispatch (reset, timeout, an unreadable or oversized
 // response, an error status). An exchange that ended well but carried no answer (202, an answer
 // on another stream) leaves them open: the engine ends them when the flow ends.
-func (s *stage) auditUnended(x *exchange.Exchange, st *xstate) {
+func auditUnended(s *conn, x *exchange.Exchange, st *xstate) {
 	for _, r := range st.reqs {
 		if r.auditSeq == 0 {
 			continue
@@ -192,9 +192,9 @@ func (s *stage) auditUnended(x *exchange.Exchange, st *xstate) {
 		}
 		switch {
 		case why != "":
-			s.auditOutcome(r, "uncertain", 0, uncertainReason(why))
+			auditOutcome(s, r, "uncertain", 0, uncertainReason(why))
 		case x.Status >= 300:
-			s.auditOutcome(r, "uncertain", 0, "http status "+strconv.Itoa(x.Status))
+			auditOutcome(s, r, "uncertain", 0, "http status "+strconv.Itoa(x.Status))
 		}
 	}
 }
@@ -218,7 +218,7 @@ func uncertainReason(why string) string {
 
 // auditRecord is the record of m (nil: from r alone) as Level 2 judged it; the engine's writer
 // fills in the flow's fields (client, identity, destination, server).
-func (s *stage) auditRecord(x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, xn uint64, dir string) *audit.Record {
+func auditRecord(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, xn uint64, dir string) *audit.Record {
 	ar := &audit.Record{Exchange: xn, Level: 2, Method: r.Method, Direction: dir, ID: r.ID,
 		Tool: r.Name, Rule: r.Rule, Iss: r.Caller.Iss, Sub: r.Caller.Sub, TraceID: r.TraceID, SpanID: r.SpanID}
 	if ar.Method == "" {
@@ -266,4 +266,26 @@ func auditDecision(a policy.Action) audit.Decision {
 		return audit.RateLimited
 	}
 	return audit.Deny
+}
+
+// auditAnswer is the response step that ends the authorization of the call a response or error
+// answers (allowed: a result withheld ended it as denied).
+func auditAnswer(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if m := sm.m; m.Kind == mcp.KindError && m.Error != nil {
+		auditOutcome(s, sm.rec, "error", m.Error.Code, "")
+	} else {
+		auditOutcome(s, sm.rec, "result", 0, "")
+	}
+	return false
+}
+
+// auditServerRequest is the response step that makes the authorization of an allowed
+// server→client request durable before the client gets it; one that cannot be is denied.
+func auditServerRequest(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if sm.d.Action == policy.ActionAllow && sm.m.Kind == mcp.KindRequest {
+		if err := authorizeServerRequest(s, sm.ctx, x, st, sm.m, sm.rec); err != nil {
+			sm.d = policy.Decision{Action: policy.ActionDeny, Rule: "audit", Reason: "audit unavailable: " + oneLine(err.Error())}
+		}
+	}
+	return false
 }

@@ -243,3 +243,8 @@ func trimHeaderSpace(v string) string {
 		}
 	}
 }
+
+func isIdentity(ce string) bool {
+	ce = strings.TrimSpace(ce)
+	return ce == "" || strings.EqualFold(ce, "identity")
+}

@@ -1,7 +1,6 @@
 package level2
 
 import (
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -21,22 +20,8 @@ const (
 	Intermediary       = mcp.Intermediary
 )
 
-// denialData is error.data of every error Level 2 writes: who answered, and why.
-type denialData struct {
-	Intermediary string `json:"intermediary"`
-	Rule         string `json:"rule,omitempty"`
-	Reason       string `json:"reason"`
-	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
-}
-
-// errorBody is a JSON-RPC error response for id (nil: null) naming the appliance.
-func errorBody(id json.RawMessage, code int, message, rule, reason string, retry time.Duration) []byte {
-	d := denialData{Intermediary: Intermediary, Rule: rule, Reason: reason}
-	if retry > 0 {
-		d.RetryAfterMS = retry.Milliseconds()
-	}
-	return mcp.EncodeError(id, code, message, d)
-}
+// denialData is error.data of every error Level 2 writes (mcp.DenialBody): who answered, and why.
+type denialData = mcp.Denial
 
 // batchErrorBody answers every request of a refused batch with the same error, in order (a
 // notification gets no answer, as JSON-RPC says).
@@ -50,7 +35,7 @@ func batchErrorBody(msgs []*mcp.Message, code int, message, rule, reason string,
 		if n > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, errorBody(m.ID, code, message, rule, reason, retry)...)
+		b = append(b, mcp.DenialBody(m.ID, code, message, rule, reason, retry)...)
 		n++
 	}
 	return append(b, ']')

@@ -59,7 +59,7 @@ func clientInfoOf(m *mcp.Message) map[string]any {
 // clientIdentity is the info of the client a message of exchange st goes to (or comes from), as
 // that client itself sent it: this exchange's requests, else its session's initialize, else this
 // flow's. known is false when none of them names one client.
-func (s *stage) clientIdentity(st *xstate) (info map[string]any, known bool) {
+func clientIdentity(s *conn, st *xstate) (info map[string]any, known bool) {
 	if st.clientInfo != nil {
 		return st.clientInfo, true
 	}

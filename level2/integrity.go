@@ -28,14 +28,6 @@ const (
 // kindToolIntegrity is the Record.Kind of a guard's event.
 const kindToolIntegrity = "tool_integrity"
 
-// listChanged are the server notifications after which the guard judges the server's next
-// lists afresh.
-var listChanged = map[string]bool{
-	"notifications/tools/list_changed":     true,
-	"notifications/prompts/list_changed":   true,
-	"notifications/resources/list_changed": true,
-}
-
 // serverKey is integrity.Server.Key of a request: "host:port/path". host is the TLS server
 // name when the flow opened with a ClientHello naming one, else the Host header's name, else
 // the original destination's address (lower case, IPv6 in brackets, no trailing dot); port the
@@ -112,7 +104,7 @@ func addrHost(a netip.Addr) string {
 // toolServer is the guard's identity of the exchange's server. A 2024-11-05 POST to an
 // endpoint takes the path of the GET stream that announced it: the lists come on that stream,
 // the calls on the endpoint, and both must name one server.
-func (s *stage) toolServer(h *exchange.Head, st *xstate) integrity.Server {
+func toolServer(s *conn, h *exchange.Head, st *xstate) integrity.Server {
 	host, _ := h.Get("Host")
 	target := h.Target
 	if st.legacy {
@@ -125,7 +117,7 @@ func (s *stage) toolServer(h *exchange.Head, st *xstate) integrity.Server {
 
 // viewer names who was shown a list, for the guard's divergence check: the client's address
 // and its session ("10.200.1.2 session ab12cd34"), or the address alone.
-func (s *stage) viewer(st *xstate) string {
+func viewerOf(s *conn, st *xstate) string {
 	addr := ""
 	if s.f.Client != nil {
 		addr = s.f.Client.Address
@@ -141,8 +133,8 @@ var defMethods = map[string]struct {
 	kind integrity.Kind
 	noun string
 }{
-	"tools/call":  {integrity.KindTool, "tool"},
-	"prompts/get": {integrity.KindPrompt, "prompt"},
+	mcp.MethodToolsCall:  {integrity.KindTool, "tool"},
+	mcp.MethodPromptsGet: {integrity.KindPrompt, "prompt"},
 }
 
 // listDefs are the definitions of a list result raw (a whole response message) in the order
@@ -201,10 +193,10 @@ func wholeList(req *Record, result []byte) bool {
 
 // observeList hands a list result's definitions to the guard and records its events. It
 // returns one verdict per listDefs entry, never nil (surface tells a guarded list by it).
-func (s *stage) observeList(x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record, kinds []listKind) []integrity.Verdict {
+func observeList(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record, kinds []listKind) []integrity.Verdict {
 	defs := listDefs(m.Raw, kinds)
-	vs, evs := s.f.Tools.Observe(st.tools, s.viewer(st), defs, wholeList(req, m.Result))
-	s.recordEvents(x, st, req.Method, evs)
+	vs, evs := s.f.Tools.Observe(st.tools, viewerOf(s, st), defs, wholeList(req, m.Result))
+	recordEvents(s, x, st, req.Method, evs)
 	if len(vs) < len(defs) || vs == nil {
 		// A guard that judged fewer definitions than it was given: the rest pass this filter
 		// unjudged (their calls are still looked up).
@@ -245,11 +237,11 @@ func filterJudged(raw []byte, kinds []listKind, addScope bool, vs []integrity.Ve
 // tool_integrity, the list method and the definition's name; deny when the event quarantined
 // the definition; rule tool-integrity (tool-divergence for a divergence); the event's one-line
 // detail as the reason (hashes and field names, never a definition's text).
-func (s *stage) recordEvents(x *exchange.Exchange, st *xstate, method string, evs []integrity.Event) {
+func recordEvents(s *conn, x *exchange.Exchange, st *xstate, method string, evs []integrity.Event) {
 	for i := range evs {
 		ev := &evs[i]
 		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: kindToolIntegrity, Method: method,
-			Name: ev.Name, Version: st.version, HTTPMethod: x.Req.Method, Path: pathOf(x.Req.Target),
+			Name: ev.Name, Version: st.version, HTTPMethod: x.Req.Method, Path: st.path,
 			Decision: policy.ActionAllow, Rule: ruleIntegrity, Reason: detailLine(ev.Detail),
 			Caller: policy.CallerFrom(x.Get(policy.CallerKey{}))}
 		if ev.DefKind == integrity.KindTemplate {
@@ -296,7 +288,7 @@ func detailLine(d string) string {
 // sees it); every other one takes the guard's verdict into policy (mcp.tool_findings,
 // tool_pinned, tool_changed). A definition the guard knows nothing of is as Lookup says:
 // quarantined on an enforce route, unpinned and allowed on a learn route.
-func (s *stage) checkTools(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func checkTools(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	g := s.f.Tools
 	if g == nil {
 		return exchange.Continue, false
@@ -315,7 +307,7 @@ func (s *stage) checkTools(x *exchange.Exchange, st *xstate, b *requestBody) (ex
 			continue // no definition named: the server refuses it as invalid params
 		}
 		if viewer == "" {
-			viewer = s.viewer(st)
+			viewer = viewerOf(s, st)
 		}
 		v, _ := g.Lookup(st.tools, viewer, dm.kind, name)
 		r := st.reqs[i]
@@ -329,11 +321,13 @@ func (s *stage) checkTools(x *exchange.Exchange, st *xstate, b *requestBody) (ex
 		}
 		r.Decision, r.Rule, r.Reason = policy.ActionDeny, ruleIntegrity, why
 		d := policy.Decision{Action: policy.ActionDeny, Rule: ruleIntegrity, Reason: why}
-		return s.refuseWith(x, st, b.msgs, b.batch, r, d, CodeQuarantined, dm.noun+" quarantined by "+Intermediary), true
+		return refuseWith(s, x, st, b.msgs, b.batch, r, d, CodeQuarantined, dm.noun+" quarantined by "+Intermediary), true
 	}
 	return exchange.Continue, false
 }
 
 // integrityCall reports a request that carries mcp.tool_* to policy (defMethods, without a
 // map lookup on every message).
-func integrityCall(method string) bool { return method == "tools/call" || method == "prompts/get" }
+func integrityCall(method string) bool {
+	return method == mcp.MethodToolsCall || method == mcp.MethodPromptsGet
+}

@@ -58,6 +58,32 @@ func looksJSON(b []byte) bool {
 // blank reports a body or event value with nothing but lenient space: it carries no message.
 func blank(b []byte) bool { return len(trimLenient(b)) == 0 }
 
+// sniffed is what a body's Content-Type and bytes say about it, read as the most lenient peer
+// reads them: the read steps of either side (readRequest, ResponseHead, readResponse) judge by
+// it.
+type sniffed struct {
+	ctv      string // every Content-Type value, joined (contentTypes)
+	repeated bool   // more than one Content-Type
+	ct       ContentType
+	// namesJSON and namesEventStream: the type mentions json or event-stream anywhere.
+	namesJSON, namesEventStream bool
+	python                      string // the UTF-16/32 encoding Python reads the bytes in ("" none)
+	json                        bool   // JSON by its type or by its bytes
+	trimmed                     []byte // the bytes without the lenient space around them (empty: blank)
+}
+
+// sniff reads h's Content-Type and body (nil for a head alone).
+func sniff(h *exchange.Head, body []byte) sniffed {
+	var s sniffed
+	s.ctv, s.repeated = contentTypes(h)
+	s.ct = ParseContentType(s.ctv)
+	s.namesJSON, s.namesEventStream = namesJSON(s.ctv), namesEventStream(s.ctv)
+	s.python = pythonEncoding(body)
+	s.json = s.ct.JSON || s.namesJSON || looksJSON(body)
+	s.trimmed = trimLenient(body)
+	return s
+}
+
 // contentTypes returns every Content-Type value of h joined with ", " (as fetch's Headers.get
 // does), and whether there was more than one.
 func contentTypes(h *exchange.Head) (joined string, repeated bool) {
@@ -140,11 +166,30 @@ func pythonEncoding(b []byte) string {
 	return ""
 }
 
+// trimJSSpace is strings.TrimFunc(s, jsSpace), written out.
+func trimJSSpace(s string) string {
+	for s != "" {
+		r, n := utf8.DecodeRuneInString(s)
+		if !jsSpace(r) {
+			break
+		}
+		s = s[n:]
+	}
+	for s != "" {
+		r, n := utf8.DecodeLastRuneInString(s)
+		if !jsSpace(r) {
+			break
+		}
+		s = s[:len(s)-n]
+	}
+	return s
+}
+
 // jsNumber is JavaScript's Number(s) for a string (ECMA-262 StringToNumber), which the TypeScript
 // SDK applies to a response's id before it looks up the request it answers: " 1 ", "0x1", "1e0",
 // "+1", "01", "1." and even "" (0) answer request 1 (or 0) there. ok is false for NaN.
 func jsNumber(s string) (float64, bool) {
-	s = strings.TrimFunc(s, jsSpace)
+	s = trimJSSpace(s)
 	if s == "" {
 		return 0, true
 	}

@@ -526,13 +526,6 @@ func redactText(s string, reds []*policy.Redaction) string {
 	return s
 }
 
-func keyText(quoted []byte) string {
-	if len(quoted) >= 2 && strings.IndexByte(string(quoted), '\\') < 0 {
-		return string(quoted[1 : len(quoted)-1])
-	}
-	return mcp.Unquote(quoted)
-}
-
 // describeHits is the record's account of a redaction: rules and locations, never values.
 func describeHits(hits []redactHit, count int) string {
 	var b strings.Builder
@@ -636,7 +629,7 @@ func encodeHeaderValue(v string) string {
 // A call's messages do not always come on its own stream, so the calls judged are also the
 // session's requests still pending elsewhere (relatedPending): every one of them on a GET stream,
 // and on any stream the one whose progressToken a progress notification names.
-func (s *stage) inCall(x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision) policy.Decision {
+func inCall(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision) policy.Decision {
 	if d.Action != policy.ActionAllow {
 		return d
 	}
@@ -647,16 +640,16 @@ func (s *stage) inCall(x *exchange.Exchange, st *xstate, m *mcp.Message, d polic
 		if req.key == "" || req.Direction != ClientToServer {
 			continue // a notification of the client's has no answer, and so no stream
 		}
-		if d = s.judgeAsPartOf(x, st, m, d, req); d.Action != policy.ActionAllow {
+		if d = judgeAsPartOf(s, x, st, m, d, req); d.Action != policy.ActionAllow {
 			return d
 		}
 	}
-	for _, p := range s.relatedPending(x, st, m) {
+	for _, p := range relatedPending(s, x, st, m) {
 		if slices.ContainsFunc(st.reqs, func(r *Record) bool { return r.key != "" && r.ID == p.ID && r.Method == p.Method }) {
 			continue // this exchange's own call, judged above
 		}
 		r := &Record{Direction: ClientToServer, Kind: mcp.KindRequest.String(), Method: p.Method, Name: p.Name, ID: p.ID}
-		if d = s.judgeAsPartOf(x, st, m, d, r); d.Action != policy.ActionAllow {
+		if d = judgeAsPartOf(s, x, st, m, d, r); d.Action != policy.ActionAllow {
 			return d
 		}
 	}
@@ -664,8 +657,8 @@ func (s *stage) inCall(x *exchange.Exchange, st *xstate, m *mcp.Message, d polic
 }
 
 // judgeAsPartOf adds to d what the rules decide for m seen as a message of the call req.
-func (s *stage) judgeAsPartOf(x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision, req *Record) policy.Decision {
-	cd := s.evaluate(x, st, m, req, ServerToClient, req, nil)
+func judgeAsPartOf(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, d policy.Decision, req *Record) policy.Decision {
+	cd := evaluate(s, x, st, m, req, ServerToClient, req, nil)
 	for _, red := range cd.Redactions {
 		if !slices.Contains(d.Redactions, red) {
 			d.Redactions = append(d.Redactions, red)
@@ -693,13 +686,13 @@ func (s *stage) judgeAsPartOf(x *exchange.Exchange, st *xstate, m *mcp.Message, 
 //   - On any stream, for notifications/progress, the pending requests whose progressToken it
 //     names as clients match it: the TypeScript SDK routes progress by token whatever the
 //     stream, so a call's progress sent on another call's stream still reaches that call.
-func (s *stage) relatedPending(x *exchange.Exchange, st *xstate, m *mcp.Message) []Pending {
+func relatedPending(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message) []Pending {
 	if st.session == "" {
 		return nil
 	}
 	get := x.Req.Method == "GET"
 	tok := ""
-	if m.Kind == mcp.KindNotification && m.Method == "notifications/progress" {
+	if m.Kind == mcp.KindNotification && m.Method == mcp.NotificationProgress {
 		tok = progressKey(m)
 	}
 	if !get && tok == "" {
@@ -734,4 +727,48 @@ func progressKey(m *mcp.Message) string {
 		return ""
 	}
 	return jsonKey(v)
+}
+
+// redact applies the redact rules of d to msg (scope: the member patterns scan). It notes on r
+// what was redacted (rules and paths, never values).
+func redact(s *conn, msg []byte, d policy.Decision, scope string, r *Record) ([]byte, bool) {
+	if len(d.Redactions) == 0 {
+		return nil, false
+	}
+	out, hits, n := redactJSON(msg, d.Redactions, scope)
+	if n == 0 {
+		return nil, false
+	}
+	appendReason(r, describeHits(hits, n))
+	if r.Decision == "" || r.Decision == policy.ActionAllow {
+		r.Rule = hits[0].rule
+	}
+	return out, true
+}
+
+func appendReason(r *Record, s string) {
+	if r.Reason == "" || r.Reason == policy.ReasonNoMatch {
+		r.Reason = s
+		return
+	}
+	r.Reason += "; " + s
+}
+
+// redactMessage is the response step of the redact rules of the message's decision: a result's,
+// an error's, or a server request's or notification's params (one not dropped).
+func redactMessage(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if sm.out == nil {
+		return false
+	}
+	scope := "params"
+	switch sm.m.Kind {
+	case mcp.KindResponse:
+		scope = "result"
+	case mcp.KindError:
+		scope = "error"
+	}
+	if o, ok := redact(s, sm.out, sm.d, scope, sm.rec); ok {
+		sm.out, sm.changed = o, true
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package level2
 
 import (
+	"mcpintercept/exchange"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
@@ -11,7 +12,7 @@ import (
 // decodes into its structs, while Level 2 reads members by their exact keys and would judge the
 // result without it: the client gets an error naming the appliance instead, as for a response
 // the decoder refuses. A custom method's result is the server's own and is not judged so.
-func (s *stage) refuseResultMembers(m *mcp.Message, req *Record) ([]byte, bool) {
+func refuseResultMembers(s *conn, m *mcp.Message, req *Record) ([]byte, bool) {
 	err := m.CheckResult(req.Method)
 	if err == nil {
 		return nil, false
@@ -21,8 +22,8 @@ func (s *stage) refuseResultMembers(m *mcp.Message, req *Record) ([]byte, bool) 
 	if req.Err == "" {
 		req.Err = why
 	}
-	s.auditOutcome(req, "denied", 0, why)
-	return errorBody(m.ID, CodeUnreadable, "response refused by "+Intermediary, "level2", why, 0), true
+	auditOutcome(s, req, "denied", 0, why)
+	return mcp.DenialBody(m.ID, CodeUnreadable, "response refused by "+Intermediary, "level2", why, 0), true
 }
 
 // clientResultCaseVariant judges the results a client sends (answers to the server's sampling,
@@ -35,4 +36,13 @@ func clientResultCaseVariant(msgs []*mcp.Message) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// checkResultMembers is the response step of refuseResultMembers.
+func checkResultMembers(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if o, bad := refuseResultMembers(s, sm.m, sm.rec); bad {
+		sm.out, sm.changed = o, true
+		return true
+	}
+	return false
 }

@@ -45,3 +45,7 @@ func joinRaw(b *bytes.Buffer, parts [][]byte) {
 		b.Write(p)
 	}
 }
+
+func joinBatch(parts [][]byte) []byte {
+	return append(append([]byte{'['}, bytes.Join(parts, []byte{','})...), ']')
+}

@@ -27,21 +27,21 @@ type listKind struct {
 }
 
 var (
-	toolsKind     = listKind{"tools", "name", "tools/call", integrity.KindTool}
-	promptsKind   = listKind{"prompts", "name", "prompts/get", integrity.KindPrompt}
-	resourcesKind = listKind{"resources", "uri", "resources/read", ""}
-	templatesKind = listKind{"resourceTemplates", "uriTemplate", "resources/read", integrity.KindTemplate}
+	toolsKind     = listKind{"tools", "name", mcp.MethodToolsCall, integrity.KindTool}
+	promptsKind   = listKind{"prompts", "name", mcp.MethodPromptsGet, integrity.KindPrompt}
+	resourcesKind = listKind{"resources", "uri", mcp.MethodResourcesRead, ""}
+	templatesKind = listKind{"resourceTemplates", "uriTemplate", mcp.MethodResourcesRead, integrity.KindTemplate}
 )
 
 // listMethods are the requests whose results are filtered; only responses to them (correlated by
 // id) are rewritten, so a tools/call result that happens to hold a "tools" array is left alone.
 var listMethods = map[string][]listKind{
-	"tools/list":               {toolsKind},
-	"prompts/list":             {promptsKind},
-	"resources/list":           {resourcesKind},
-	"resources/templates/list": {templatesKind},
+	mcp.MethodToolsList:              {toolsKind},
+	mcp.MethodPromptsList:            {promptsKind},
+	mcp.MethodResourcesList:          {resourcesKind},
+	mcp.MethodResourcesTemplatesList: {templatesKind},
 	// 2026-07-28: what discovery returns is filtered the same way, wherever it lists entries.
-	"server/discover": {toolsKind, promptsKind, resourcesKind, templatesKind},
+	mcp.MethodServerDiscover: {toolsKind, promptsKind, resourcesKind, templatesKind},
 }
 
 // filtered is what filterList did to one result.
@@ -162,7 +162,7 @@ func describeFiltered(method string, f filtered) string {
 // listed tool, or a server→client request the client's capabilities would let through. No
 // rate-limit token is spent (policy.Input.Probe).
 type prober struct {
-	s    *stage
+	s    *conn
 	x    *exchange.Exchange
 	st   *xstate
 	rs   Evaluator
@@ -181,7 +181,7 @@ func (clientInfoOnly) Arguments() map[string]any     { return nil }
 func (clientInfoOnly) Result() any                   { return nil }
 func (c *clientInfoOnly) ClientInfo() map[string]any { return c.ci }
 
-func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober {
+func newProber(s *conn, x *exchange.Exchange, st *xstate, dir string) *prober {
 	rs := s.rules()
 	if rs == nil {
 		return nil
@@ -189,9 +189,9 @@ func (s *stage) newProber(x *exchange.Exchange, st *xstate, dir string) *prober 
 	p := &prober{s: s, x: x, st: st, rs: rs}
 	p.msg = policy.Message{Direction: dir, Kind: mcp.KindRequest.String(), Version: st.version, Session: st.session}
 	var known bool
-	p.ci.ci, known = s.clientIdentity(st)
+	p.ci.ci, known = clientIdentity(s, st)
 	p.msg.Body = &p.ci
-	p.http = policy.Request{Method: x.Req.Method, Path: pathOf(x.Req.Target)}
+	p.http = policy.Request{Method: x.Req.Method, Path: st.path}
 	if info := mcp.InfoOf(x); info != nil {
 		p.http.Headers = policy.HeaderMap(info.Headers)
 	}
@@ -225,13 +225,6 @@ func (p *prober) judge(k *listKind, name string, v *integrity.Verdict) (bool, st
 
 // ---- server→client requests ----
 
-// serverRequestKinds are the server→client requests surface control judges, by method.
-var serverRequestKinds = map[string]string{
-	"sampling/createMessage": "sampling",
-	"elicitation/create":     "elicitation",
-	"roots/list":             "roots",
-}
-
 // elicitationMode is an elicitation request's mode ("form" when absent, as the spec defaults).
 func elicitationMode(params []byte) string {
 	if mcp.IsObject(params) {
@@ -244,7 +237,7 @@ func elicitationMode(params []byte) string {
 
 // kindOf names a server request for the record: sampling, elicitation (form|url), roots.
 func kindOf(method string, params []byte) string {
-	k := serverRequestKinds[method]
+	k := mcp.Methods[method].Capability
 	if k == "elicitation" {
 		k += " (" + elicitationMode(params) + ")"
 	}
@@ -256,7 +249,7 @@ func kindOf(method string, params []byte) string {
 func (st *xstate) tool() string {
 	for _, r := range st.reqs {
 		switch r.Method {
-		case "tools/call", "prompts/get", "resources/read":
+		case mcp.MethodToolsCall, mcp.MethodPromptsGet, mcp.MethodResourcesRead:
 			return r.Name
 		}
 	}
@@ -274,13 +267,13 @@ var unknownTool = []string{"mcp.tool", "mcp.name"}
 // pending name is that name; calls of several different names pending make it ambiguous (a
 // rule on mcp.tool is then a rule error, never the "no match" of an empty tool that would let
 // a server ask for a tool the rule stops while a harmless call runs beside it).
-func (s *stage) streamTool(x *exchange.Exchange, st *xstate) (tool string, ambiguous bool) {
+func streamTool(s *conn, x *exchange.Exchange, st *xstate) (tool string, ambiguous bool) {
 	if t := st.tool(); t != "" || x.Req.Method != "GET" || st.session == "" {
 		return t, false
 	}
 	for _, p := range s.f.Sessions.PendingOf(s.owner, st.session) {
 		switch p.Method {
-		case "tools/call", "prompts/get", "resources/read":
+		case mcp.MethodToolsCall, mcp.MethodPromptsGet, mcp.MethodResourcesRead:
 			switch {
 			case tool == "":
 				tool = p.Name
@@ -298,7 +291,7 @@ func serverRequestInput(method string, params []byte, tool string) func(*policy.
 		if tool != "" {
 			m.Tool, m.Name = tool, tool
 		}
-		if method == "elicitation/create" {
+		if method == mcp.MethodElicitationCreate {
 			m.Mode = elicitationMode(params)
 		}
 	}
@@ -311,8 +304,8 @@ const postTimeout = 10 * time.Second
 // (2025-x: a dropped request would leave the server waiting): a JSON-RPC error naming the
 // appliance, POSTed with the client's session headers over a new connection (Flow.Post). The
 // record r is written once the answer went out (or failed).
-func (s *stage) answerServer(ctx context.Context, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, d policy.Decision) {
-	body := errorBody(m.ID, CodeDenied, "request denied by "+Intermediary+" policy", d.Rule, d.Reason, 0)
+func answerServer(s *conn, ctx context.Context, x *exchange.Exchange, st *xstate, m *mcp.Message, r *Record, d policy.Decision) {
+	body := mcp.DenialBody(m.ID, CodeDenied, "request denied by "+Intermediary+" policy", d.Rule, d.Reason, 0)
 	if s.f.Post == nil {
 		r.Err = "the server was not answered (no way to reach it from Level 2)"
 		s.emit(r)
@@ -360,10 +353,10 @@ func (s *stage) answerServer(ctx context.Context, x *exchange.Exchange, st *xsta
 // capabilities a 2026-07-28 request can carry in _meta, and the server→client request each one
 // lets the server make (multi round-trip input requests).
 var capabilityRequests = []struct{ capability, method, mode string }{
-	{"sampling", "sampling/createMessage", ""},
-	{"elicitation", "elicitation/create", "form"},
-	{"elicitation", "elicitation/create", "url"},
-	{"roots", "roots/list", ""},
+	{"sampling", mcp.MethodSamplingCreateMessage, ""},
+	{"elicitation", mcp.MethodElicitationCreate, "form"},
+	{"elicitation", mcp.MethodElicitationCreate, "url"},
+	{"roots", mcp.MethodRootsList, ""},
 }
 
 // withholdCapabilities removes from a 2026-07-28 request's client capabilities what policy would
@@ -372,7 +365,7 @@ var capabilityRequests = []struct{ capability, method, mode string }{
 // client did not declare). It returns the new message and what it removed; raw when nothing.
 func withholdCapabilities(raw []byte, m *mcp.Message, p *prober) ([]byte, []string) {
 	switch m.Method {
-	case "tools/call", "prompts/get", "resources/read":
+	case mcp.MethodToolsCall, mcp.MethodPromptsGet, mcp.MethodResourcesRead:
 	default:
 		return raw, nil
 	}
@@ -547,3 +540,102 @@ func isRetry(m *mcp.Message) bool {
 
 // rawID is a JSON id for an error response (the id as sent).
 func rawID(m *mcp.Message) json.RawMessage { return m.ID }
+
+// surface applies surface control to an allowed result: a list loses what this client may not
+// use (and its schemas are learnt for validate_arguments), an input_required result is judged
+// request by request. It returns the new message when it changed.
+func surface(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, req *Record) ([]byte, bool) {
+	if req.Method == mcp.MethodToolsList && s.f.ValidateArguments {
+		s.f.Sessions.toolSchemas().learn(st.schemaKey(), !req.cursor, toolSchemas(m.Result))
+	}
+	kinds, isList := listMethods[req.Method]
+	if isList {
+		var vs []integrity.Verdict // one per listDefs entry, with a guard
+		quarantined := false
+		if s.f.Tools != nil {
+			vs = observeList(s, x, st, m, req, kinds)
+			for i := range vs {
+				quarantined = quarantined || vs[i].Quarantined
+			}
+		}
+		p := newProber(s, x, st, ClientToServer)
+		if p == nil && !quarantined {
+			return nil, false
+		}
+		var f filtered
+		if vs == nil {
+			f = filterList(m.Raw, kinds, mcp.Version(st.version).CachingHints(), p.allowed)
+		} else {
+			f = filterJudged(m.Raw, kinds, mcp.Version(st.version).CachingHints(), vs, p)
+		}
+		if len(f.hidden) == 0 {
+			return nil, false
+		}
+		appendReason(req, describeFiltered(req.Method, f))
+		return f.out, true
+	}
+	irs, ok := inputRequests(m.Result)
+	if !ok {
+		return nil, false
+	}
+	// 2026-07-28 multi round-trip: every input request is a server→client request, judged and
+	// recorded as one; a blocked one turns the whole result into an error for the client (the
+	// server cannot be answered for it: the client would retry with its answers).
+	tool := req.Name
+	var blocked *policy.Decision
+	var blockedKey string
+	for _, ir := range irs {
+		im := &mcp.Message{Kind: mcp.KindRequest, Method: ir.method, Params: ir.params}
+		r := &Record{Time: time.Now(), Direction: ServerToClient, Kind: "input_request", ID: ir.key, Method: ir.method,
+			Name: mcp.RedactURI(tool), Version: st.version, HTTPMethod: x.Req.Method, Path: st.path}
+		d := evaluate(s, x, st, im, r, ServerToClient, nil, serverRequestInput(ir.method, ir.params, tool))
+		r.Decision, r.Rule = d.Action, d.Rule
+		r.Reason = kindOf(ir.method, ir.params) + " input request " + oneLine(ir.key) + " (input_required of " + req.Method + "): " + d.Reason
+		if kindOf(ir.method, ir.params) == "" {
+			r.Reason = "input request " + oneLine(ir.key) + " (" + ir.method + "): " + d.Reason
+		}
+		if d.Action != policy.ActionAllow && blocked == nil {
+			blocked, blockedKey = &d, ir.key
+			r.Reason += "; the client gets an error instead of the input_required result"
+		}
+		st.messages++
+		s.emit(r)
+	}
+	if blocked == nil {
+		return nil, false
+	}
+	req.Decision, req.Rule = blocked.Action, blocked.Rule
+	req.Reason = "input_required result withheld: input request " + oneLine(blockedKey) + " denied: " + blocked.Reason
+	return mcp.DenialBody(m.ID, CodeDenied, "input request denied by "+Intermediary+" policy", blocked.Rule, blocked.Reason, 0), true
+}
+
+// controlSurface is the response step of surface, on an allowed result.
+func controlSurface(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if sm.m.Kind != mcp.KindResponse {
+		return false
+	}
+	if o, ok := surface(s, x, st, sm.m, sm.rec); ok {
+		sm.out, sm.changed = o, true
+	}
+	return false
+}
+
+// serverRequestFacts is the response step that gives policy what surface control knows of a
+// server→client request: the tool it is made for (streamTool) and an elicitation's mode; the
+// record names that tool and the request's kind.
+func serverRequestFacts(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	m := sm.m
+	if m.Kind != mcp.KindRequest {
+		return false
+	}
+	tool, ambiguous := streamTool(s, x, st)
+	st.unknownTool = ambiguous
+	sm.extra = serverRequestInput(m.Method, m.Params, tool)
+	if mcp.Methods[m.Method].Capability != "" { // sampling, elicitation, roots
+		sm.kind = kindOf(m.Method, m.Params)
+		if tool != "" {
+			sm.rec.Name = mcp.RedactURI(tool)
+		}
+	}
+	return false
+}

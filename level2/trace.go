@@ -114,10 +114,6 @@ func (t *serverSpans) endAll(at time.Time) {
 	}
 }
 
-// EndFlow ends the spans still open on this connection (server→client requests the client
-// never answered here); the engine calls it once the connection's exchanges are over.
-func (s *stage) EndFlow(at time.Time) { s.spans.endAll(at) }
-
 // traceParent is the parent of m's span: params._meta's trace context when it carries a valid
 // traceparent, else fallback (the request headers', or the exchange's client request's span).
 func traceParent(m *mcp.Message, fallback func() tracing.Parent) tracing.Parent {
@@ -145,15 +141,15 @@ func headerParent(h *exchange.Head) tracing.Parent {
 }
 
 // traceCall is what m's span is about: the message's part, then the flow's (Flow.Trace).
-func (s *stage) traceCall(st *xstate, r *Record, m *mcp.Message, dir string) tracing.Call {
+func traceCall(s *conn, st *xstate, r *Record, m *mcp.Message, dir string) tracing.Call {
 	c := s.f.Trace
 	c.Method = m.Method
 	switch m.Method {
-	case "tools/call":
+	case mcp.MethodToolsCall:
 		c.Tool = r.Name
-	case "prompts/get":
+	case mcp.MethodPromptsGet:
 		c.Prompt = r.Name
-	case "resources/read":
+	case mcp.MethodResourcesRead:
 		c.ResourceURI = r.Name // RedactURI applied by newRecord
 	}
 	c.RequestID = r.ID
@@ -167,12 +163,12 @@ func (s *stage) traceCall(st *xstate, r *Record, m *mcp.Message, dir string) tra
 }
 
 // startSpan starts r's span (m a request) and puts its ids on r.
-func (s *stage) startSpan(st *xstate, r *Record, m *mcp.Message, dir string, parent tracing.Parent, start time.Time) *openSpan {
+func startSpan(s *conn, st *xstate, r *Record, m *mcp.Message, dir string, parent tracing.Parent, start time.Time) *openSpan {
 	kind := tracing.KindClient
 	if dir == ServerToClient {
 		kind = tracing.KindServer
 	}
-	sp := s.f.Tracer.Start(parent, kind, s.traceCall(st, r, m, dir), start)
+	sp := s.f.Tracer.Start(parent, kind, traceCall(s, st, r, m, dir), start)
 	if sp == nil {
 		return nil
 	}
@@ -182,7 +178,7 @@ func (s *stage) startSpan(st *xstate, r *Record, m *mcp.Message, dir string, par
 
 // traceRequests is the request step that starts a span for every client→server request of the
 // body, and ends the server→client requests' spans the client answers in it.
-func (s *stage) traceRequests(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func traceRequests(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	if s.f.Tracer == nil {
 		return exchange.Continue, false
 	}
@@ -191,7 +187,7 @@ func (s *stage) traceRequests(x *exchange.Exchange, st *xstate, b *requestBody) 
 		switch m.Kind {
 		case mcp.KindRequest:
 			r := st.reqs[i]
-			r.span = s.startSpan(st, r, m, ClientToServer, traceParent(m, hp), st.start)
+			r.span = startSpan(s, st, r, m, ClientToServer, traceParent(m, hp), st.start)
 		case mcp.KindResponse, mcp.KindError:
 			if len(m.ID) == 0 {
 				continue
@@ -211,7 +207,7 @@ func (s *stage) traceRequests(x *exchange.Exchange, st *xstate, b *requestBody) 
 // injectTrace is Flow.TraceInject on an allowed body with one request: the upstream request
 // names the request's span as its parent. out is the transform step's messages (nil entries
 // unchanged); it returns them, the injected message replaced.
-func (s *stage) injectTrace(x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
+func injectTrace(s *conn, x *exchange.Exchange, st *xstate, b *requestBody) (exchange.Result, bool) {
 	if !s.f.TraceInject || s.f.Tracer == nil {
 		return exchange.Continue, false
 	}
@@ -298,7 +294,7 @@ func jsonString(s string) []byte {
 // done: answered here by the appliance (the refusal's code), or forwarded with no answer on this
 // exchange. A request a session remembers as pending keeps its span open for the stream that
 // will answer it (Pending carries it), unless this exchange failed.
-func (s *stage) endRequestSpans(x *exchange.Exchange, st *xstate) {
+func endRequestSpans(s *conn, x *exchange.Exchange, st *xstate) {
 	at := x.Start.Add(x.Duration)
 	for _, r := range st.reqs {
 		o := r.span
@@ -330,7 +326,7 @@ func endResponseSpan(req *Record, m *mcp.Message) {
 		code = m.Error.Code
 	case req.Decision != "" && req.Decision != policy.ActionAllow:
 		code = CodeDenied // the result withheld: the client got the appliance's error
-	case req.Method == "tools/call":
+	case req.Method == mcp.MethodToolsCall:
 		if v, ok := mcp.Member(m.Result, "isError"); ok && string(v) == "true" {
 			toolError = true
 		}
@@ -352,4 +348,28 @@ func exchangeParent(x *exchange.Exchange, st *xstate) tracing.Parent {
 		break
 	}
 	return headerParent(x.Req)
+}
+
+// startServerSpan is the response step that starts a server→client request's span.
+func startServerSpan(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	if sm.m.Kind == mcp.KindRequest && s.f.Tracer != nil {
+		sm.span = startSpan(s, st, sm.rec, sm.m, ServerToClient, traceParent(sm.m, func() tracing.Parent { return exchangeParent(x, st) }), sm.rec.Time)
+	}
+	return false
+}
+
+// endServerSpan is the response step that ends a dropped server request's span (the server got
+// the appliance's error), or keeps a forwarded one's until the client answers it or the flow
+// ends.
+func endServerSpan(s *conn, x *exchange.Exchange, st *xstate, sm *serverMessage) bool {
+	sp := sm.span
+	if sp == nil {
+		return false
+	}
+	if sm.d.Action != policy.ActionAllow {
+		sp.end(sm.rec, CodeDenied, 0, false, time.Now())
+	} else if len(sm.m.ID) > 0 {
+		s.spans.add(idKey(sm.m), sp)
+	}
+	return false
 }

@@ -277,15 +277,15 @@ func TestTraceOffAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, inject := range []bool{false, true} {
-		s := &stage{f: &Flow{TraceInject: inject}}
+		s := &conn{f: &Flow{TraceInject: inject}}
 		x := &exchange.Exchange{Req: &exchange.Head{Method: "POST", Target: "/mcp"}}
 		r := &Record{}
-		st := &xstate{reqs: []*Record{r}}
+		st := &xstate{callState: callState{reqs: []*Record{r}}}
 		b := &requestBody{msgs: []*mcp.Message{m}, out: [][]byte{m.Raw}}
 		allocs := testing.AllocsPerRun(100, func() {
-			s.traceRequests(x, st, b)
-			s.injectTrace(x, st, b)
-			s.endRequestSpans(x, st)
+			traceRequests(s, x, st, b)
+			injectTrace(s, x, st, b)
+			endRequestSpans(s, x, st)
 		})
 		if allocs != 0 || r.TraceID != "" || r.SpanID != "" || r.span != nil {
 			t.Fatalf("inject %v: %v allocations, ids %q/%q", inject, allocs, r.TraceID, r.SpanID)

@@ -106,3 +106,11 @@ func variantReason(key, want string, at []string) string {
 	}
 	return fmt.Sprintf("argument key %+q%s is a case variant of %q, which a rule reads", key, where, want)
 }
+
+// keyText is the text of a JSON object key as a peer decodes it (quoted: the key with its quotes).
+func keyText(quoted []byte) string {
+	if len(quoted) >= 2 && strings.IndexByte(string(quoted), '\\') < 0 {
+		return string(quoted[1 : len(quoted)-1])
+	}
+	return mcp.Unquote(quoted)
+}
