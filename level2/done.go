@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"mcpintercept/exchange"
+	flowstage "mcpintercept/stage"
 )
 
 // Done runs doneSteps (chain.go) once the exchange is over.
@@ -14,6 +15,10 @@ func (g *stage) Done(x *exchange.Exchange) {
 	}
 	for _, step := range doneSteps {
 		step.run(g.c, x, st)
+	}
+	if st.messages > 0 {
+		// The stages after this one (trace, record) leave the exchange to Level 2's records.
+		flowstage.MarkRecorded(x)
 	}
 }
 

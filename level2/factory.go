@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"net"
-	"time"
 
 	"mcpintercept/exchange"
 	"mcpintercept/integrity"
@@ -51,7 +50,7 @@ func Factory(d Deps) flowstage.Factory {
 		d.Sessions = NewSessions(0)
 	}
 	return flowstage.Factory{Name: Name, Levels: flowstage.FromLevel(2), New: func(c *flowstage.Conn) exchange.Stage {
-		return &marked{FlowOf(c, d).Stage()}
+		return FlowOf(c, d).Stage()
 	}}
 }
 
@@ -129,25 +128,6 @@ func recordTo(c *flowstage.Conn) func(*Record) {
 		rec.Iss, rec.Sub = m.Caller.Iss, m.Caller.Sub
 		rec.TraceID, rec.SpanID = m.TraceID, m.SpanID
 		c.Records.Message(&rec, m.Duration)
-	}
-}
-
-// marked is Level 2's stage in a chain: once an exchange is done, it tells the stages after it
-// (trace, record) that Level 2 recorded its messages itself.
-type marked struct{ exchange.Stage }
-
-// Done implements exchange.Stage.
-func (m *marked) Done(x *exchange.Exchange) {
-	m.Stage.Done(x)
-	if Recorded(x) {
-		flowstage.MarkRecorded(x)
-	}
-}
-
-// EndFlow ends the spans of server→client requests the client never answered.
-func (m *marked) EndFlow(at time.Time) {
-	if ef, ok := m.Stage.(interface{ EndFlow(time.Time) }); ok {
-		ef.EndFlow(at)
 	}
 }
 
