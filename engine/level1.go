@@ -70,15 +70,11 @@ func (e *Engine) stageConn(ctx context.Context, f *flow, route *Route, tlsMode D
 	}
 	c.Record.TLS = string(tlsMode)
 	if f.rules.name != "" {
-		// The flow's rule set as current at each evaluation, counting the shadow rules'
-		// would-be decisions.
+		// The flow's rule set as current at each evaluation (shadowSet resolves it, never to
+		// none while the route names a set: flowRules), counting the shadow rules' would-be
+		// decisions.
 		ss := &shadowSet{e: e, f: f}
-		c.Rules = func() stage.RuleSet {
-			if rs := f.rules.current(e); rs != nil {
-				return ss
-			}
-			return nil
-		}
+		c.Rules = func() stage.RuleSet { return ss }
 	}
 	return c
 }
