@@ -52,14 +52,26 @@ const (
 
 func main() {
 	// The watchdog is this binary too: it only waits for the data plane to end and cleans up
-	// after a crash (watchdog_linux.go).
-	if code, ok := runWatchdogIfAsked(os.Stderr); ok {
-		os.Exit(code)
+	// after a crash (appliance/crashwatch_linux.go).
+	if appliance.IsWatchdog() {
+		if err := appliance.RunWatchdog(os.Stderr); err != nil {
+			os.Exit(exitUsage)
+		}
+		os.Exit(exitOK)
 	}
-	watchdog = startWatchdog(os.Args[1:], os.Stderr)
+	command := ""
+	if len(os.Args) > 1 {
+		command = os.Args[1]
+	}
+	watchdog = appliance.StartWatchdog(command, os.Stderr)
 	armFault()
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// watchdog is set once by main, before realMain, when a watchdog runs for this process (run and
+// exec announce to it what they install). It is a package variable so that realMain keeps the
+// signature the tests call.
+var watchdog *appliance.WatchdogLink
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: mcpintercept <command> [flags]     (mcpintercept <command> --help: its description and flags)
@@ -411,7 +423,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	watchdog.steering(origin.Mechanism(cfg.Mechanism))
+	watchdog.Steering(origin.Mechanism(cfg.Mechanism))
 	app, err := appliance.New(ctx, cfg, appliance.Options{Stdout: stdout, Log: log})
 	if err != nil {
 		var ce *appliance.ConfigError
