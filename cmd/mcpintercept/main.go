@@ -29,11 +29,8 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
-	"runtime/pprof"
 	"sort"
 	"strings"
-	"syscall"
 
 	"mcpintercept/appliance"
 	"mcpintercept/config"
@@ -398,34 +395,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok || !preflight(cfg, stderr) {
 		return exitUsage
 	}
-	// A flow log piped into a reader that quits (`| head`) must not kill the daemon with SIGPIPE
-	// and leave its steering installed: the write fails and is reported instead.
-	signal.Ignore(syscall.SIGPIPE)
 	log := appliance.NewLoggerFormat(cfg.Log.Level, cfg.Log.Format, stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	// SIGHUP reloads routes and rules (a bad file keeps the running ones); unhandled, it would
-	// kill the daemon with its steering left in place.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	// SIGUSR1 reopens the flow log file (logrotate's postrotate sends it after renaming the file:
-	// `systemctl kill -s USR1 mcpintercept`); unhandled, it too would kill the daemon.
-	usr1 := make(chan os.Signal, 1)
-	notifyReopen(usr1)
-	defer signal.Stop(usr1)
-
-	// A CPU profile of the whole run, for performance work: MCPINTERCEPT_CPUPROFILE=FILE.
-	if f := os.Getenv("MCPINTERCEPT_CPUPROFILE"); f != "" {
-		if out, err := os.Create(f); err == nil {
-			pprof.StartCPUProfile(out)
-			defer func() { pprof.StopCPUProfile(); out.Close() }()
-		}
-	}
-
-	watchdog.Steering(origin.Mechanism(cfg.Mechanism))
-	app, err := appliance.New(ctx, cfg, appliance.Options{Stdout: stdout, Log: log})
-	if err != nil {
+	// Signals, reloads, the flow log's reopen and the drain on stop: appliance.Run.
+	if err := appliance.Run(cfg, appliance.RunOptions{Stdout: stdout, Log: log, Steering: watchdog.Steering}); err != nil {
 		var ce *appliance.ConfigError
 		if errors.As(err, &ce) {
 			reportRuleErrors(stderr, err)
@@ -434,22 +406,5 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		log.Error("stopped", "err", err)
 		return exitRuntime
 	}
-	if err := app.Start(ctx); err != nil {
-		app.Stop(context.Background())
-		log.Error("stopped", "err", err)
-		return exitRuntime
-	}
-	for waiting := true; waiting; {
-		select {
-		case <-ctx.Done():
-			waiting = false
-		case <-hup:
-			app.Reload("") // logs what it did, or why it kept the running configuration
-		case <-usr1:
-			app.ReopenFlowLog() // logs the reopen, or why it failed
-		}
-	}
-	// Steering that could not be removed is logged with the way out (`mcpintercept cleanup`).
-	app.Stop(context.Background())
 	return exitOK
 }
