@@ -27,9 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"sort"
 	"strings"
 
 	"mcpintercept/appliance"
@@ -214,28 +212,6 @@ func reportRuleErrors(stderr io.Writer, err error) {
 	fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
 }
 
-// problem is one line of check's report, placed by its position in the file (0: none, first;
-// noLine: not about a line, last).
-type problem struct {
-	line, col int
-	text      string
-}
-
-const noLine = math.MaxInt
-
-// policyProblems turns a rule compile error (policy.CompileErrors, or another error) into problems.
-func policyProblems(err error) []problem {
-	var ce policy.CompileErrors
-	if !errors.As(err, &ce) {
-		return []problem{{line: noLine, text: err.Error()}}
-	}
-	var out []problem
-	for _, e := range ce {
-		out = append(out, problem{e.Pos.Line, e.Pos.Column, e.Error()})
-	}
-	return out
-}
-
 // cmdCheck is `check`: everything run refuses before installing anything, in one pass (the
 // file's errors, then the CEL of every rule without one, then the files and directories the
 // configuration names), and the warnings; --strict makes a warning refuse the file.
@@ -258,49 +234,23 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mcpintercept check: --config FILE is required")
 		return exitUsage
 	}
-	cfg, cerrs, err := config.LoadPartial(cf.config, config.Overrides{Mechanism: config.Mechanism(cf.mechanism)})
+	rep, err := appliance.CheckFile(cf.config, config.Overrides{Mechanism: config.Mechanism(cf.mechanism)}, appliance.PreflightOptions{Ports: *ports})
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
 		return exitUsage
 	}
-	var probs []problem
-	for _, e := range cerrs {
-		probs = append(probs, problem{e.Line, e.Column, e.Error()})
-	}
-	pre := appliance.Preflight(cfg, appliance.PreflightOptions{Ports: *ports})
-	if len(cerrs) > 0 {
-		// The rules without a problem of their own still compile, so their CEL errors show now
-		// rather than after the others are fixed.
-		if err := appliance.CheckRules(cfg); err != nil {
-			probs = append(probs, policyProblems(err)...)
-		}
-	} else {
-		for _, err := range appliance.CheckAll(cfg, pre) {
-			probs = append(probs, policyProblems(err)...)
-		}
-	}
-	policyOnly := len(cerrs) == 0 && len(probs) > 0
-	for _, e := range pre {
-		probs = append(probs, problem{line: noLine, text: cf.config + ": " + e.Error()})
-		policyOnly = false
-	}
-	if len(probs) > 0 {
-		sort.SliceStable(probs, func(i, j int) bool {
-			if probs[i].line != probs[j].line {
-				return probs[i].line < probs[j].line
-			}
-			return probs[i].col < probs[j].col
-		})
+	if len(rep.Problems) > 0 {
 		what := "configuration"
-		if policyOnly {
+		if rep.PolicyOnly {
 			what = "policy"
 		}
-		fmt.Fprintf(stderr, "mcpintercept: invalid %s (%d problem(s)); nothing was installed:\n", what, len(probs))
-		for _, p := range probs {
-			fmt.Fprintf(stderr, "  %s\n", p.text)
+		fmt.Fprintf(stderr, "mcpintercept: invalid %s (%d problem(s)); nothing was installed:\n", what, len(rep.Problems))
+		for _, p := range rep.Problems {
+			fmt.Fprintf(stderr, "  %s\n", p.Text)
 		}
 		return exitUsage
 	}
+	cfg := rep.Config
 	nrules := 0
 	for _, rs := range cfg.RuleSets {
 		nrules += len(rs)
