@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"syscall"
 
 	"mcpintercept/config"
 	"mcpintercept/origin"
@@ -29,16 +28,11 @@ type RunOptions struct {
 // reopens the flow log file. An error from New is returned as it is (a *ConfigError: nothing was
 // opened); one from Start after the appliance was stopped again.
 func Run(cfg *config.Config, o RunOptions) error {
-	// A flow log piped into a reader that quits (`| head`) must not kill the daemon with SIGPIPE
-	// and leave its steering installed: the write fails and is reported instead.
-	signal.Ignore(syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	// SIGHUP reloads routes and rules (a bad file keeps the running ones); unhandled, it would
-	// kill the daemon with its steering left in place.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	// SIGPIPE ignored, SIGINT and SIGTERM end ctx, SIGHUP reloads routes and rules (a bad file
+	// keeps the running ones).
+	d := NewDaemon()
+	defer d.Stop()
+	ctx := d.Ctx
 	// SIGUSR1 reopens the flow log file (logrotate's postrotate sends it after renaming the file:
 	// `systemctl kill -s USR1 mcpintercept`); unhandled, it too would kill the daemon.
 	usr1 := make(chan os.Signal, 1)
@@ -68,7 +62,7 @@ func Run(cfg *config.Config, o RunOptions) error {
 		select {
 		case <-ctx.Done():
 			waiting = false
-		case <-hup:
+		case <-d.Reload:
 			app.Reload("") // logs what it did, or why it kept the running configuration
 		case <-usr1:
 			app.ReopenFlowLog() // logs the reopen, or why it failed
