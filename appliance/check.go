@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"syscall"
 
 	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/pki"
+	"mcpintercept/policy"
 )
 
 // PreflightOptions are the checks that depend on the moment rather than on the files.
@@ -315,4 +318,77 @@ func checkPorts(cfg *config.Config) []error {
 		}
 	}
 	return errs
+}
+
+// Problem is one line of `check`'s report, placed by its position in the file (Line 0: none,
+// first; NoLine: not about a line, last).
+type Problem struct {
+	Line, Column int
+	Text         string
+}
+
+// NoLine is the Line of a Problem that is not about a line of the file.
+const NoLine = math.MaxInt
+
+// CheckReport is what `check` finds in a configuration file.
+type CheckReport struct {
+	// Config is the configuration as far as it loaded (partial when there are Problems).
+	Config *config.Config
+	// Problems are every problem at once, in the order of the file: the file's errors, the CEL
+	// of the rules (those without a problem of their own too), the files and directories the
+	// configuration names (Preflight).
+	Problems []Problem
+	// PolicyOnly: the file is valid and every problem is in its rules.
+	PolicyOnly bool
+}
+
+// CheckFile is `check`: everything run refuses before installing anything, in one pass (the
+// file's errors, then the CEL of every rule without one, then the files and directories the
+// configuration names). An error: the file could not be loaded at all.
+func CheckFile(path string, ov config.Overrides, opt PreflightOptions) (*CheckReport, error) {
+	cfg, cerrs, err := config.LoadPartial(path, ov)
+	if err != nil {
+		return nil, err
+	}
+	var probs []Problem
+	for _, e := range cerrs {
+		probs = append(probs, Problem{e.Line, e.Column, e.Error()})
+	}
+	pre := Preflight(cfg, opt)
+	if len(cerrs) > 0 {
+		// The rules without a problem of their own still compile, so their CEL errors show now
+		// rather than after the others are fixed.
+		if err := CheckRules(cfg); err != nil {
+			probs = append(probs, policyProblems(err)...)
+		}
+	} else {
+		for _, err := range CheckAll(cfg, pre) {
+			probs = append(probs, policyProblems(err)...)
+		}
+	}
+	policyOnly := len(cerrs) == 0 && len(probs) > 0
+	for _, e := range pre {
+		probs = append(probs, Problem{Line: NoLine, Text: path + ": " + e.Error()})
+		policyOnly = false
+	}
+	sort.SliceStable(probs, func(i, j int) bool {
+		if probs[i].Line != probs[j].Line {
+			return probs[i].Line < probs[j].Line
+		}
+		return probs[i].Column < probs[j].Column
+	})
+	return &CheckReport{Config: cfg, Problems: probs, PolicyOnly: policyOnly}, nil
+}
+
+// policyProblems turns a rule compile error (policy.CompileErrors, or another error) into problems.
+func policyProblems(err error) []Problem {
+	var ce policy.CompileErrors
+	if !errors.As(err, &ce) {
+		return []Problem{{Line: NoLine, Text: err.Error()}}
+	}
+	var out []Problem
+	for _, e := range ce {
+		out = append(out, Problem{e.Pos.Line, e.Pos.Column, e.Error()})
+	}
+	return out
 }

@@ -68,13 +68,13 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		cfg = config.Default(config.EBPF)
 	}
 	log := appliance.NewLoggerFormat(cfg.Log.Level, cfg.Log.Format, stderr).With("mode", "exec")
-	watchdog.steering(origin.EBPF) // exec always steers a cgroup of its own with eBPF
+	watchdog.Steering(origin.EBPF) // exec always steers a cgroup of its own with eBPF
 	newApp := func(ctx context.Context, o appliance.Options) (*appliance.Appliance, error) {
 		return appliance.New(ctx, cfg, o)
 	}
 	code, err := devhost.Run(context.Background(), devhost.Options{NewAppliance: newApp, Steering: appliance.SteeringOptions(cfg),
 		ZeroConfig: *cfgPath == "", Level: *level,
-		Argv: argv, User: who, Stderr: stderr, Log: log, CgroupCreated: watchdog.cgroup})
+		Argv: argv, User: who, Stderr: stderr, Log: log, CgroupCreated: watchdog.Cgroup})
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept exec: %v\n", err)
 		if code == 0 {

@@ -27,13 +27,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"os/signal"
-	"runtime/pprof"
-	"sort"
 	"strings"
-	"syscall"
 
 	"mcpintercept/appliance"
 	"mcpintercept/config"
@@ -52,14 +47,26 @@ const (
 
 func main() {
 	// The watchdog is this binary too: it only waits for the data plane to end and cleans up
-	// after a crash (watchdog_linux.go).
-	if code, ok := runWatchdogIfAsked(os.Stderr); ok {
-		os.Exit(code)
+	// after a crash (appliance/crashwatch_linux.go).
+	if appliance.IsWatchdog() {
+		if err := appliance.RunWatchdog(os.Stderr); err != nil {
+			os.Exit(exitUsage)
+		}
+		os.Exit(exitOK)
 	}
-	watchdog = startWatchdog(os.Args[1:], os.Stderr)
+	command := ""
+	if len(os.Args) > 1 {
+		command = os.Args[1]
+	}
+	watchdog = appliance.StartWatchdog(command, os.Stderr)
 	armFault()
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// watchdog is set once by main, before realMain, when a watchdog runs for this process (run and
+// exec announce to it what they install). It is a package variable so that realMain keeps the
+// signature the tests call.
+var watchdog *appliance.WatchdogLink
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: mcpintercept <command> [flags]     (mcpintercept <command> --help: its description and flags)
@@ -205,28 +212,6 @@ func reportRuleErrors(stderr io.Writer, err error) {
 	fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
 }
 
-// problem is one line of check's report, placed by its position in the file (0: none, first;
-// noLine: not about a line, last).
-type problem struct {
-	line, col int
-	text      string
-}
-
-const noLine = math.MaxInt
-
-// policyProblems turns a rule compile error (policy.CompileErrors, or another error) into problems.
-func policyProblems(err error) []problem {
-	var ce policy.CompileErrors
-	if !errors.As(err, &ce) {
-		return []problem{{line: noLine, text: err.Error()}}
-	}
-	var out []problem
-	for _, e := range ce {
-		out = append(out, problem{e.Pos.Line, e.Pos.Column, e.Error()})
-	}
-	return out
-}
-
 // cmdCheck is `check`: everything run refuses before installing anything, in one pass (the
 // file's errors, then the CEL of every rule without one, then the files and directories the
 // configuration names), and the warnings; --strict makes a warning refuse the file.
@@ -249,49 +234,23 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mcpintercept check: --config FILE is required")
 		return exitUsage
 	}
-	cfg, cerrs, err := config.LoadPartial(cf.config, config.Overrides{Mechanism: config.Mechanism(cf.mechanism)})
+	rep, err := appliance.CheckFile(cf.config, config.Overrides{Mechanism: config.Mechanism(cf.mechanism)}, appliance.PreflightOptions{Ports: *ports})
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
 		return exitUsage
 	}
-	var probs []problem
-	for _, e := range cerrs {
-		probs = append(probs, problem{e.Line, e.Column, e.Error()})
-	}
-	pre := appliance.Preflight(cfg, appliance.PreflightOptions{Ports: *ports})
-	if len(cerrs) > 0 {
-		// The rules without a problem of their own still compile, so their CEL errors show now
-		// rather than after the others are fixed.
-		if err := appliance.CheckRules(cfg); err != nil {
-			probs = append(probs, policyProblems(err)...)
-		}
-	} else {
-		for _, err := range appliance.CheckAll(cfg, pre) {
-			probs = append(probs, policyProblems(err)...)
-		}
-	}
-	policyOnly := len(cerrs) == 0 && len(probs) > 0
-	for _, e := range pre {
-		probs = append(probs, problem{line: noLine, text: cf.config + ": " + e.Error()})
-		policyOnly = false
-	}
-	if len(probs) > 0 {
-		sort.SliceStable(probs, func(i, j int) bool {
-			if probs[i].line != probs[j].line {
-				return probs[i].line < probs[j].line
-			}
-			return probs[i].col < probs[j].col
-		})
+	if len(rep.Problems) > 0 {
 		what := "configuration"
-		if policyOnly {
+		if rep.PolicyOnly {
 			what = "policy"
 		}
-		fmt.Fprintf(stderr, "mcpintercept: invalid %s (%d problem(s)); nothing was installed:\n", what, len(probs))
-		for _, p := range probs {
-			fmt.Fprintf(stderr, "  %s\n", p.text)
+		fmt.Fprintf(stderr, "mcpintercept: invalid %s (%d problem(s)); nothing was installed:\n", what, len(rep.Problems))
+		for _, p := range rep.Problems {
+			fmt.Fprintf(stderr, "  %s\n", p.Text)
 		}
 		return exitUsage
 	}
+	cfg := rep.Config
 	nrules := 0
 	for _, rs := range cfg.RuleSets {
 		nrules += len(rs)
@@ -386,34 +345,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok || !preflight(cfg, stderr) {
 		return exitUsage
 	}
-	// A flow log piped into a reader that quits (`| head`) must not kill the daemon with SIGPIPE
-	// and leave its steering installed: the write fails and is reported instead.
-	signal.Ignore(syscall.SIGPIPE)
 	log := appliance.NewLoggerFormat(cfg.Log.Level, cfg.Log.Format, stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	// SIGHUP reloads routes and rules (a bad file keeps the running ones); unhandled, it would
-	// kill the daemon with its steering left in place.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	// SIGUSR1 reopens the flow log file (logrotate's postrotate sends it after renaming the file:
-	// `systemctl kill -s USR1 mcpintercept`); unhandled, it too would kill the daemon.
-	usr1 := make(chan os.Signal, 1)
-	notifyReopen(usr1)
-	defer signal.Stop(usr1)
-
-	// A CPU profile of the whole run, for performance work: MCPINTERCEPT_CPUPROFILE=FILE.
-	if f := os.Getenv("MCPINTERCEPT_CPUPROFILE"); f != "" {
-		if out, err := os.Create(f); err == nil {
-			pprof.StartCPUProfile(out)
-			defer func() { pprof.StopCPUProfile(); out.Close() }()
-		}
-	}
-
-	watchdog.steering(origin.Mechanism(cfg.Mechanism))
-	app, err := appliance.New(ctx, cfg, appliance.Options{Stdout: stdout, Log: log})
-	if err != nil {
+	// Signals, reloads, the flow log's reopen and the drain on stop: appliance.Run.
+	if err := appliance.Run(cfg, appliance.RunOptions{Stdout: stdout, Log: log, Steering: watchdog.Steering}); err != nil {
 		var ce *appliance.ConfigError
 		if errors.As(err, &ce) {
 			reportRuleErrors(stderr, err)
@@ -422,22 +356,5 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		log.Error("stopped", "err", err)
 		return exitRuntime
 	}
-	if err := app.Start(ctx); err != nil {
-		app.Stop(context.Background())
-		log.Error("stopped", "err", err)
-		return exitRuntime
-	}
-	for waiting := true; waiting; {
-		select {
-		case <-ctx.Done():
-			waiting = false
-		case <-hup:
-			app.Reload("") // logs what it did, or why it kept the running configuration
-		case <-usr1:
-			app.ReopenFlowLog() // logs the reopen, or why it failed
-		}
-	}
-	// Steering that could not be removed is logged with the way out (`mcpintercept cleanup`).
-	app.Stop(context.Background())
 	return exitOK
 }

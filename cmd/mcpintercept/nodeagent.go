@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"mcpintercept/appliance"
 	"mcpintercept/config"
@@ -40,13 +36,11 @@ func cmdNodeAgent(args []string, stdout, stderr io.Writer) int {
 	if !ok || !preflight(cfg, stderr) {
 		return exitUsage
 	}
-	signal.Ignore(syscall.SIGPIPE)
 	log := appliance.NewLoggerFormat(cfg.Log.Level, cfg.Log.Format, stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	// SIGINT and SIGTERM stop the agent; SIGHUP reloads routes and rule sets.
+	d := appliance.NewDaemon()
+	defer d.Stop()
+	ctx := d.Ctx
 
 	newApp := func(o appliance.Options) (*appliance.Appliance, error) { return appliance.New(ctx, cfg, o) }
 	agent, err := nodeagent.New(ctx, nodeAgentSettings(cfg), newApp, nodeagent.Options{Log: log, Stdout: stdout})
@@ -59,16 +53,7 @@ func cmdNodeAgent(args []string, stdout, stderr io.Writer) int {
 		log.Error("stopped", "err", err)
 		return exitRuntime
 	}
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				agent.Reload() // logs what it did, or why it kept the running configuration
-			}
-		}
-	}()
+	go d.OnReload(func() { agent.Reload() }) // logs what it did, or why it kept the running configuration
 	if err := agent.Run(ctx); err != nil {
 		log.Error("stopped", "err", err)
 		return exitRuntime

@@ -3,21 +3,18 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"mcpintercept/admin"
-	"mcpintercept/config"
 	"mcpintercept/telemetry"
 )
 
@@ -104,9 +101,8 @@ func cmdObserve(args []string, stdout, stderr io.Writer) int {
 	if !c.resolve() {
 		return exitUsage
 	}
-	tok, err := os.ReadFile(c.tokenFile)
-	if err != nil {
-		fmt.Fprintf(stderr, "mcpintercept observe: cannot read the admin token: %v (the appliance makes <tool_integrity.dir>/%s when it starts with admin.listen on; pass --config or --token-file)\n", err, config.AdminTokenFile)
+	if err := c.ObserveToken(); err != nil {
+		fmt.Fprintf(stderr, "mcpintercept observe: %v\n", err)
 		return exitRuntime
 	}
 
@@ -117,71 +113,46 @@ func cmdObserve(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, dur)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.admin+"/observe?"+q.Encode(), nil)
+	st, err := c.Observe(ctx, q)
 	if err != nil {
 		fmt.Fprintf(stderr, "mcpintercept observe: %v\n", err)
-		return exitUsage
-	}
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
-	resp, err := (&http.Client{}).Do(req) // no timeout: the stream lasts
-	if err != nil {
-		fmt.Fprintf(stderr, "mcpintercept observe: cannot reach the appliance's admin listener at %s: %v (is `mcpintercept run` running? admin.listen)\n", c.admin, unwrapURLError(err))
+		var re *admin.RequestError
+		if errors.As(err, &re) {
+			return exitUsage
+		}
 		return exitRuntime
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		msg := strings.TrimSpace(string(b))
-		if i := strings.IndexByte(msg, '\n'); i >= 0 {
-			msg = msg[:i]
-		}
-		hint := ""
-		switch resp.StatusCode {
-		case http.StatusUnauthorized:
-			hint = fmt.Sprintf(" (the token in %s is not the appliance's: pass --config or --token-file)", c.tokenFile)
-		case http.StatusNotFound:
-			hint = " (an appliance that predates observe)"
-		}
-		fmt.Fprintf(stderr, "mcpintercept observe: the admin listener at %s answered %s: %s%s\n", c.admin, resp.Status, safe(msg), hint)
-		return exitRuntime
-	}
+	defer st.Close()
 
 	var sum *telemetry.CallCounts
 	if top {
 		sum = telemetry.NewCallCounts()
 	}
 	w := bufio.NewWriter(stdout)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	code := exitOK
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			continue // keepalive
+	for {
+		it, ok := st.Next()
+		if !ok {
+			break
 		}
-		var end struct {
-			Observe string `json:"observe"`
-			Reason  string `json:"reason"`
-		}
-		if json.Unmarshal(line, &end) == nil && end.Observe == "end" {
+		if it.End {
 			w.Flush()
-			fmt.Fprintf(stderr, "mcpintercept observe: the appliance ended the stream: %s\n", safe(end.Reason))
+			fmt.Fprintf(stderr, "mcpintercept observe: the appliance ended the stream: %s\n", safe(it.Reason))
 			code = exitRuntime
 			break
 		}
-		var r telemetry.FlowRecord
-		if err := json.Unmarshal(line, &r); err != nil {
-			fmt.Fprintf(stderr, "mcpintercept observe: unreadable line from the appliance: %v\n", err)
+		if it.Err != nil {
+			fmt.Fprintf(stderr, "mcpintercept observe: unreadable line from the appliance: %v\n", it.Err)
 			continue
 		}
 		switch {
 		case sum != nil:
-			sum.Add(&r)
+			sum.Add(&it.Record)
 		case output == "json":
-			w.Write(line)
+			w.Write(it.Line)
 			w.WriteByte('\n')
 		default:
-			w.WriteString(textLine(&r))
+			w.WriteString(textLine(&it.Record))
 			w.WriteByte('\n')
 		}
 		if sum == nil {
@@ -189,7 +160,7 @@ func cmdObserve(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	w.Flush()
-	if err := sc.Err(); err != nil && ctx.Err() == nil && code == exitOK {
+	if err := st.Err(); err != nil && ctx.Err() == nil && code == exitOK {
 		fmt.Fprintf(stderr, "mcpintercept observe: the stream broke: %v\n", err)
 		code = exitRuntime
 	} else if err == nil && ctx.Err() == nil && code == exitOK {

@@ -3,19 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
-	"unicode"
 
 	"mcpintercept/admin"
 	"mcpintercept/config"
@@ -71,14 +65,15 @@ func cmdTools(args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
-// toolsConn is how a tools command reaches the appliance.
+// toolsConn is how a tools command reaches the appliance: its connection flags, then the
+// admin client they name.
 type toolsConn struct {
 	name      string // "tools list", for messages
 	config    string
 	admin     string
 	tokenFile string
 	stderr    io.Writer
-	client    *http.Client
+	*admin.Client
 }
 
 func newToolsFlags(name string, stderr io.Writer) (*flag.FlagSet, *toolsConn) {
@@ -107,8 +102,8 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// resolve fills the admin URL and the token file from the flags and the configuration; false
-// (after saying why) is a usage error.
+// resolve makes the admin client from the flags and the configuration; false (after saying
+// why) is a usage error.
 func (c *toolsConn) resolve() bool {
 	var cfg *config.Config
 	if c.config != "" {
@@ -147,87 +142,14 @@ func (c *toolsConn) resolve() bool {
 		}
 		c.tokenFile = filepath.Join(dir, config.AdminTokenFile)
 	}
-	c.client = &http.Client{Timeout: 30 * time.Second}
+	c.Client = admin.NewClient(c.admin, c.tokenFile, config.AdminTokenFile)
 	return true
 }
 
-// errReported is an error already printed; the command exits with exitRuntime.
-var errReported = errors.New("reported")
-
-// do sends one request to the admin listener and returns the body of a 2xx answer; anything
-// else is printed and errReported.
-func (c *toolsConn) do(method, path string, body []byte, token bool) ([]byte, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequest(method, c.admin+path, rd)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "mcpintercept %s: %v\n", c.name, err)
-		return nil, errReported
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token {
-		tok, err := os.ReadFile(c.tokenFile)
-		if err != nil {
-			fmt.Fprintf(c.stderr, "mcpintercept %s: cannot read the admin token: %v (the appliance makes it in tool_integrity.dir when it starts; pass --config or --token-file)\n", c.name, err)
-			return nil, errReported
-		}
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "mcpintercept %s: cannot reach the appliance's admin listener at %s: %v (is `mcpintercept run` running? admin.listen)\n", c.name, c.admin, unwrapURLError(err))
-		return nil, errReported
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		fmt.Fprintf(c.stderr, "mcpintercept %s: reading the admin listener's answer: %v\n", c.name, err)
-		return nil, errReported
-	}
-	if resp.StatusCode/100 != 2 {
-		msg := strings.TrimSpace(string(b))
-		if i := strings.IndexByte(msg, '\n'); i >= 0 {
-			msg = msg[:i]
-		}
-		hint := ""
-		switch resp.StatusCode {
-		case http.StatusUnauthorized:
-			hint = fmt.Sprintf(" (the token in %s is not the appliance's: pass --config or --token-file with its tool_integrity.dir/%s)", c.tokenFile, config.AdminTokenFile)
-		case http.StatusNotFound:
-			if path == "/tools" || path == "/tools/pins" {
-				hint = " (an appliance that predates tool integrity, or no route sets tool_pins)"
-			}
-		}
-		fmt.Fprintf(c.stderr, "mcpintercept %s: the admin listener at %s answered %s: %s%s\n", c.name, c.admin, resp.Status, safe(msg), hint)
-		return nil, errReported
-	}
-	return b, nil
-}
-
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
-// snapshot is GET /tools.
-func (c *toolsConn) snapshot() ([]integrity.ServerState, []byte, error) {
-	b, err := c.do(http.MethodGet, "/tools", nil, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	var snap []integrity.ServerState
-	if err := json.Unmarshal(b, &snap); err != nil {
-		fmt.Fprintf(c.stderr, "mcpintercept %s: the admin listener's /tools is not a snapshot: %v\n", c.name, err)
-		return nil, nil, errReported
-	}
-	return snap, b, nil
+// failed prints a client call's error; the command exits with exitRuntime.
+func (c *toolsConn) failed(err error) int {
+	fmt.Fprintf(c.stderr, "mcpintercept %s: %v\n", c.name, err)
+	return exitRuntime
 }
 
 func cmdToolsList(args []string, stdout, stderr io.Writer) int {
@@ -244,9 +166,9 @@ func cmdToolsList(args []string, stdout, stderr io.Writer) int {
 	if !c.resolve() {
 		return exitUsage
 	}
-	snap, raw, err := c.snapshot()
+	snap, raw, err := c.Tools()
 	if err != nil {
-		return exitRuntime
+		return c.failed(err)
 	}
 	if *asJSON {
 		var out bytes.Buffer
@@ -298,9 +220,9 @@ func cmdToolsDiff(args []string, stdout, stderr io.Writer) int {
 	if *pins != "" {
 		return diffPinFile(c, *pins, stdout, stderr)
 	}
-	snap, _, err := c.snapshot()
+	snap, _, err := c.Tools()
 	if err != nil {
-		return exitRuntime
+		return c.failed(err)
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
 	n := 0
@@ -334,28 +256,9 @@ func diffPinFile(c *toolsConn, file string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mcpintercept tools diff: %s is not a pin file the appliance reads: %v\n", file, err)
 		return exitUsage
 	}
-	live, err := c.do(http.MethodGet, "/tools/pins", nil, false)
+	got, err := c.LivePins()
 	if err != nil {
-		return exitRuntime
-	}
-	tmp, err := os.CreateTemp("", "mcpintercept-live-pins-*.json")
-	if err != nil {
-		fmt.Fprintf(stderr, "mcpintercept tools diff: %v\n", err)
-		return exitRuntime
-	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.Write(live)
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		fmt.Fprintf(stderr, "mcpintercept tools diff: %v\n", werr)
-		return exitRuntime
-	}
-	got, err := integrity.PinsOf(tmp.Name())
-	if err != nil {
-		fmt.Fprintf(stderr, "mcpintercept tools diff: the admin listener's /tools/pins does not read as a pin file: %v\n", err)
-		return exitRuntime
+		return c.failed(err)
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
 	n := 0
@@ -405,15 +308,9 @@ func cmdToolsApprove(args []string, stdout, stderr io.Writer) int {
 	if !c.resolve() {
 		return exitUsage
 	}
-	body, _ := json.Marshal(admin.ToolApproval{Server: pos[0], Kind: integrity.Kind(*kind), Name: pos[1], Hash: *hash})
-	b, err := c.do(http.MethodPost, "/tools/approve", body, true)
+	ev, err := c.Approve(admin.ToolApproval{Server: pos[0], Kind: integrity.Kind(*kind), Name: pos[1], Hash: *hash})
 	if err != nil {
-		return exitRuntime
-	}
-	var ev admin.ToolEvent
-	if err := json.Unmarshal(b, &ev); err != nil {
-		fmt.Fprintf(stderr, "mcpintercept tools approve: the admin listener's answer is not an event: %v\n", err)
-		return exitRuntime
+		return c.failed(err)
 	}
 	fmt.Fprintf(stdout, "approved %s %s on %s: pinned %s", safe(string(ev.Kind)), safe(ev.Name), safe(ev.Server), orDash(ev.NewHash))
 	if ev.OldHash != "" && ev.OldHash != ev.NewHash {
@@ -442,9 +339,9 @@ func cmdToolsPin(args []string, stdout, stderr io.Writer) int {
 	if !c.resolve() {
 		return exitUsage
 	}
-	b, err := c.do(http.MethodGet, "/tools/pins", nil, false)
+	b, err := c.PinFile()
 	if err != nil {
-		return exitRuntime
+		return c.failed(err)
 	}
 	if len(b) > 0 && b[len(b)-1] != '\n' {
 		b = append(b, '\n')
@@ -506,14 +403,6 @@ func orDash(s string) string {
 	return s
 }
 
-// safe keeps what a server named from reaching the operator's terminal as it is: a string with
-// a control, format (zero-width, bidi, tag) or other non-printing character is printed
-// quoted with escapes. Definitions are exactly where hidden characters are planted.
-func safe(s string) string {
-	for _, r := range s {
-		if r == unicode.ReplacementChar || !unicode.IsPrint(r) || unicode.Is(unicode.Cf, r) {
-			return strconv.QuoteToASCII(s)
-		}
-	}
-	return s
-}
+// safe keeps what a server named from reaching the operator's terminal as it is (see
+// admin.Printable).
+func safe(s string) string { return admin.Printable(s) }

@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"mcpintercept/appliance"
 )
 
-// TestUnitCleansUpAfterAnyStop: under systemd no watchdog runs (wantWatchdog sees NOTIFY_SOCKET),
+// TestUnitCleansUpAfterAnyStop: under systemd no watchdog runs (appliance.WantWatchdog sees NOTIFY_SOCKET),
 // so the packaged unit itself must remove the steering whatever ended the daemon, a fatal runtime
 // error or SIGKILL included: ExecStopPost runs after every stop, clean or not, with full
 // privileges ("+"). Readiness (Type=notify, NotifyAccess=main) comes from the daemon itself.
@@ -26,7 +28,7 @@ func TestUnitCleansUpAfterAnyStop(t *testing.T) {
 	if got := unit["ExecStart"]; len(got) != 1 || !strings.HasPrefix(got[0], "/usr/bin/mcpintercept run ") {
 		t.Errorf("ExecStart = %q, want `mcpintercept run`", got)
 	}
-	if wantWatchdog([]string{"run"}, func(k string) string { return map[string]string{"NOTIFY_SOCKET": "/run/systemd/notify"}[k] }) {
+	if appliance.WantWatchdog("run", func(k string) string { return map[string]string{"NOTIFY_SOCKET": "/run/systemd/notify"}[k] }) {
 		t.Error("run under systemd starts a watchdog: the sandboxed service cannot clean up what ExecStopPost does")
 	}
 }

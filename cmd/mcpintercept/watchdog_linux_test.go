@@ -11,36 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// TestWantWatchdog: run and exec outside systemd get a watchdog; systemd (NOTIFY_SOCKET: its
-// ExecStopPost cleans up), the watchdog itself and the opt-out do not, nor do the commands that
-// install nothing.
-func TestWantWatchdog(t *testing.T) {
-	tests := []struct {
-		name string
-		args []string
-		env  map[string]string
-		want bool
-	}{
-		{name: "run", args: []string{"run", "--config", "x"}, want: true},
-		{name: "exec", args: []string{"exec", "--", "true"}, want: true},
-		{name: "cleanup", args: []string{"cleanup"}},
-		{name: "check", args: []string{"check", "--config", "x"}},
-		{name: "no command", args: nil},
-		{name: "under systemd", args: []string{"run"}, env: map[string]string{"NOTIFY_SOCKET": "/run/systemd/notify"}},
-		{name: "the watchdog", args: []string{"run"}, env: map[string]string{envWatchdog: watchdogArg}},
-		{name: "opted out", args: []string{"exec"}, env: map[string]string{envWatchdog: "off"}},
-		{name: "other values do not opt out", args: []string{"run"}, env: map[string]string{envWatchdog: "on"}, want: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := wantWatchdog(tt.args, func(k string) string { return tt.env[k] }); got != tt.want {
-				t.Fatalf("wantWatchdog(%q, %v) = %v, want %v", tt.args, tt.env, got, tt.want)
-			}
-		})
-	}
-}
+	"mcpintercept/appliance"
+)
 
 // TestWatchdog runs the real binary (built with -tags faultinject) as `run` with mechanism
 // external (no privileges needed; nothing to remove): the appliance is still the process that was
@@ -96,10 +69,10 @@ func TestWatchdog(t *testing.T) {
 		})
 	}
 	t.Run("opted out", func(t *testing.T) {
-		p := startRun(t, bin, externalConfig(t), envWatchdog+"=off", "MCPINTERCEPT_FAULT=concurrent-map-writes")
+		p := startRun(t, bin, externalConfig(t), appliance.EnvWatchdog+"=off", "MCPINTERCEPT_FAULT=concurrent-map-writes")
 		p.waitFor(t, "msg=ready")
 		if kids := children(p.cmd.Process.Pid); len(kids) != 0 {
-			t.Fatalf("children %v with %s=off", kids, envWatchdog)
+			t.Fatalf("children %v with %s=off", kids, appliance.EnvWatchdog)
 		}
 		p.cmd.Process.Signal(syscall.SIGUSR2)
 		if code := p.wait(t); code != 2 || strings.Contains(p.stderr.String(), crashLine) {
@@ -137,7 +110,7 @@ type runProc struct {
 func startRun(t *testing.T, bin, cfg string, env ...string) *runProc {
 	t.Helper()
 	cmd := exec.Command(bin, "run", "--config", cfg)
-	cmd.Env = append(filterEnv(os.Environ(), "NOTIFY_SOCKET", envWatchdog, "MCPINTERCEPT_FAULT"), env...)
+	cmd.Env = append(filterEnv(os.Environ(), "NOTIFY_SOCKET", appliance.EnvWatchdog, "MCPINTERCEPT_FAULT"), env...)
 	p := &runProc{cmd: cmd, stderr: newNotifyBuffer(), done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

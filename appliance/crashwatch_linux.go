@@ -1,4 +1,4 @@
-package main
+package appliance
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"sync"
 	"syscall"
 
-	"mcpintercept/appliance"
 	"mcpintercept/intercept"
 	"mcpintercept/origin"
 )
@@ -37,18 +36,19 @@ import (
 // `cleanup` after every stop, with the privileges the sandboxed service lacks.
 // MCPINTERCEPT_WATCHDOG=off turns it off (debugging: one process, as before).
 
-// runWatchdogIfAsked runs the watchdog when this process is one (ok), and returns its exit code.
-func runWatchdogIfAsked(stderr io.Writer) (code int, ok bool) {
-	if os.Getenv(envWatchdog) != watchdogArg {
-		return 0, false
-	}
+// IsWatchdog says whether this process is a watchdog StartWatchdog started.
+func IsWatchdog() bool { return os.Getenv(EnvWatchdog) == WatchdogChild }
+
+// RunWatchdog is the watchdog (IsWatchdog): it waits for its parent, the data plane, to end and
+// removes its steering after a crash. An error: it was not started with its pipes.
+func RunWatchdog(stderr io.Writer) error {
 	report, crash := os.NewFile(3, "report"), os.NewFile(4, "crash")
 	if report == nil || crash == nil {
-		return exitUsage, true
+		return errors.New("no report or crash pipe")
 	}
-	log := appliance.NewLogger("info", stderr).With("component", "watchdog")
+	log := NewLogger("info", stderr).With("component", "watchdog")
 	watch(report, crash, os.Getppid(), log)
-	return exitOK, true
+	return nil
 }
 
 // watch waits for the data plane (pid) to end, reading what it announced and whether it crashed,
@@ -101,22 +101,22 @@ func removeAfterCrash(rep childReport, pid int, log *slog.Logger) {
 	log.Info("steering removed after the crash", "mechanism", rep.Mechanism)
 }
 
-// startWatchdog starts the watchdog for this process (the data plane) and routes the runtime's
-// crash report to it. Nil when none is wanted or it cannot start (logged: the appliance runs
-// unwatched rather than not at all).
-func startWatchdog(args []string, stderr io.Writer) *watchdogLink {
-	if !wantWatchdog(args, os.Getenv) {
+// StartWatchdog starts the watchdog for this process (the data plane of command) and routes the
+// runtime's crash report to it. Nil when none is wanted (WantWatchdog) or it cannot start
+// (logged: the appliance runs unwatched rather than not at all).
+func StartWatchdog(command string, stderr io.Writer) *WatchdogLink {
+	if !WantWatchdog(command, os.Getenv) {
 		return nil
 	}
 	link, err := spawnWatchdog(stderr)
 	if err != nil {
-		appliance.NewLogger("info", stderr).Warn("no watchdog; a fatal runtime error would leave the steering to `mcpintercept cleanup`", "err", err)
+		NewLogger("info", stderr).Warn("no watchdog; a fatal runtime error would leave the steering to `mcpintercept cleanup`", "err", err)
 		return nil
 	}
 	return link
 }
 
-func spawnWatchdog(stderr io.Writer) (*watchdogLink, error) {
+func spawnWatchdog(stderr io.Writer) (*WatchdogLink, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
@@ -134,7 +134,7 @@ func spawnWatchdog(stderr io.Writer) (*watchdogLink, error) {
 	defer crashW.Close() // the runtime keeps its own close-on-exec copy
 	cmd := exec.Command(exe)
 	cmd.Args = []string{os.Args[0] + " (watchdog)"}
-	cmd.Env = append(os.Environ(), envWatchdog+"="+watchdogArg)
+	cmd.Env = append(os.Environ(), EnvWatchdog+"="+WatchdogChild)
 	cmd.Stderr = stderr
 	cmd.ExtraFiles = []*os.File{reportR, crashR} // 3 and 4; the write ends are close-on-exec
 	err = cmd.Start()
@@ -149,5 +149,5 @@ func spawnWatchdog(stderr io.Writer) (*watchdogLink, error) {
 		reportW.Close()
 		return nil, fmt.Errorf("crash output: %w", err)
 	}
-	return &watchdogLink{w: reportW}, nil
+	return &WatchdogLink{w: reportW}, nil
 }

@@ -1,4 +1,4 @@
-package main
+package appliance
 
 import (
 	"bufio"
@@ -9,7 +9,26 @@ import (
 	"mcpintercept/origin"
 )
 
-// The data plane tells its watchdog (watchdog_linux.go) what it installs, one line each, before
+// The crash watchdog of `run` and `exec`: see crashwatch_linux.go.
+const (
+	EnvWatchdog   = "MCPINTERCEPT_WATCHDOG" // "off" opts out; "child" marks the watchdog itself
+	WatchdogChild = "child"
+)
+
+// WantWatchdog says whether an invocation of command (the CLI's subcommand, "" for none) should
+// start a watchdog.
+func WantWatchdog(command string, getenv func(string) string) bool {
+	if command != "run" && command != "exec" {
+		return false
+	}
+	if getenv("NOTIFY_SOCKET") != "" {
+		return false
+	}
+	v := getenv(EnvWatchdog)
+	return v != "off" && v != WatchdogChild
+}
+
+// The data plane tells its watchdog (crashwatch_linux.go) what it installs, one line each, before
 // installing it: "steering <mechanism>" and, for exec, "cgroup <path>". The watchdog acts on
 // them only if the data plane crashes.
 const (
@@ -19,21 +38,17 @@ const (
 	maxReport = 64 << 10
 )
 
-// watchdogLink is the data plane's end of the report pipe; nil when no watchdog runs. Writes are
+// WatchdogLink is the data plane's end of the report pipe; nil when no watchdog runs. Writes are
 // best effort: a watchdog that cannot be told must not stop the data plane.
-type watchdogLink struct{ w io.WriteCloser }
+type WatchdogLink struct{ w io.WriteCloser }
 
-// watchdog is set once by main, before realMain, when a watchdog runs for this process. It is a
-// package variable so that realMain keeps the signature the tests call.
-var watchdog *watchdogLink
+// Steering announces the mechanism whose steering is about to be installed.
+func (l *WatchdogLink) Steering(m origin.Mechanism) { l.say(reportSteering, string(m)) }
 
-// steering announces the mechanism whose steering is about to be installed.
-func (l *watchdogLink) steering(m origin.Mechanism) { l.say(reportSteering, string(m)) }
+// Cgroup announces a cgroup exec created for its command.
+func (l *WatchdogLink) Cgroup(path string) { l.say(reportCgroup, path) }
 
-// cgroup announces a cgroup exec created for its command.
-func (l *watchdogLink) cgroup(path string) { l.say(reportCgroup, path) }
-
-func (l *watchdogLink) say(verb, arg string) {
+func (l *WatchdogLink) say(verb, arg string) {
 	if l != nil && !strings.ContainsAny(arg, "\n\r") {
 		fmt.Fprintf(l.w, "%s %s\n", verb, arg)
 	}

@@ -1,4 +1,4 @@
-package main
+package appliance
 
 import (
 	"bytes"
@@ -42,17 +42,17 @@ func TestReport(t *testing.T) {
 	// The writer's side round-trips; a value with a newline is not written (it would forge a
 	// line); a nil link (no watchdog) writes nothing and does not panic.
 	var b bytes.Buffer
-	l := &watchdogLink{w: nopCloser{&b}}
-	l.steering(origin.EBPF)
-	l.cgroup("/sys/fs/cgroup/mcpintercept-1-1\nsteering external")
-	l.cgroup("/sys/fs/cgroup/mcpintercept-1-2")
+	l := &WatchdogLink{w: nopCloser{&b}}
+	l.Steering(origin.EBPF)
+	l.Cgroup("/sys/fs/cgroup/mcpintercept-1-1\nsteering external")
+	l.Cgroup("/sys/fs/cgroup/mcpintercept-1-2")
 	got := parseReport(&b)
 	if got.Mechanism != origin.EBPF || !slices.Equal(got.Cgroups, []string{"/sys/fs/cgroup/mcpintercept-1-2"}) {
 		t.Fatalf("round trip = %+v", got)
 	}
-	var none *watchdogLink
-	none.steering(origin.EBPF)
-	none.cgroup("x")
+	var none *WatchdogLink
+	none.Steering(origin.EBPF)
+	none.Cgroup("x")
 }
 
 // FuzzParseReport: whatever bytes come down the pipe, the parse terminates and reports only what
@@ -72,4 +72,33 @@ func FuzzParseReport(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWantWatchdog: run and exec outside systemd get a watchdog; systemd (NOTIFY_SOCKET: its
+// ExecStopPost cleans up), the watchdog itself and the opt-out do not, nor do the commands that
+// install nothing.
+func TestWantWatchdog(t *testing.T) {
+	tests := []struct {
+		name    string
+		command string
+		env     map[string]string
+		want    bool
+	}{
+		{name: "run", command: "run", want: true},
+		{name: "exec", command: "exec", want: true},
+		{name: "cleanup", command: "cleanup"},
+		{name: "check", command: "check"},
+		{name: "no command", command: ""},
+		{name: "under systemd", command: "run", env: map[string]string{"NOTIFY_SOCKET": "/run/systemd/notify"}},
+		{name: "the watchdog", command: "run", env: map[string]string{EnvWatchdog: WatchdogChild}},
+		{name: "opted out", command: "exec", env: map[string]string{EnvWatchdog: "off"}},
+		{name: "other values do not opt out", command: "run", env: map[string]string{EnvWatchdog: "on"}, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := WantWatchdog(tt.command, func(k string) string { return tt.env[k] }); got != tt.want {
+				t.Fatalf("WantWatchdog(%q, %v) = %v, want %v", tt.command, tt.env, got, tt.want)
+			}
+		})
+	}
 }
