@@ -248,7 +248,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		a.caFile = filepath.Join(cfg.CA.Dir, pki.CertFile)
 	}
 
-	deps := chain.Deps{Registry: a.metrics.Registry, Tools: a.tools.Load(), Tracer: a.tracer}
+	deps := chain.Deps{Tools: a.tools.Load(), Tracer: a.tracer}
+	if a.metrics.Registry != nil {
+		deps.Registry = a.metrics.Registry // a nil *Registry must not become a non-nil Registerer
+	}
 	a.eng = engine.New(engine.Options{
 		Mechanism: string(a.mech.Name()),
 		Steering:  a.mech,

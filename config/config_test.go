@@ -1601,6 +1601,15 @@ func TestValidateInCode(t *testing.T) {
 		{name: "passthrough route's default level has no headers", modify: func(c *Config) {
 			c.Routes = []Route{{Name: "p", TLS: TLSPassthrough, OnMismatch: OnMismatchPassthrough, OnRuleError: OnRuleErrorClosed, StrictMCPHeaders: true}}
 		}, want: "routes[0].strict_mcp_headers: needs level 1"},
+		{name: "passthrough route's default level reads no methods", modify: func(c *Config) {
+			c.Routes = []Route{{Name: "p", TLS: TLSPassthrough, OnMismatch: OnMismatchPassthrough, OnRuleError: OnRuleErrorClosed, HTTPMethods: []string{"POST"}}}
+		}, want: "routes[0].http_methods: needs level 1"},
+		{name: "an empty http_methods is fine at level 0", modify: func(c *Config) {
+			c.Routes = []Route{{Name: "p", TLS: TLSPassthrough, OnMismatch: OnMismatchPassthrough, OnRuleError: OnRuleErrorClosed, HTTPMethods: []string{}}}
+		}},
+		{name: "http_methods with a dash", modify: func(c *Config) {
+			c.Routes = []Route{{Name: "t", TLS: TLSTerminate, OnMismatch: OnMismatchClose, OnRuleError: OnRuleErrorClosed, HTTPMethods: []string{"M-SEARCH", "-X"}}}
+		}, want: `routes[0].http_methods[1]: "-X" is not an HTTP method in upper case`},
 		{name: "route without on_mismatch", modify: func(c *Config) {
 			c.Routes = []Route{{Name: "p", TLS: TLSPassthrough}}
 		}, want: "routes[0].on_mismatch: must not be empty"},

@@ -200,8 +200,8 @@ var routeTable = table[Route]{
 		checkedBy(unique(checkUpgrade, quote)),
 	key("http_methods", "the request methods the route lets through (others refused)", func(r *Route) *[]string { return &r.HTTPMethods }, list(parseString)).
 		checkedBy(unique(checkHTTPMethod, quote)).
-		needing(func(r *Route, _ []string) (string, string) {
-			if r.Level != nil && *r.Level < 1 {
+		needing(func(r *Route, methods []string) (string, string) {
+			if l := r.LevelOrDefault(); len(methods) > 0 && l == 0 {
 				return "level", "needs level 1: a level 0 route does not read requests"
 			}
 			return "", ""
@@ -312,14 +312,15 @@ func (r Route) WithDefaults() Route {
 	return r
 }
 
-// checkHTTPMethod accepts an HTTP method as requests spell it: an RFC 9110 token, in upper case
-// (methods are case-sensitive, and every registered one is upper case).
+// checkHTTPMethod accepts an HTTP method as requests spell it: upper-case letters, with '-' or
+// '_' inside (M-SEARCH). Methods are case-sensitive and every registered one is spelt so; a
+// lower-case entry would match no request and refuse them all.
 func checkHTTPMethod(m string) string {
 	if m == "" {
 		return "must not be empty"
 	}
-	for _, c := range m {
-		if c < 'A' || c > 'Z' {
+	for i, c := range m {
+		if (c < 'A' || c > 'Z') && !((c == '-' || c == '_') && i > 0 && i < len(m)-1) {
 			return quote(m) + " is not an HTTP method in upper case (e.g. POST, GET, DELETE)"
 		}
 	}

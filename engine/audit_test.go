@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-
 	"mcpintercept/audit"
 	"mcpintercept/audit/auditstage"
 	"mcpintercept/mcp"

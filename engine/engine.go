@@ -69,10 +69,11 @@ type Options struct {
 	Routing *Routing
 	TLS     TLSOptions
 	// HTTP is the exchange loop's configuration (header bound and timeout); the engine adds the
-	// flow's limits and the route's guards per connection.
+	// flow's limits per connection (the classify stage reads the route's guards).
 	HTTP exchange.Options
 	// Stages is the chain every HTTP-aware connection runs through, in order (chain.Stages); the
-	// engine adds its record writer last. Nil: the record writer alone.
+	// engine adds its record writer last. Nil: a flow on a route that reads HTTP is refused
+	// ("no stage chain"), never forwarded unjudged.
 	Stages []stage.Factory
 	// ConnSpan makes the span of a flow that carried no HTTP the appliance read, whose ids go on
 	// its record (chain.ConnSpan; nil: none).

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"mcpintercept/chain"
 	"mcpintercept/telemetry"
 )
 
@@ -395,7 +396,8 @@ func TestStopAcceptingKeepsFlows(t *testing.T) {
 	eng := New(Options{Mechanism: "external", Steering: fixedDst{netip.MustParseAddrPort(up)},
 		Dialer: &net.Dialer{}, Limits: Limits{ConnectTimeout: time.Second}, Flows: sink,
 		Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Routing: &Routing{Routes: []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true}}}})
+		Routing: &Routing{Routes: []*Route{{Name: "l1", TLS: Plaintext, Level: 1, Development: true}}},
+		Stages:  chain.Stages(chain.Deps{})})
 	ctx, stopAccepting := context.WithCancel(context.Background())
 	served := make(chan struct{})
 	go func() { eng.Serve(ctx, ln); close(served) }()

@@ -21,6 +21,7 @@ import (
 
 	"mcpintercept/chain"
 	"mcpintercept/policy"
+	"mcpintercept/stage"
 	"mcpintercept/telemetry"
 )
 
@@ -346,6 +347,30 @@ func TestHeaderRuleThroughEngine(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != tc.want {
 			t.Fatalf("tenant %s: %d, want %d", tc.tenant, resp.StatusCode, tc.want)
+		}
+	}
+}
+
+// TestNoChainRefuses: an engine built without its stage chain refuses a route that reads HTTP
+// (its requests would otherwise go upstream with no guard, policy, token check or Level 2), and
+// says why in the record; the upstream never sees a byte.
+func TestNoChainRefuses(t *testing.T) {
+	up, read := countingUpstream(t, nil)
+	for _, level := range []int{1, 2} {
+		h := newHarnessWith(t, up, Limits{}, &Routing{Routes: []*Route{{Name: "l", TLS: Plaintext, Level: level, Development: true}}},
+			func(o *Options) { o.Stages = []stage.Factory{} })
+		c := dialHTTP(t, h.addr)
+		c.c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c.c, "GET / HTTP/1.1\r\nHost: mcp.test\r\n\r\n")
+		if _, err := http.ReadResponse(c.br, nil); err == nil {
+			t.Fatalf("level %d: a response without a chain", level)
+		}
+		rec := h.sink.next(t)
+		if rec.Decision != "deny" || !strings.Contains(rec.Reason, "no stage chain") {
+			t.Fatalf("level %d: record %+v", level, rec)
+		}
+		if n := <-read; n != 0 {
+			t.Fatalf("level %d: upstream read %d bytes", level, n)
 		}
 	}
 }

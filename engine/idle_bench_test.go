@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"mcpintercept/chain"
 	"mcpintercept/telemetry"
 	"mcpintercept/tlsmitm"
 )
@@ -155,7 +156,7 @@ func measureIdleFlows(b testing.TB, n int, terminate bool, pki *testPKI) idleRes
 		Mechanism: "external", Steering: fixedDst{netip.MustParseAddrPort(up)}, Dialer: &net.Dialer{},
 		Limits: Limits{IdleTimeout: 10 * time.Minute, ConnectTimeout: 5 * time.Second},
 		Flows:  discardSink{}, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler),
-		Routing: &Routing{Routes: []*Route{route}},
+		Routing: &Routing{Routes: []*Route{route}}, Stages: chain.Stages(chain.Deps{}),
 		TLS: TLSOptions{PeekTimeout: 5 * time.Second, Leaves: pki,
 			Upstream: tlsmitm.OriginateConfig{Roots: pki.pool, HandshakeTimeout: 10 * time.Second}},
 	})

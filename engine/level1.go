@@ -28,6 +28,12 @@ func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disp
 		xo.BodyTimeout = e.opt.Limits.BodyTimeout
 	}
 	xo.HeaderTimeout = headerTimeoutUnder(xo.HeaderTimeout, e.opt.Limits.IdleTimeout)
+	if len(e.opt.Stages) == 0 {
+		// An engine built without its chain would forward this route's requests with no guard,
+		// policy, token check or Level 2: refuse instead.
+		e.refuseLog.warn("no_chain", "closing flow: no stage chain configured", "flow", f.id, "route", route.Name)
+		return refusal(tlsMode, route.Name, "no stage chain configured (engine.Options.Stages)", "no_chain")
+	}
 	rec := e.newRecordStage(f, route, tlsMode)
 	// The exchange loop's own idle timeout only runs between requests; this one also ends a flow
 	// whose upstream never answers, or an upgraded stream that went quiet.
@@ -60,15 +66,22 @@ func (e *Engine) stageConn(ctx context.Context, f *flow, route *Route, tlsMode D
 	c := &stage.Conn{
 		ID: f.id, Num: f.num, Route: route.Name, Level: level, TLS: string(tlsMode), Options: route.Stages,
 		Client: f.client, Orig: f.orig, Host: f.origin.Host, SNI: f.sniName, Mechanism: f.origin.Mechanism,
-		Identity:   f.origin.Identity,
-		ClientVars: f.clientVars(), ConnVars: f.connVars(tlsMode), FailOpen: f.rules.failOpen,
+		Identity: f.origin.Identity, FailOpen: f.rules.failOpen,
 		RuleErrors: func(d *policy.Decision) { e.noteRuleErrors(f, d) },
-		Upstream:   f.up,
-		Post:       e.level2Post(f, route, tlsMode),
-		Record:     rec.base, Records: rec.w,
+		Upstream:   f.up, Records: rec.w,
 		Ctx: ctx, Idled: idled, Warn: e.refuseLog.warn,
 	}
-	c.Record.TLS = string(tlsMode)
+	if level >= 2 || f.rules.name != "" {
+		// The CEL variables, for the stages that evaluate rules (Level 2 also names the client
+		// by its address).
+		c.ClientVars, c.ConnVars = f.clientVars(), f.connVars(tlsMode)
+	}
+	if level >= 2 {
+		// Level 2 writes its own records, and answers a blocked server request itself.
+		c.Record = rec.base
+		c.Record.TLS = string(tlsMode)
+		c.Post = e.level2Post(f, route, tlsMode)
+	}
 	if f.rules.name != "" {
 		// The flow's rule set as current at each evaluation (shadowSet resolves it, never to
 		// none while the route names a set: flowRules), counting the shadow rules' would-be

@@ -36,7 +36,7 @@ type recordStage struct {
 	tls      Disposition
 	level    int
 	requests atomicInt
-	w        telemetry.FlowRecorder // safe for Done and message on two goroutines
+	w        telemetry.FlowRecorder // safe for Done and Level 2's records on two goroutines
 	// base is the flow's part of every record (flow, client, destination, mechanism, SNI,
 	// process), formatted once per connection rather than once per record.
 	base telemetry.FlowRecord

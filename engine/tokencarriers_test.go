@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-
 	"mcpintercept/auth"
 )
 

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-
 	"crypto/sha256"
 	"encoding/hex"
 	"mcpintercept/auth"

@@ -20,7 +20,7 @@ type RuleSet interface {
 	Evaluate(in *policy.Input) policy.Decision
 }
 
-// Flow is what the engine hands Level 1 about one flow: where its rules come from and the CEL
+// Flow is what Level 1's header policy gets of one flow (FlowOf builds it from stage.Conn): where its rules come from and the CEL
 // variables that do not change while it lasts. Level 1 builds the rest (http, mcp) per request.
 type Flow struct {
 	// Rules returns the rule set to judge the next request by (a reload may swap it under an

@@ -18,7 +18,7 @@ import (
 // made durable (disk full, I/O error, a write slower than audit.timeout). Nothing was forwarded.
 const CodeAuditUnavailable = mcp.CodeAuditUnavailable
 
-// Auditor is where an audited route's durable records go (the engine's per-flow audit writer).
+// Auditor is where an audited route's durable records go (the flow's audit writer, auditstage.Writer).
 // Append returns once the record is durable, with an error only when the route fails closed and
 // it is not; Outcome writes how a call ended, in the background; Arguments says whether records
 // carry the redacted arguments besides their hash.

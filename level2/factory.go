@@ -44,7 +44,7 @@ type Deps struct {
 }
 
 // Factory is Level 2 in a chain: the JSON-RPC messages of both directions, decoded, matched
-// against the headers, judged, checked, transformed and filtered (flowstage.go lists its steps).
+// against the headers, judged, checked, transformed and filtered (chain.go lists its steps).
 func Factory(d Deps) flowstage.Factory {
 	if d.Sessions == nil {
 		d.Sessions = NewSessions(0)

@@ -35,7 +35,7 @@ type Options struct {
 	ForwardOversized bool
 }
 
-// Flow is what the engine hands Level 2 for one connection.
+// Flow is what Level 2 gets of one connection (FlowOf builds it from the chain's stage.Conn).
 type Flow struct {
 	// Rules returns the rule set that judges this flow's messages now (nil: allow all).
 	Rules    func() Evaluator
@@ -76,7 +76,7 @@ type Flow struct {
 	UpstreamSPKI string
 	// Tracer makes one span per JSON-RPC request of this flow (nil: tracing off); Trace is the
 	// flow's part of every span's attributes (route, tls, mechanism, client, process, server
-	// address and port), filled by the engine once per connection.
+	// address and port), filled once per connection (tracestage.Base).
 	Tracer *tracing.Tracer
 	Trace  tracing.Call
 	// TraceInject: requests go upstream with the appliance's span as their parent (header, and

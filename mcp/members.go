@@ -69,7 +69,6 @@ func FoldsToMember(key string) bool {
 	return ok
 }
 
-
 // objType is one protocol struct: its members by exact name, with the type of the structs a
 // member holds (nil: a scalar or a free-form value, whose keys are the sender's), and its member
 // names by their folded form.

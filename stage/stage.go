@@ -10,6 +10,7 @@ package stage
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -39,10 +40,21 @@ func OnlyLevel(n int) func(int) bool { return func(l int) bool { return l == n }
 // entry for a stage leaves that stage off, or at its defaults, as the stage says.
 type Options map[string]any
 
-// Get is the options of type T a route set for stage name, and whether it set them.
+// Get is the options of type T a route set for stage name, and whether it set them. Options of
+// another type under that name are a programming error (a value where the stage takes a
+// pointer, another stage's type): Get panics rather than turn the stage off in silence.
 func Get[T any](o Options, name string) (T, bool) {
-	v, ok := o[name].(T)
-	return v, ok
+	v, ok := o[name]
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	t, ok := v.(T)
+	if !ok {
+		var want T
+		panic(fmt.Sprintf("stage %s: options are %T, want %T", name, v, want))
+	}
+	return t, true
 }
 
 // RuleSet is a compiled rule set as the stages evaluate it (policy.Set, counting shadow rules).
@@ -54,8 +66,9 @@ type RuleSet interface {
 // Conn is one connection as the stages of its chain see it: what the engine learnt of the flow
 // (addresses, names, the process and pod behind it), the route it took and that route's options,
 // its rule set, where its records go, and the services the engine offers a stage (a rate-limited
-// warning, a request of its own to the flow's server, hooks at the flow's end). Stages only read
-// it; the engine fills it once per connection before the chain is built.
+// warning, a request of its own to the flow's server, hooks at the flow's end). The engine fills
+// it once per connection before the chain is built; stages read its fields, and change it only
+// through Shared and OnEnd.
 type Conn struct {
 	ID  string // the flow log's id
 	Num uint64 // the flow's number (audit records)
@@ -72,7 +85,8 @@ type Conn struct {
 	Mechanism string
 	Identity  *origin.Identity // the process behind the connection (eBPF), nil unknown
 
-	// ClientVars and ConnVars are policy's `client` and `conn` variables, built once.
+	// ClientVars and ConnVars are policy's `client` and `conn` variables, built once (nil at
+	// Level 1 on a route without a rule set: nothing evaluates them).
 	ClientVars *policy.Client
 	ConnVars   *policy.Conn
 	// Rules is the rule set that judges the flow now (nil func: the route names none; a nil
@@ -86,10 +100,12 @@ type Conn struct {
 	Upstream net.Conn
 	// Post sends one HTTP/1.1 request to the flow's server over a new upstream connection
 	// (dialled and verified as the flow's own) and reads its response; not 2xx is an error.
+	// Level 2 only (nil below).
 	Post func(ctx context.Context, target string, headers []exchange.Header, body []byte) error
 
-	// Record is the flow's part of every record, Records the flow's record writer: a stage that
-	// writes records of its own (Level 2, per JSON-RPC message) writes them there.
+	// Record is the flow's part of every record (Level 2 only), Records the flow's record
+	// writer: a stage that writes records of its own (Level 2, per JSON-RPC message) writes
+	// them there.
 	Record  telemetry.FlowRecord
 	Records telemetry.FlowRecorder
 

@@ -39,16 +39,22 @@ func TestSharedAndEnd(t *testing.T) {
 	}
 }
 
-// Get reads a stage's own options type and nothing else.
+// Get reads a stage's own options type; another type under its name panics (a stage never goes
+// off in silence because its options were built wrong).
 func TestGet(t *testing.T) {
 	type mine struct{ on bool }
 	o := Options{"mine": &mine{on: true}, "other": 3}
 	if m, ok := Get[*mine](o, "mine"); !ok || !m.on {
 		t.Fatalf("Get mine = %v %v", m, ok)
 	}
-	if _, ok := Get[*mine](o, "other"); ok {
-		t.Fatal("Get read another stage's type")
-	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Get of another type did not panic")
+			}
+		}()
+		Get[*mine](o, "other")
+	}()
 	if _, ok := Get[*mine](nil, "mine"); ok {
 		t.Fatal("Get on nil options")
 	}

@@ -13,7 +13,6 @@ import (
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
 	"mcpintercept/stage"
-	"mcpintercept/tracing/tracestage"
 )
 
 // auditStage is Level 1's audit writer: every request the stages before it let through gets a
@@ -135,7 +134,7 @@ func (s *auditStage) authorization(x *exchange.Exchange) *audit.Record {
 	if tp, ok := x.Req.Get("traceparent"); ok && mcp.ValidTraceparent(tp) {
 		r.Traceparent = tp
 	}
-	if sp := tracestage.SpanOf(x); sp != nil {
+	if sp := stage.SpanOf(x); sp != nil {
 		r.TraceID, r.SpanID = sp.TraceID(), sp.SpanID()
 	}
 	return r

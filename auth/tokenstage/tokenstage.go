@@ -69,7 +69,7 @@ type tokenStage struct {
 	dstHost string // the original destination's address, when the request names no host
 	level   int
 	metrics *tokenMetrics
-	ident   string // Route.CallerIdentity
+	ident   string // Options.CallerIdentity
 }
 
 // Factory is the token stage of a chain, counting refusals on reg (nil: unregistered). It runs

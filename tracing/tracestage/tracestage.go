@@ -14,7 +14,8 @@ import (
 	"mcpintercept/tracing"
 )
 
-// Spans (Options.Tracer set; nil is tracing off and none of this runs):
+// Spans (the tracer of Factory and ConnSpan, chain.Deps.Tracer; nil is tracing off and none of
+// this runs):
 //
 //   - Level 2 makes one span per JSON-RPC request (level2/trace.go), with Base as the flow's
 //     part of its attributes.
@@ -68,12 +69,9 @@ func Base(c *stage.Conn) tracing.Call {
 	return b
 }
 
-// spanKey keeps an exchange's Level 1 span.
-type spanKey struct{}
-
-// SpanOf is x's Level 1 span (nil: none): the records of x carry its ids.
-func SpanOf(x *exchange.Exchange) *tracing.Span {
-	sp, _ := x.Get(spanKey{}).(*tracing.Span)
+// spanOf is x's Level 1 span (nil: none), kept as stage.SetSpan names it for the records.
+func spanOf(x *exchange.Exchange) *tracing.Span {
+	sp, _ := stage.SpanOf(x).(*tracing.Span)
 	return sp
 }
 
@@ -105,7 +103,6 @@ func (s *traceStage) RequestHead(_ context.Context, x *exchange.Exchange) exchan
 		return exchange.Continue // Level 2's own spans, per JSON-RPC request
 	}
 	sp := s.start(x)
-	x.Set(spanKey{}, sp)
 	stage.SetSpan(x, sp)
 	if s.inject {
 		if tp, ts, ok := sp.Inject(); ok {
@@ -133,11 +130,11 @@ func (s *traceStage) start(x *exchange.Exchange) *tracing.Span {
 		c.HTTPMethod, c.Path = info.Method, info.Path
 		c.Method, c.ProtocolVersion, c.SessionID = info.MCPMethod, info.ProtocolVersion, info.SessionHash
 		switch info.MCPMethod {
-		case "tools/call":
+		case mcp.MethodToolsCall:
 			c.Tool = info.MCPName
-		case "prompts/get":
+		case mcp.MethodPromptsGet:
 			c.Prompt = info.MCPName
-		case "resources/read":
+		case mcp.MethodResourcesRead:
 			c.ResourceURI = info.MCPName // RedactURI applied by Level 1
 		}
 	}
@@ -150,13 +147,12 @@ func (s *traceStage) Done(x *exchange.Exchange) {
 	if x.Req == nil {
 		return
 	}
-	sp := SpanOf(x)
+	sp := spanOf(x)
 	if sp == nil {
 		if s.level >= 2 && stage.Recorded(x) {
 			return
 		}
 		sp = s.start(x)
-		x.Set(spanKey{}, sp)
 		stage.SetSpan(x, sp)
 	}
 	d := x.Verdict.Decision
