@@ -3,6 +3,8 @@ package telemetry
 import (
 	"sort"
 	"strings"
+
+	"mcpintercept/mcp"
 )
 
 // CallCounts is `mcpintercept observe --top`: tools/call requests per client address (and
@@ -21,7 +23,7 @@ func NewCallCounts() *CallCounts { return &CallCounts{rows: map[[2]string]*callR
 
 // Add counts r when it is a client's tools/call.
 func (s *CallCounts) Add(r *FlowRecord) {
-	if r.MCPMethod != "tools/call" || r.Direction == ServerToClient {
+	if r.MCPMethod != mcp.MethodToolsCall || r.Direction == ServerToClient {
 		return
 	}
 	client := r.Client
