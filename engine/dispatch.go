@@ -299,7 +299,7 @@ func (e *Engine) plainHTTP(ctx context.Context, f *flow, route *Route) outcome {
 	last := new(atomic.Int64)
 	client := flowconn.Wrap(f.c, flowconn.Options{Prefix: f.takePeeked(), Activity: last})
 	upstream := flowconn.Wrap(up, flowconn.Options{Activity: last})
-	return e.level1(ctx, f, route, Plaintext, client, upstream, last)
+	return e.serveHTTP(ctx, f, route, Plaintext, client, upstream, last)
 }
 
 // terminate verifies the upstream first, then completes the client's handshake with a minted
@@ -349,7 +349,7 @@ func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) outcome {
 	client := flowconn.Wrap(tc, flowconn.Options{TCP: f.c, Activity: last})
 	upstream := flowconn.Wrap(upConn, flowconn.Options{TCP: up, Activity: last})
 	if route.Level >= 1 {
-		return e.level1(ctx, f, route, Terminate, client, upstream, last)
+		return e.serveHTTP(ctx, f, route, Terminate, client, upstream, last)
 	}
 	idled, stop := watchIdle(e.opt.Limits.IdleTimeout, last, client, upstream)
 	upN, downN, reset := copyBoth(client, upstream)

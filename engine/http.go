@@ -14,12 +14,12 @@ import (
 	"mcpintercept/stage"
 )
 
-// level1 serves the flow with HTTP awareness: the route's stages run over every exchange
+// serveHTTP serves the flow with HTTP awareness: the route's stages run over every exchange
 // (stagesFor), and the record stage writes one record per request (per JSON-RPC message at
 // Level 2). client and upstream are flowconn wrappers that keep last, the flow's activity time.
 // The outcome it returns is marked recorded, unless no exchange completed: that connection's
 // line is then the exit's.
-func (e *Engine) level1(ctx context.Context, f *flow, route *Route, tlsMode Disposition, client, upstream net.Conn, last *atomic.Int64) outcome {
+func (e *Engine) serveHTTP(ctx context.Context, f *flow, route *Route, tlsMode Disposition, client, upstream net.Conn, last *atomic.Int64) outcome {
 	xo := e.opt.HTTP
 	if xo.IdleTimeout == 0 {
 		xo.IdleTimeout = e.opt.Limits.IdleTimeout
