@@ -156,3 +156,9 @@ func (o Options) Exchange() exchange.Options {
 func (o Options) Guards() Guards {
 	return Guards{RouteOptions: RouteOptions{AllowUpgrade: o.AllowUpgrade, StrictMCPHeaders: o.StrictMCPHeaders}, ExpectedHost: o.ExpectedHost}
 }
+
+// Stages is the Level 1 stage list of one test connection: classification with its guards, then
+// header policy (chain.Stages is the appliance's, with every stage between).
+func Stages(g Guards, f *Flow) []exchange.Stage {
+	return []exchange.Stage{NewClassifier(g), NewHeaderPolicy(f)}
+}

@@ -36,12 +36,6 @@ type Flow struct {
 	RuleErrors func(d *policy.Decision)
 }
 
-// Stages is the Level 1 stage list for one connection: classification with its guards, then
-// header policy. Stages keep per-connection state, so each connection gets its own list.
-func Stages(g Guards, f *Flow) []exchange.Stage {
-	return []exchange.Stage{NewClassifier(g), NewHeaderPolicy(f)}
-}
-
 // Classifier is the Level 1 stage that classifies a request from its head (Classify; mcp.InfoOf
 // reads the result) and refuses, with a plain-text 403, 421 or 400, what no policy should have to
 // judge: a protocol switch the route does not allow (after a switch nothing can be judged), a

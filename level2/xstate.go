@@ -65,10 +65,3 @@ func stateOf(x *exchange.Exchange) *xstate {
 	s, _ := x.Get(stateKey{}).(*xstate)
 	return s
 }
-
-// Recorded reports whether Level 2 wrote (or will write) records for x's JSON-RPC messages, in
-// which case the per-HTTP-request record is redundant.
-func Recorded(x *exchange.Exchange) bool {
-	s := stateOf(x)
-	return s != nil && s.messages > 0
-}
