@@ -38,19 +38,7 @@ type auditRecord struct {
 func TestAuditLevel1(t *testing.T) {
 	needLab(t)
 	statelessServer(t)
-	caDir := filepath.Join(t.TempDir(), "ca")
-	dir := filepath.Join(t.TempDir(), "audit")
-	cfg := tlsConfig(t, caDir)
-	cfg = strings.Replace(cfg, "routes:\n", `routes:
-  - name: audited
-    match: {ports: [3002]}
-    tls: plaintext
-    level: 1
-    development: true
-    rule_set: lab
-    audit: true
-`, 1)
-	cfg += "audit:\n  dir: " + dir + "\n"
+	dir, cfg := auditedLevel1Config(t)
 	a := startAppliance(t, "nftables-tproxy", cfg)
 
 	const calls = 3
@@ -129,19 +117,7 @@ func TestAuditLevel1(t *testing.T) {
 func TestAuditStartAndCutNewline(t *testing.T) {
 	needLab(t)
 	statelessServer(t)
-	caDir := filepath.Join(t.TempDir(), "ca")
-	dir := filepath.Join(t.TempDir(), "audit")
-	cfg := tlsConfig(t, caDir)
-	cfg = strings.Replace(cfg, "routes:\n", `routes:
-  - name: audited
-    match: {ports: [3002]}
-    tls: plaintext
-    level: 1
-    development: true
-    rule_set: lab
-    audit: true
-`, 1)
-	cfg += "audit:\n  dir: " + dir + "\n"
+	dir, cfg := auditedLevel1Config(t)
 	cfgPath := filepath.Join(t.TempDir(), "mcpintercept.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -240,4 +216,22 @@ func cmdExit(err error) int {
 		return -1
 	}
 	return 0
+}
+
+// auditedLevel1Config is the lab configuration with an audited Level 1 route (audited) in front of
+// the stateless Go SDK server on 3002, and the audit directory it writes to.
+func auditedLevel1Config(t *testing.T) (dir, cfg string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "audit")
+	cfg = tlsConfig(t, filepath.Join(t.TempDir(), "ca"))
+	cfg = strings.Replace(cfg, "routes:\n", `routes:
+  - name: audited
+    match: {ports: [3002]}
+    tls: plaintext
+    level: 1
+    development: true
+    rule_set: lab
+    audit: true
+`, 1)
+	return dir, cfg + "audit:\n  dir: " + dir + "\n"
 }

@@ -158,22 +158,7 @@ func TestToolIntegrity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dir := t.TempDir()
-	stateDir, auditDir := filepath.Join(dir, "tools"), filepath.Join(dir, "audit")
-	cfgPath := filepath.Join(dir, "mcpintercept.yaml")
-	caDir := filepath.Join(dir, "ca")
-	write := func(mode string) {
-		if err := os.WriteFile(cfgPath, []byte(toolIntegrityConfig(t, caDir, stateDir, auditDir, mode)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("learn")
-	a := startApplianceFile(t, "nftables-tproxy", cfgPath)
-	ca := filepath.Join(dir, "appliance-ca.pem")
-	pem := runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "ca", "export", "--config", cfgPath)
-	if err := os.WriteFile(ca, []byte(pem), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	stateDir, auditDir, cfgPath, ca, write, a := startToolIntegrity(t)
 
 	// learn: echo is pinned on first sight and works for both SDKs.
 	if tools, code, msg := listCall(t, pinnedURL, ca, "go-1"); !has(tools, "echo") || code != 0 {
@@ -307,22 +292,7 @@ func TestToolDivergencePinSecond(t *testing.T) {
 	if err := srv.waitFor("READY", 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	stateDir, auditDir := filepath.Join(dir, "tools"), filepath.Join(dir, "audit")
-	cfgPath := filepath.Join(dir, "mcpintercept.yaml")
-	caDir := filepath.Join(dir, "ca")
-	write := func(mode string) {
-		if err := os.WriteFile(cfgPath, []byte(toolIntegrityConfig(t, caDir, stateDir, auditDir, mode)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("learn")
-	a := startApplianceFile(t, "nftables-tproxy", cfgPath)
-	ca := filepath.Join(dir, "appliance-ca.pem")
-	pem := runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "ca", "export", "--config", cfgPath)
-	if err := os.WriteFile(ca, []byte(pem), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	_, _, cfgPath, ca, write, a := startToolIntegrity(t)
 	if tools, code, msg := listCall(t, pinnedURL, ca, "learn"); !has(tools, "echo") || code != 0 {
 		t.Fatalf("learn: tools %v, call %d %s", tools, code, msg)
 	}
@@ -356,4 +326,28 @@ func TestToolDivergencePinSecond(t *testing.T) {
 		t.Errorf("flow log: change record %v, divergence record naming both clients' sessions and hashes %v\n%s",
 			changed, divergence, grepLines(a.stdout.String()+a.stderr.String(), "tool"))
 	}
+}
+
+// startToolIntegrity runs the appliance on toolIntegrityConfig in tool_pins learn, in a fresh
+// directory, and exports its CA for the clients: the state and audit directories, the
+// configuration file, the CA file, how to rewrite the file for another mode, and the appliance.
+func startToolIntegrity(t *testing.T) (stateDir, auditDir, cfgPath, ca string, write func(mode string), a *appliance) {
+	t.Helper()
+	dir := t.TempDir()
+	stateDir, auditDir = filepath.Join(dir, "tools"), filepath.Join(dir, "audit")
+	cfgPath = filepath.Join(dir, "mcpintercept.yaml")
+	caDir := filepath.Join(dir, "ca")
+	write = func(mode string) {
+		if err := os.WriteFile(cfgPath, []byte(toolIntegrityConfig(t, caDir, stateDir, auditDir, mode)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("learn")
+	a = startApplianceFile(t, "nftables-tproxy", cfgPath)
+	ca = filepath.Join(dir, "appliance-ca.pem")
+	pem := runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "ca", "export", "--config", cfgPath)
+	if err := os.WriteFile(ca, []byte(pem), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return stateDir, auditDir, cfgPath, ca, write, a
 }
