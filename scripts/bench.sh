@@ -88,6 +88,7 @@ PROXY_PID=
 STEERED=
 
 stop_proxy() {
+	ADMIN=
 	if [ -n "$PROXY_PID" ]; then
 		kill -TERM "$PROXY_PID" 2>/dev/null || true
 		wait "$PROXY_PID" 2>/dev/null || true
@@ -117,17 +118,18 @@ scripts/lab.sh up >/dev/null
 PKI=$ROOT/.lab/pki
 CLK_TCK=$(getconf CLK_TCK)
 
-# The origin: plaintext on 8080 (direct, relays, opaque), 8081 (Level 1), 8082 (Level 2); TLS with
-# the lab server certificate on 8443 (direct TLS, relays, terminate + Level 1), 8444 (terminate +
-# Level 2), 9443 (passthrough).
-ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8080,10.200.2.2:8081,10.200.2.2:8082 >"$WORK/origin.out" 2>&1 &
-ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8443,10.200.2.2:8444,10.200.2.2:8445,10.200.2.2:9443 \
+# The origin: plaintext on 8080 (direct, relays, opaque), 8081 (Level 1), 8082 (Level 2), 8083
+# (Level 1 + audit), 8084 (Level 2 + audit); TLS with the lab server certificate on 8443 (direct
+# TLS, relays, terminate + Level 1), 8444 (terminate + Level 2), 8445 (terminate + Level 2 +
+# audit), 8446 (terminate + Level 1 + audit), 9443 (passthrough).
+ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8080,10.200.2.2:8081,10.200.2.2:8082,10.200.2.2:8083,10.200.2.2:8084 >"$WORK/origin.out" 2>&1 &
+ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8443,10.200.2.2:8444,10.200.2.2:8445,10.200.2.2:8446,10.200.2.2:9443 \
 	-tls-cert "$PKI/server.pem" -tls-key "$PKI/server-key.pem" >"$WORK/tlsorigin.out" 2>&1 &
 # The OTLP receiver of the tracing rows, beside the appliance (its exports go to loopback).
 ip netns exec mcpi-appliance bin/otlpsink -listen 127.0.0.1:4318 >"$WORK/otlpsink.out" 2>&1 &
 SINK_PID=$!
 for i in $(seq 1 100); do
-	[ "$(grep -cs READY "$WORK/origin.out")" = 3 ] && [ "$(grep -cs READY "$WORK/tlsorigin.out")" = 4 ] &&
+	[ "$(grep -cs READY "$WORK/origin.out")" = 5 ] && [ "$(grep -cs READY "$WORK/tlsorigin.out")" = 5 ] &&
 		grep -qs READY "$WORK/otlpsink.out" && break
 	sleep 0.1
 done
@@ -197,8 +199,8 @@ mcpi_config() {
 listen: {port: 15001}
 intercept:
   destinations: [10.200.2.0/24]
-  ports: [8080, 8081, 8082, 8443, 8444, 8445, 9443]
-admin: {listen: \"off\"}
+  ports: [8080, 8081, 8082, 8083, 8084, 8443, 8444, 8445, 8446, 9443]
+admin: {listen: \"127.0.0.1:9464\"}
 log: {flows: \"$FLOWS\"}
 ca: {dir: $WORK/ca$id}
 upstream_tls: {extra_cas: [$PKI/server-ca.pem]}
@@ -209,8 +211,11 @@ routes:
   - {name: passthrough, match: {ports: [9443]}, tls: passthrough}"
 	local l2='  - {name: l2-plain, match: {ports: [8082]}, tls: plaintext, level: 2, development: true, rule_set: bench}
   - {name: terminate-l2, match: {ports: [8444]}, tls: terminate, level: 2, rule_set: bench}'
-	# Terminate + Level 2 with the durable audit (issue 18), when BINARY knows it.
-	local l2audit="  - {name: terminate-l2-audit, match: {ports: [8445]}, tls: terminate, level: 2, rule_set: bench, audit: true}"
+	# Each path with the durable audit (issue 18), when BINARY knows it.
+	local l2audit="  - {name: l1-plain-audit, match: {ports: [8083]}, tls: plaintext, level: 1, development: true, rule_set: bench, audit: true}
+  - {name: l2-plain-audit, match: {ports: [8084]}, tls: plaintext, level: 2, development: true, rule_set: bench, audit: true}
+  - {name: terminate-l1-audit, match: {ports: [8446]}, tls: terminate, level: 1, rule_set: bench, audit: true}
+  - {name: terminate-l2-audit, match: {ports: [8445]}, tls: terminate, level: 2, rule_set: bench, audit: true}"
 	printf -v "AUDIT$id" 0
 	printf -v "TRACE$id" 0
 	printf '%s\n' "$base" "$l2" "$l2audit" "$RULES" "audit: {dir: $WORK/audit$id}" >"$WORK/routes$id.yaml"
@@ -257,6 +262,15 @@ L2_base=0
 # --- one row ---
 RESULTS=$WORK/results.jsonl
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# The running appliance's admin listener (empty for the reference proxies): its Go runtime's
+# allocation count (go_memstats_mallocs_total) before and after a row gives allocations per request.
+ADMIN=
+mallocs() {
+	[ -n "$ADMIN" ] || { echo null; return; }
+	local m
+	m=$(ip netns exec mcpi-appliance curl -s --max-time 5 "$ADMIN/metrics" | awk '$1 == "go_memstats_mallocs_total" {printf "%.0f", $2}')
+	echo "${m:-null}"
+}
 # row ROUND GROUP LABEL URL [loadgen args]: one loadgen run, its JSON line plus the proxy's CPU.
 row() {
 	local round=$1 group=$2 label=$3 url=$4
@@ -267,7 +281,8 @@ row() {
 	case "$group" in rate*) dur=$RATE_DURATION extra=(-rate "$RATE" -warmup 1s) ;; *) extra=(-warmup "$WARMUP") ;; esac
 	case "$url" in https:*) extra+=(-ca "$CA") ;; esac
 	echo "bench: round $round: $label ($dur)" >&2
-	local t0 c0 t1 c1 out
+	local t0 c0 t1 c1 out m0 m1
+	m0=$(mallocs)
 	t0=$(date +%s%N)
 	c0=0
 	[ -n "$PROXY_PID" ] && c0=$(cpu_ticks "$PROXY_PID")
@@ -278,14 +293,20 @@ row() {
 	t1=$(date +%s%N)
 	c1=0
 	[ -n "$PROXY_PID" ] && c1=$(cpu_ticks "$PROXY_PID")
+	m1=$(mallocs)
 	[ -n "$out" ] || out="{\"label\":\"$label\",\"requests\":0,\"errors\":-1,\"rps\":0,\"p50_us\":0,\"p99_us\":0}"
-	local cpu=null
-	[ -n "$PROXY_PID" ] && cpu=$(awk -v d="$((c1 - c0))" -v hz="$CLK_TCK" -v ns="$((t1 - t0))" 'BEGIN {printf "%.1f", d / hz / (ns / 1e9) * 100}')
-	printf '{"round": %s, "group": "%s", "cpu": %s, "r": %s}\n' "$round" "$group" "$cpu" "$out" >>"$RESULTS"
+	local cpu=null cpus=null allocs=null
+	if [ -n "$PROXY_PID" ]; then
+		cpu=$(awk -v d="$((c1 - c0))" -v hz="$CLK_TCK" -v ns="$((t1 - t0))" 'BEGIN {printf "%.1f", d / hz / (ns / 1e9) * 100}')
+		cpus=$(awk -v d="$((c1 - c0))" -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", d / hz}')
+	fi
+	[ "$m0" != null ] && [ "$m1" != null ] && allocs=$((m1 - m0))
+	printf '{"round": %s, "group": "%s", "cpu": %s, "cpu_s": %s, "allocs": %s, "r": %s}\n' "$round" "$group" "$cpu" "$cpus" "$allocs" "$out" >>"$RESULTS"
 }
 
 start_proxy() { # log-file ready-pattern command...
 	local log=$1 pat=$2
+	ADMIN=
 	shift 2
 	"$@" >"$log" 2>&1 &
 	PROXY_PID=$!
@@ -312,50 +333,73 @@ start_haproxy() {
 # mcpi_rows ROUND BINARY ID SUFFIX: the appliance's rows, with BINARY and $WORK/routesID.yaml.
 mcpi_rows() {
 	local round=$1 bin=$2 id=$3 sfx=$4 l2var="L2$3" auditvar="AUDIT$3"
-	local l2=${!l2var} au=${!auditvar:-0}
-	if want "mcpintercept opaque$sfx" || want "Level 1 plaintext$sfx" || want "passthrough$sfx" || want "terminate + Level 1$sfx" ||
-		{ [ "$l2" = 1 ] && { want "Level 2 plaintext$sfx" || want "terminate + Level 2$sfx" || want "terminate + Level 2 + audit$sfx"; }; }; then
-		mcpi_plain_rows "$@"
+	local l2=${!l2var} au=${!auditvar:-0} p any=
+	for p in "mcpintercept opaque" "Level 1 plaintext" "passthrough" "terminate + Level 1"; do want "$p$sfx" && any=1; done
+	if [ "$l2" = 1 ]; then
+		for p in "Level 2 plaintext" "terminate + Level 2"; do want "$p$sfx" && any=1; done
 	fi
-	mcpi_trace_rows "$round" "$bin" "$id" "$sfx" "" "terminate + Level 2 + tracing$sfx"
-	mcpi_trace_rows "$round" "$bin" "$id" "$sfx" down "tracing, collector down$sfx"
+	if [ "$au" = 1 ]; then
+		for p in "Level 1 plaintext" "Level 2 plaintext" "terminate + Level 1" "terminate + Level 2"; do want "$p + audit$sfx" && any=1; done
+	fi
+	[ -n "$any" ] && mcpi_plain_rows "$@"
+	mcpi_trace_rows "$round" "$bin" "$id" "$sfx" "" " + tracing$sfx"
+	mcpi_trace_rows "$round" "$bin" "$id" "$sfx" down ", tracing, collector down$sfx"
 	mcpi_observe_rows "$round" "$bin" "$id" "$sfx"
 }
 
-# mcpi_plain_rows ROUND BINARY ID SUFFIX: the rows of one appliance run with $WORK/routesID.yaml.
+# mcpi_plain_rows ROUND BINARY ID SUFFIX: the rows of one appliance run with $WORK/routesID.yaml:
+# each path, then each path with the durable audit on (its own route and origin port).
 mcpi_plain_rows() {
 	local round=$1 bin=$2 id=$3 sfx=$4 l2var="L2$3" auditvar="AUDIT$3"
-	local l2=${!l2var} au=${!auditvar:-0}
+	local l2=${!l2var} au=${!auditvar:-0} group
 	start_proxy "$WORK/app$id.log" msg=ready ip netns exec mcpi-appliance "$bin" run --config "$WORK/routes$id.yaml" --mechanism nftables-tproxy
+	ADMIN=http://127.0.0.1:9464
 	[ -s "$WORK/appliance-ca$id.pem" ] || ip netns exec mcpi-appliance "$bin" ca export --dir "$WORK/ca$id" >"$WORK/appliance-ca$id.pem"
 	CA=$PKI/server-ca.pem
 	row "$round" plain "mcpintercept opaque$sfx" "$PLAIN:8080/mcp"
-	row "$round" plain "Level 1 plaintext$sfx" "$PLAIN:8081/mcp"
-	[ "$l2" = 1 ] && row "$round" plain "Level 2 plaintext$sfx" "$PLAIN:8082/mcp"
+	for group in plain rate-plain; do
+		row "$round" $group "Level 1 plaintext$sfx" "$PLAIN:8081/mcp"
+		[ "$au" = 1 ] && row "$round" $group "Level 1 plaintext + audit$sfx" "$PLAIN:8083/mcp"
+		[ "$l2" = 1 ] && row "$round" $group "Level 2 plaintext$sfx" "$PLAIN:8082/mcp"
+		[ "$au" = 1 ] && row "$round" $group "Level 2 plaintext + audit$sfx" "$PLAIN:8084/mcp"
+	done
 	row "$round" tls "passthrough$sfx" "$TLSURL:9443/mcp"
 	CA=$WORK/appliance-ca$id.pem
-	row "$round" tls "terminate + Level 1$sfx" "$TLSURL:8443/mcp"
-	[ "$l2" = 1 ] && row "$round" tls "terminate + Level 2$sfx" "$TLSURL:8444/mcp"
-	[ "$au" = 1 ] && row "$round" tls "terminate + Level 2 + audit$sfx" "$TLSURL:8445/mcp"
-	row "$round" rate-plain "Level 1 plaintext$sfx" "$PLAIN:8081/mcp"
-	[ "$l2" = 1 ] && row "$round" rate-plain "Level 2 plaintext$sfx" "$PLAIN:8082/mcp"
-	row "$round" rate-tls "terminate + Level 1$sfx" "$TLSURL:8443/mcp"
-	[ "$l2" = 1 ] && row "$round" rate-tls "terminate + Level 2$sfx" "$TLSURL:8444/mcp"
-	[ "$au" = 1 ] && row "$round" rate-tls "terminate + Level 2 + audit$sfx" "$TLSURL:8445/mcp"
+	for group in tls rate-tls; do
+		row "$round" $group "terminate + Level 1$sfx" "$TLSURL:8443/mcp"
+		[ "$au" = 1 ] && row "$round" $group "terminate + Level 1 + audit$sfx" "$TLSURL:8446/mcp"
+		[ "$l2" = 1 ] && row "$round" $group "terminate + Level 2$sfx" "$TLSURL:8444/mcp"
+		[ "$au" = 1 ] && row "$round" $group "terminate + Level 2 + audit$sfx" "$TLSURL:8445/mcp"
+	done
 	stop_proxy
 }
 
-# mcpi_trace_rows ROUND BINARY ID SUFFIX KIND LABEL: terminate + Level 2 (port 8444) in an
-# appliance run with telemetry.otlp on ($WORK/routesID_trace.yaml, KIND down: _tracedown.yaml);
-# the appliance's mcpintercept_spans_dropped_total after the rows goes to $WORK/droppedID_KIND.
+# mcpi_trace_rows ROUND BINARY ID SUFFIX KIND TAIL: each path in an appliance run with
+# telemetry.otlp on ($WORK/routesID_trace.yaml, KIND down: _tracedown.yaml), its label the path's
+# with TAIL appended (only terminate + Level 2 for KIND down); the appliance's
+# mcpintercept_spans_dropped_total after the rows goes to $WORK/droppedID_KIND.
 mcpi_trace_rows() {
-	local round=$1 bin=$2 id=$3 sfx=$4 kind=$5 label=$6 tvar="TRACE$3"
-	[ "${!tvar:-0}" = 1 ] && want "$label" || return 0
+	local round=$1 bin=$2 id=$3 sfx=$4 kind=$5 tail=$6 tvar="TRACE$3" p any= group
+	[ "${!tvar:-0}" = 1 ] || return 0
+	local paths=("Level 1 plaintext" "Level 2 plaintext" "terminate + Level 1" "terminate + Level 2")
+	[ -n "$kind" ] && paths=("terminate + Level 2")
+	for p in "${paths[@]}"; do want "$p$tail" && any=1; done
+	[ -n "$any" ] || return 0
 	start_proxy "$WORK/app${id}_trace$kind.log" msg=ready ip netns exec mcpi-appliance "$bin" run --config "$WORK/routes${id}_trace$kind.yaml" --mechanism nftables-tproxy
+	ADMIN=http://127.0.0.1:9465
 	[ -s "$WORK/appliance-ca$id.pem" ] || ip netns exec mcpi-appliance "$bin" ca export --dir "$WORK/ca$id" >"$WORK/appliance-ca$id.pem"
-	CA=$WORK/appliance-ca$id.pem
-	row "$round" tls "$label" "$TLSURL:8444/mcp"
-	row "$round" rate-tls "$label" "$TLSURL:8444/mcp"
+	for group in plain rate-plain tls rate-tls; do
+		for p in "${paths[@]}"; do
+			case "$group:$p" in
+			plain*:Level*) CA=$PKI/server-ca.pem ;;
+			tls*:terminate*) CA=$WORK/appliance-ca$id.pem ;;
+			*) continue ;;
+			esac
+			local port
+			case "$p" in "Level 1 plaintext") port=8081 ;; "Level 2 plaintext") port=8082 ;; "terminate + Level 1") port=8443 ;; *) port=8444 ;; esac
+			case "$p" in Level*) row "$round" $group "$p$tail" "$PLAIN:$port/mcp" ;; *) row "$round" $group "$p$tail" "$TLSURL:$port/mcp" ;; esac
+		done
+	done
 	local d
 	d=$(ip netns exec mcpi-appliance curl -s --max-time 5 http://127.0.0.1:9465/metrics | awk '$1 == "mcpintercept_spans_dropped_total" {print $2}')
 	echo "${d:-?}" >>"$WORK/dropped${id}_$kind"
@@ -373,6 +417,7 @@ mcpi_observe_rows() {
 	local quiet="terminate + Level 2, observe, no reader$sfx" stalled="terminate + Level 2, observe, stalled reader$sfx"
 	[ "${!ovar:-0}" = 1 ] && { want "$quiet" || want "$stalled"; } || return 0
 	start_proxy "$WORK/app${id}_observe.log" msg=ready ip netns exec mcpi-appliance "$bin" run --config "$WORK/routes${id}_observe.yaml" --mechanism nftables-tproxy
+	ADMIN=$OBS_ADMIN
 	[ -s "$WORK/appliance-ca$id.pem" ] || ip netns exec mcpi-appliance "$bin" ca export --dir "$WORK/ca$id" >"$WORK/appliance-ca$id.pem"
 	CA=$WORK/appliance-ca$id.pem
 	local token group reader
@@ -466,6 +511,24 @@ def med(k, f):
     v = [f(x) for x in by.get(k, []) if x["r"].get("requests", 0) > 0]
     return statistics.median(v) if v else 0.0
 
+# CPU per request: the proxy's CPU seconds over the run divided by every request it handled
+# (loadgen's "total", warm-up included); from an older loadgen without it, cpu % over req/s.
+def per_req_us(x):
+    if x.get("cpu_s") is not None and x["r"].get("total"):
+        return x["cpu_s"] * 1e6 / x["r"]["total"]
+    if x["cpu"] is not None and x["r"].get("rps"):
+        return x["cpu"] / 100 * 1e6 / x["r"]["rps"]
+    return None
+
+# The path a feature row adds to: "terminate + Level 2 + audit" -> "terminate + Level 2".
+FEATURES = (" + audit", " + tracing", ", tracing, collector down", ", observe, no reader", ", observe, stalled reader")
+def path_of(label):
+    base, sfx = label.removesuffix(" [baseline]"), " [baseline]" if label.endswith(" [baseline]") else ""
+    for f in FEATURES:
+        if base.endswith(f):
+            return base.removesuffix(f) + sfx
+    return None
+
 def agg(k):
     xs = by[k]
     cpu = [x["cpu"] for x in xs if x["cpu"] is not None]
@@ -473,39 +536,47 @@ def agg(k):
             "p99": med(k, lambda x: x["r"]["p99_us"]), "errors": sum(max(x["r"]["errors"], 0) for x in xs),
             "failed": sum(1 for x in xs if x["r"]["errors"] < 0 or x["r"].get("requests", 0) == 0),
             "cpu": statistics.median(cpu) if cpu else None, "n": len(xs),
-            # CPU per request: the proxy's CPU over the run divided by its requests/s, per run.
-            "us": statistics.median(us) if (us := [x["cpu"] / 100 * 1e6 / x["r"]["rps"] for x in xs
-                                                  if x["cpu"] is not None and x["r"].get("rps")]) else None,
+            "us": statistics.median(us) if (us := [v for x in xs if (v := per_req_us(x)) is not None]) else None,
+            "allocs": statistics.median(al) if (al := [x["allocs"] / x["r"]["total"] for x in xs
+                                                      if x.get("allocs") is not None and x["r"].get("total")]) else None,
             "late": sum(x["r"].get("late", 0) for x in xs)}
 
 print(f"\n== fast origin, closed loop: median of {sys.argv[3]} rounds")
-print(f"{'path':<46}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'x direct':>10}{'x relay':>9}{'cpu %':>8}{'cpu us/req':>11}")
+print("x direct: req/s over direct's (TLS rows: direct TLS); x relay: that over the Go relay's; x off: req/s over the same")
+print("path without the feature; cpu us/req: the proxy's CPU per request; cpu x relay: that over the Go relay's;")
+print("allocs/req: the appliance's Go heap allocations per request (go_memstats_mallocs_total)")
+print(f"{'path':<52}{'req/s':>8}{'p50 us':>8}{'p99 us':>8}{'errors':>7}{'x direct':>9}{'x relay':>8}{'x off':>6}{'cpu %':>6}{'cpu us/req':>11}{'cpu x relay':>12}{'allocs/req':>11}")
 relay = {"plain": ("plain", "Go relay splice"), "tls": ("tls", "Go relay splice (TLS)")}
 vs_relay = {"mcpintercept opaque", "passthrough", "Level 1 plaintext", "terminate + Level 1",
-            "Level 2 plaintext", "terminate + Level 2", "terminate + Level 2 + audit",
-            "terminate + Level 2 + tracing", "tracing, collector down",
-            "terminate + Level 2, observe, no reader", "terminate + Level 2, observe, stalled reader"}
+            "Level 2 plaintext", "terminate + Level 2"}
 for fam, base_label in (("plain", "direct"), ("tls", "direct TLS")):
     base = agg((fam, base_label)) if (fam, base_label) in by else None
     rk = relay[fam]
-    rratio = agg(rk)["rps"] / base["rps"] if base and base["rps"] and rk in by else None
+    ra = agg(rk) if rk in by else None
+    rratio = ra["rps"] / base["rps"] if base and base["rps"] and ra else None
     for k in order:
         if k[0] != fam:
             continue
         a = agg(k)
         ratio = a["rps"] / base["rps"] if base and base["rps"] else 0
-        xr = f"{ratio / rratio:>9.2f}" if k[1].removesuffix(" [baseline]") in vs_relay and rratio else f"{'':>9}"
-        cpu = f"{a['cpu']:>8.0f}" if a["cpu"] is not None else f"{'-':>8}"
+        plain_label = k[1].removesuffix(" [baseline]")
+        onrelay = plain_label in vs_relay or (path_of(k[1]) or "").removesuffix(" [baseline]") in vs_relay
+        xr = f"{ratio / rratio:>8.2f}" if onrelay and rratio else f"{'':>8}"
+        off = path_of(k[1])
+        xo = f"{a['rps'] / agg((fam, off))['rps']:>6.2f}" if off and (fam, off) in by and agg((fam, off))["rps"] else f"{'':>6}"
+        cpu = f"{a['cpu']:>6.0f}" if a["cpu"] is not None else f"{'-':>6}"
         us = f"{a['us']:>11.1f}" if a["us"] is not None else f"{'-':>11}"
+        cr = f"{a['us'] / ra['us']:>12.2f}" if onrelay and a["us"] is not None and ra and ra["us"] else f"{'':>12}"
+        al = f"{a['allocs']:>11.1f}" if a["allocs"] is not None else f"{'-':>11}"
         err = f"{a['errors']}" + (f" ({a['failed']} runs failed)" if a["failed"] else "")
-        print(f"{k[1]:<46}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{err:>8}{ratio:>10.2f}{xr}{cpu}{us}")
+        print(f"{k[1]:<52}{a['rps']:>8.0f}{a['p50']:>8.0f}{a['p99']:>8.0f}{err:>7}{ratio:>9.2f}{xr}{xo}{cpu}{us}{cr}{al}")
     if fam == "plain" and l2note:
-        print(f"{'Level 2 plaintext':<46}skipped: {l2note}")
+        print(f"{'Level 2 plaintext':<52}skipped: {l2note}")
     if fam == "tls" and l2note:
-        print(f"{'terminate + Level 2':<46}skipped: {l2note}")
+        print(f"{'terminate + Level 2':<52}skipped: {l2note}")
     print()
 print(f"== open loop at {rate} req/s ({sys.argv[3]} rounds, medians): latency from each request's due time")
-print(f"{'path':<46}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'late':>7}{'added p50':>11}{'added p99':>11}{'cpu %':>8}")
+print(f"{'path':<52}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'late':>7}{'added p50':>11}{'added p99':>11}{'cpu %':>8}{'allocs/req':>11}")
 for fam, base_label in (("rate-plain", "direct"), ("rate-tls", "direct TLS")):
     base = agg((fam, base_label)) if (fam, base_label) in by else None
     for k in order:
@@ -515,9 +586,10 @@ for fam, base_label in (("rate-plain", "direct"), ("rate-tls", "direct TLS")):
         cpu = f"{a['cpu']:>8.0f}" if a["cpu"] is not None else f"{'-':>8}"
         ap50 = f"{a['p50'] - base['p50']:>11.0f}" if base and k[1] != base_label else f"{'':>11}"
         ap99 = f"{a['p99'] - base['p99']:>11.0f}" if base and k[1] != base_label else f"{'':>11}"
-        print(f"{k[1]:<46}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{a['late']:>7}{ap50}{ap99}{cpu}")
+        al = f"{a['allocs']:>11.1f}" if a["allocs"] is not None else f"{'-':>11}"
+        print(f"{k[1]:<52}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{a['late']:>7}{ap50}{ap99}{cpu}{al}")
 if l2note:
-    print(f"{'Level 2':<46}skipped: {l2note}")
+    print(f"{'Level 2':<52}skipped: {l2note}")
 f = os.path.join(os.path.dirname(sys.argv[1]), "observe")
 if os.path.exists(f):
     print("stalled observe reader: " + "; ".join(l for l in open(f).read().split("\n") if l))

@@ -16,9 +16,10 @@
 // Requests that start during -warmup are not measured; then it runs for
 // -duration and prints one JSON line:
 //
-//	{"label":..,"requests":N,"errors":E,"rps":F,"p50_us":F,"p99_us":F,"mean_us":F,...}
+//	{"label":..,"requests":N,"errors":E,"rps":F,"p50_us":F,"p99_us":F,"mean_us":F,...,"total":T}
 //
-// "errors" counts failures over the whole run, warm-up included.
+// "errors" counts failures over the whole run, warm-up included; "total" counts every request
+// of the run, warm-up and failures included (what the proxy's CPU and allocations are divided by).
 //
 // By default each worker sends its next request as soon as the previous
 // response is read (closed loop: the report's rps is the throughput). With
@@ -101,6 +102,9 @@ type report struct {
 	BodySize int     `json:"body_size"`
 	Rate     float64 `json:"rate,omitempty"`
 	Late     int     `json:"late,omitempty"`
+	// Total counts every request of the run, warm-up and failures included: what the proxy
+	// handled while its CPU and allocations were counted.
+	Total int `json:"total"`
 }
 
 func run(o options) (int, error) {
@@ -132,10 +136,11 @@ func run(o options) (int, error) {
 	elapsed := time.Since(measureFrom)
 
 	var all []time.Duration
-	errs, late := 0, 0
+	errs, late, total := 0, 0, 0
 	var firstErrs []string
 	for _, w := range workers {
 		all = append(all, w.lat...)
+		total += w.ok + w.errs
 		errs += w.errs
 		late += w.late
 		for _, e := range w.errSamples {
@@ -146,7 +151,7 @@ func run(o options) (int, error) {
 	}
 	slices.Sort(all)
 
-	rep := report{Label: o.label, Requests: len(all), Errors: errs, Conns: o.conns, BodySize: len(t.body), Rate: o.rate, Late: late}
+	rep := report{Label: o.label, Requests: len(all), Errors: errs, Conns: o.conns, BodySize: len(t.body), Rate: o.rate, Late: late, Total: total}
 	if elapsed > 0 {
 		rep.RPS = round2(float64(len(all)) / elapsed.Seconds())
 	}
@@ -268,6 +273,7 @@ type worker struct {
 	br         *bufio.Reader
 	body       []byte
 	lat        []time.Duration
+	ok         int // requests answered over the whole run, warm-up included
 	errs       int
 	late       int
 	errSamples []string
@@ -309,6 +315,7 @@ func (w *worker) openLoop(s *schedule, measureFrom, end time.Time) {
 			w.closeConn()
 			continue
 		}
+		w.ok++
 		if !due.Before(measureFrom) {
 			w.lat = append(w.lat, time.Since(from))
 		}
@@ -333,6 +340,7 @@ func (w *worker) loop(measureFrom, end time.Time) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		w.ok++
 		if !t0.Before(measureFrom) {
 			w.lat = append(w.lat, time.Since(t0))
 		}
