@@ -96,28 +96,10 @@ func (s *soak) finish(ctx context.Context) bool {
 	add("no fabricated result", fab == 0, "success results without their own nonce: loadgen %d, go %d, node %d (successes: loadgen %d, go %d, node %d)",
 		rep.Fabricated, sdk["go"].fabricated, sdk["node"].fabricated, rep.Requests, sdk["go"].ok, sdk["node"].ok)
 
-	perWindow := make([]map[string]int, len(windows))
-	outside := map[string]int{}
+	perWindow, outside, outsideEvents := attribute(events, windows, s.o.grace)
 	var outsideSamples []string
-	for i := range perWindow {
-		perWindow[i] = map[string]int{}
-	}
-	for _, e := range events {
-		hit := -1
-		for i, w := range windows {
-			if !e.end.Before(w.start) && !e.start.After(w.end.Add(s.o.grace)) {
-				hit = i
-				break
-			}
-		}
-		if hit >= 0 {
-			perWindow[hit][e.client]++
-			continue
-		}
-		outside[e.client]++
-		if len(outsideSamples) < 3 {
-			outsideSamples = append(outsideSamples, fmt.Sprintf("%s %s at +%v: %.160s", e.client, e.nonce, e.start.Sub(s.start).Round(time.Millisecond), e.err))
-		}
+	for _, e := range outsideEvents[:min(3, len(outsideEvents))] {
+		outsideSamples = append(outsideSamples, fmt.Sprintf("%s %s at +%v: %.160s", e.client, e.nonce, e.start.Sub(s.start).Round(time.Millisecond), e.err))
 	}
 	nOut := outside["loadgen"] + outside["go"] + outside["node"]
 	d := fmt.Sprintf("outside: loadgen %d, go %d, node %d", outside["loadgen"], outside["go"], outside["node"])
@@ -229,6 +211,32 @@ func (s *soak) finish(ctx context.Context) bool {
 		ok = ok && (c.ok || c.info)
 	}
 	return ok
+}
+
+// attribute counts each failed call against the first fault window its span [start, end]
+// overlaps, the window extended by grace; what overlaps none is outside, by client and in order.
+func attribute(events []event, windows []window, grace time.Duration) (perWindow []map[string]int, outside map[string]int, outsideEvents []event) {
+	perWindow = make([]map[string]int, len(windows))
+	for i := range perWindow {
+		perWindow[i] = map[string]int{}
+	}
+	outside = map[string]int{}
+	for _, e := range events {
+		hit := -1
+		for i, w := range windows {
+			if !e.end.Before(w.start) && !e.start.After(w.end.Add(grace)) {
+				hit = i
+				break
+			}
+		}
+		if hit >= 0 {
+			perWindow[hit][e.client]++
+			continue
+		}
+		outside[e.client]++
+		outsideEvents = append(outsideEvents, e)
+	}
+	return perWindow, outside, outsideEvents
 }
 
 func errOrOK(err error) string {
@@ -392,7 +400,7 @@ func (s *soak) printTable(w io.Writer, checks []check, windows []window, perWind
 		fmt.Fprintf(w, "%-11s %9v %9v  %-22s  %s\n", win.name, win.start.Sub(s.start).Round(100*time.Millisecond),
 			win.end.Sub(win.start).Round(100*time.Millisecond), fmt.Sprintf("%d/%d/%d", pw["loadgen"], pw["go"], pw["node"]), win.note)
 	}
-	fmt.Fprintf(w, "\n%-52s %-6s %s\n", "check", "result", "detail")
+	fmt.Fprintf(w, "\n%-58s %-6s %s\n", "check", "result", "detail")
 	for _, c := range checks {
 		r := "PASS"
 		switch {
@@ -401,6 +409,6 @@ func (s *soak) printTable(w io.Writer, checks []check, windows []window, perWind
 		case !c.ok:
 			r = "FAIL"
 		}
-		fmt.Fprintf(w, "%-52s %-6s %s\n", c.name, r, c.detail)
+		fmt.Fprintf(w, "%-58s %-6s %s\n", c.name, r, c.detail)
 	}
 }

@@ -151,6 +151,10 @@ func (s *soak) run(ctx context.Context) bool {
 	}
 	s.logf("load and faults for %v (window %v, grace %v); work dir %s", s.o.duration, s.unit, s.o.grace, s.work)
 	err := s.runFaults(ctx)
+	if ctx.Err() != nil {
+		s.logf("interrupted: stopping without checks")
+		return false
+	}
 	if err != nil {
 		s.failures = append(s.failures, err.Error())
 		s.logf("%v", err)
@@ -564,16 +568,16 @@ func (s *soak) nodeCall(ctx context.Context, nonce string) callResult {
 	return judge(err, r.Call.IsError, r.Call.Text, nonce, e)
 }
 
-// judge: a success is a result, not an error, that carries the nonce; a result without an error
-// that does not carry it is fabricated.
+// judge: a success is a result, not an error, from a client that exited 0, carrying the nonce;
+// such a result that does not carry it is fabricated.
 func judge(runErr error, isError bool, text, nonce, errText string) callResult {
 	switch {
 	case errText != "" || isError:
 		return callResult{"error", fmt.Sprintf("%.300s%.200s", errText, text)}
+	case runErr != nil:
+		return callResult{"error", fmt.Sprintf("%v: %.200q", runErr, text)}
 	case text != nonce:
 		return callResult{"fabricated", fmt.Sprintf("result %.200q for nonce %s", text, nonce)}
-	case runErr != nil:
-		return callResult{"error", runErr.Error()}
 	}
 	return callResult{}
 }
