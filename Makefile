@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all build deps test test-unit test-e2e generate lab-up lab-down demo bench fuzz vet clean deb dist
+.PHONY: all build deps test test-unit test-e2e generate lab-up lab-down demo bench soak fuzz vet clean deb dist
 
 all: build
 
@@ -53,6 +53,12 @@ bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/ ./exchange/ ./level1/ ./policy/ ./pki/ ./tlsmitm/ ./telemetry/
 	$(GO) test -run '^$$' -bench ConnectRedirect -benchtime 2000x ./intercept/
 	scripts/bench.sh
+
+# The fault soak (scripts/soak.sh, root): load through terminate + Level 2 with audit, tool pins and
+# tracing while the upstream resets and hangs, the audit disk fills, SIGHUPs, a kill -9 and the
+# collector going down; a table of checks, non-zero on a failure. DURATION (30m; 3m for a quick run).
+soak: deps
+	scripts/soak.sh
 
 # Every fuzz target for FUZZTIME each (the committed corpora also run in `make test`).
 FUZZTIME ?= 30s

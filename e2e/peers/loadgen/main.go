@@ -31,8 +31,20 @@
 // time is measured from its send, so the timer's wake-up delay is not counted.
 // "late" in the report counts requests sent more than 1 ms after they were due.
 //
+// The fault soak (scripts/soak.sh) adds three flags. With -nonce PREFIX every
+// tools/call carries its own nonce as echo's text (PREFIX-<worker>-<n>, never
+// reused; -body-size is then ignored; from 2026-07-28 on with the params._meta
+// a stateless MCP server requires) and a result counts as a success only
+// when it carries that nonce: a result without it is counted as "fabricated"
+// (an error too). -error-log FILE gets one JSON line per failed request:
+//
+//	{"start_ms":..,"end_ms":..,"nonce":"..","kind":"error"|"fabricated","err":".."}
+//
+// (Unix milliseconds). -progress D prints {"progress":{"ok":N,"errors":E,
+// "fabricated":F}} to stderr every D.
+//
 //	loadgen -url http://10.200.2.2:8080/mcp [-conns 16] [-duration 10s] [-body-size 1024] [-warmup 1s] [-label NAME]
-//	        [-rate 1000] [-mcp-version 2026-07-28]
+//	        [-rate 1000] [-mcp-version 2026-07-28] [-nonce PREFIX] [-error-log FILE] [-progress 5s]
 package main
 
 import (
@@ -67,6 +79,9 @@ type options struct {
 	timeout  time.Duration
 	rate     float64
 	version  string
+	nonce    string
+	errorLog string
+	progress time.Duration
 }
 
 func main() {
@@ -81,6 +96,9 @@ func main() {
 	flag.DurationVar(&o.timeout, "request-timeout", 10*time.Second, "deadline for one request and its response")
 	flag.Float64Var(&o.rate, "rate", 0, "open loop: requests per second in total (0: closed loop, as fast as answered)")
 	flag.StringVar(&o.version, "mcp-version", "2026-07-28", "MCP-Protocol-Version request header")
+	flag.StringVar(&o.nonce, "nonce", "", "give every call its own nonce PREFIX-<worker>-<n> as echo's text, and count a result without it as fabricated")
+	flag.StringVar(&o.errorLog, "error-log", "", "append one JSON line per failed request to this file")
+	flag.DurationVar(&o.progress, "progress", 0, "print the counts so far to stderr this often (0: never)")
 	flag.Parse()
 
 	code, err := run(o)
@@ -102,6 +120,8 @@ type report struct {
 	BodySize int     `json:"body_size"`
 	Rate     float64 `json:"rate,omitempty"`
 	Late     int     `json:"late,omitempty"`
+	// Fabricated counts results without the call's nonce (-nonce), errors too.
+	Fabricated int `json:"fabricated,omitempty"`
 	// Total counts every request of the run, warm-up and failures included: what the proxy
 	// handled while its CPU and allocations were counted.
 	Total int `json:"total"`
@@ -117,6 +137,20 @@ func run(o options) (int, error) {
 	measureFrom := start.Add(o.warmup)
 	end := measureFrom.Add(o.duration)
 
+	if o.errorLog != "" {
+		f, err := os.OpenFile(o.errorLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return 2, err
+		}
+		defer f.Close()
+		t.errLog = f
+	}
+	if o.progress > 0 {
+		done := make(chan struct{})
+		defer close(done)
+		go t.counts.report(o.progress, done)
+	}
+
 	workers := make([]*worker, o.conns)
 	var wg sync.WaitGroup
 	var sched *schedule
@@ -124,7 +158,7 @@ func run(o options) (int, error) {
 		sched = &schedule{start: start, interval: time.Duration(float64(time.Second) / o.rate)}
 	}
 	for i := range workers {
-		w := &worker{t: t, lat: make([]time.Duration, 0, 1<<14)}
+		w := &worker{t: t, id: i, lat: make([]time.Duration, 0, 1<<14)}
 		workers[i] = w
 		if sched != nil {
 			wg.Go(func() { w.openLoop(sched, measureFrom, end) })
@@ -136,13 +170,14 @@ func run(o options) (int, error) {
 	elapsed := time.Since(measureFrom)
 
 	var all []time.Duration
-	errs, late, total := 0, 0, 0
+	errs, late, fabricated, total := 0, 0, 0, 0
 	var firstErrs []string
 	for _, w := range workers {
 		all = append(all, w.lat...)
 		total += w.ok + w.errs
 		errs += w.errs
 		late += w.late
+		fabricated += w.fabricated
 		for _, e := range w.errSamples {
 			if len(firstErrs) < 5 {
 				firstErrs = append(firstErrs, e)
@@ -151,7 +186,8 @@ func run(o options) (int, error) {
 	}
 	slices.Sort(all)
 
-	rep := report{Label: o.label, Requests: len(all), Errors: errs, Conns: o.conns, BodySize: len(t.body), Rate: o.rate, Late: late, Total: total}
+	rep := report{Label: o.label, Requests: len(all), Errors: errs, Conns: o.conns, BodySize: len(t.body), Rate: o.rate, Late: late,
+		Fabricated: fabricated, Total: total}
 	if elapsed > 0 {
 		rep.RPS = round2(float64(len(all)) / elapsed.Seconds())
 	}
@@ -189,14 +225,68 @@ func round2(f float64) float64 {
 }
 
 // target is what every worker needs: where to dial and the request bytes,
-// built once.
+// built once (with -nonce, the head and body around each call's nonce).
 type target struct {
 	addr    string
 	tlsConf *tls.Config
 	request []byte
 	body    []byte
 	timeout time.Duration
+	// -nonce: the request is head + Content-Length + body, the body's text the nonce.
+	nonce  string
+	head   string
+	meta   string // ,"_meta":{...}: what a 2026-07-28 request carries in its body
+	errLog *os.File
+	logMu  sync.Mutex
+	counts counts
 }
+
+// counts are the running totals -progress prints.
+type counts struct{ ok, errors, fabricated atomic.Int64 }
+
+func (c *counts) report(every time.Duration, done <-chan struct{}) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			fmt.Fprintf(os.Stderr, "{\"progress\":{\"ok\":%d,\"errors\":%d,\"fabricated\":%d}}\n",
+				c.ok.Load(), c.errors.Load(), c.fabricated.Load())
+		}
+	}
+}
+
+// nonceRequest is the whole request of a call whose echo text is nonce.
+func (t *target) nonceRequest(nonce string) []byte {
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` + nonce + `"}` + t.meta + `}}`
+	return []byte(t.head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+}
+
+// logError writes one failed request to -error-log.
+func (t *target) logError(start, end time.Time, nonce string, err error) {
+	if t.errLog == nil {
+		return
+	}
+	kind := "error"
+	if errors.Is(err, errFabricated) {
+		kind = "fabricated"
+	}
+	line, _ := json.Marshal(struct {
+		Start int64  `json:"start_ms"`
+		End   int64  `json:"end_ms"`
+		Nonce string `json:"nonce,omitempty"`
+		Kind  string `json:"kind"`
+		Err   string `json:"err"`
+	}{start.UnixMilli(), end.UnixMilli(), nonce, kind, err.Error()})
+	t.logMu.Lock()
+	defer t.logMu.Unlock()
+	t.errLog.Write(append(line, '\n'))
+}
+
+// errFabricated: a result that does not carry the call's nonce.
+var errFabricated = errors.New("result without the call's nonce (fabricated)")
 
 func newTarget(o options) (*target, error) {
 	if o.url == "" {
@@ -212,7 +302,7 @@ func newTarget(o options) (*target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse -url: %w", err)
 	}
-	t := &target{timeout: o.timeout}
+	t := &target{timeout: o.timeout, nonce: o.nonce}
 	port := u.Port()
 	switch u.Scheme {
 	case "http":
@@ -252,6 +342,19 @@ func newTarget(o options) (*target, error) {
 	fmt.Fprintf(&b, "MCP-Protocol-Version: %s\r\n", o.version)
 	b.WriteString("Mcp-Method: tools/call\r\n")
 	b.WriteString("Mcp-Name: echo\r\n")
+	t.head = b.String()
+	// From 2026-07-28 on, a request without initialize carries the version, the client's
+	// capabilities and info in params._meta, the version equal to the header's.
+	if o.version >= "2026-07-28" {
+		v, _ := json.Marshal(o.version)
+		t.meta = `,"_meta":{"io.modelcontextprotocol/protocolVersion":` + string(v) +
+			`,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"loadgen","version":"1"}}`
+	}
+	if t.nonce != "" {
+		t.body = nil
+		t.request = nil
+		return t, nil
+	}
 	fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n", len(t.body))
 	b.Write(t.body)
 	t.request = b.Bytes()
@@ -269,6 +372,10 @@ func echoBody(size int) []byte {
 
 type worker struct {
 	t          *target
+	id         int
+	seq        int
+	nonce      string // the current call's, with -nonce
+	fabricated int
 	conn       net.Conn
 	br         *bufio.Reader
 	body       []byte
@@ -307,12 +414,7 @@ func (w *worker) openLoop(s *schedule, measureFrom, end time.Time) {
 		} else if d < -time.Millisecond && !due.Before(measureFrom) {
 			w.late++
 		}
-		if err := w.roundTrip(time.Now()); err != nil {
-			w.errs++
-			if len(w.errSamples) < 5 {
-				w.errSamples = append(w.errSamples, err.Error())
-			}
-			w.closeConn()
+		if t0 := time.Now(); w.failed(t0, w.roundTrip(t0)) {
 			continue
 		}
 		w.ok++
@@ -329,13 +431,7 @@ func (w *worker) loop(measureFrom, end time.Time) {
 		if !t0.Before(end) {
 			return
 		}
-		err := w.roundTrip(t0)
-		if err != nil {
-			w.errs++
-			if len(w.errSamples) < 5 {
-				w.errSamples = append(w.errSamples, err.Error())
-			}
-			w.closeConn()
+		if w.failed(t0, w.roundTrip(t0)) {
 			// Do not spin against a server that refuses connections.
 			time.Sleep(10 * time.Millisecond)
 			continue
@@ -345,6 +441,27 @@ func (w *worker) loop(measureFrom, end time.Time) {
 			w.lat = append(w.lat, time.Since(t0))
 		}
 	}
+}
+
+// failed counts a request that started at t0 and ended with err, when err is not nil, and
+// reports whether it did.
+func (w *worker) failed(t0 time.Time, err error) bool {
+	if err == nil {
+		w.t.counts.ok.Add(1)
+		return false
+	}
+	w.errs++
+	w.t.counts.errors.Add(1)
+	if errors.Is(err, errFabricated) {
+		w.fabricated++
+		w.t.counts.fabricated.Add(1)
+	}
+	if len(w.errSamples) < 5 {
+		w.errSamples = append(w.errSamples, err.Error())
+	}
+	w.t.logError(t0, time.Now(), w.nonce, err)
+	w.closeConn()
+	return true
 }
 
 func (w *worker) closeConn() {
@@ -381,6 +498,10 @@ func (w *worker) dial() error {
 // roundTrip sends one request and reads the whole response on the
 // worker's connection, dialling first when there is none.
 func (w *worker) roundTrip(t0 time.Time) error {
+	if w.t.nonce != "" {
+		w.seq++
+		w.nonce = w.t.nonce + "-" + strconv.Itoa(w.id) + "-" + strconv.Itoa(w.seq)
+	}
 	if w.conn == nil {
 		if err := w.dial(); err != nil {
 			return err
@@ -389,7 +510,11 @@ func (w *worker) roundTrip(t0 time.Time) error {
 	if err := w.conn.SetDeadline(t0.Add(w.t.timeout)); err != nil {
 		return err
 	}
-	if _, err := w.conn.Write(w.t.request); err != nil {
+	req := w.t.request
+	if w.t.nonce != "" {
+		req = w.t.nonceRequest(w.nonce)
+	}
+	if _, err := w.conn.Write(req); err != nil {
 		return fmt.Errorf("write request: %w", err)
 	}
 	status, closeAfter, err := w.readResponse()
@@ -406,6 +531,10 @@ func (w *worker) roundTrip(t0 time.Time) error {
 	// JSON-RPC envelope.
 	if !bytes.Contains(w.body, []byte(`"result":`)) || bytes.Contains(w.body, []byte(`"error":`)) {
 		return fmt.Errorf("response is not a JSON-RPC result: %.200q", w.body)
+	}
+	// The nonce is unique and quoted: only a result about this very call carries it.
+	if w.t.nonce != "" && !bytes.Contains(w.body, []byte(`"`+w.nonce+`"`)) {
+		return fmt.Errorf("%w: %.200q", errFabricated, w.body)
 	}
 	return nil
 }
