@@ -34,6 +34,9 @@
 #                                          (mcpintercept_observe_dropped_total), not slow the rows
 #   open loop at RATE req/s                p50/p99 measured from each request's due time; the
 #                                          "added p99" is the row's p99 minus direct's
+#   one sequential client                  terminate + Level 2 with and without audit, one
+#                                          connection, closed loop: the added p50 is what the
+#                                          audit's durable write adds to one call
 #
 # HAProxy and the Go relay sit behind exactly the steering mcpintercept installs: scripts/benchsteer
 # runs intercept.New(cfg).Install — the same code, on the same configuration file as the appliance
@@ -286,7 +289,11 @@ row() {
 	# With BENCH_ROWS, the closed-loop direct rows still run (every ratio needs them).
 	want "$label" || case "$group:$label" in *plain:direct | *"tls:direct TLS") ;; *) return 0 ;; esac
 	local dur=$DURATION extra=()
-	case "$group" in rate*) dur=$RATE_DURATION extra=(-rate "$RATE" -warmup 1s) ;; *) extra=(-warmup "$WARMUP") ;; esac
+	case "$group" in
+	rate*) dur=$RATE_DURATION extra=(-rate "$RATE" -warmup 1s) ;;
+	seq*) dur=$RATE_DURATION extra=(-warmup 1s) ;;
+	*) extra=(-warmup "$WARMUP") ;;
+	esac
 	case "$url" in https:*) extra+=(-ca "$CA") ;; esac
 	echo "bench: round $round: $label ($dur)" >&2
 	local t0 c0 t1 c1 out m0 m1
@@ -294,7 +301,9 @@ row() {
 	t0=$(date +%s%N)
 	c0=0
 	[ -n "$PROXY_PID" ] && c0=$(cpu_ticks "$PROXY_PID")
-	out=$(ip netns exec mcpi-client bin/loadgen -url "$url" -conns "$CONNS" -duration "$dur" -body-size 1024 \
+	local conns=$CONNS
+	case "$group" in seq*) conns=1 ;; esac
+	out=$(ip netns exec mcpi-client bin/loadgen -url "$url" -conns "$conns" -duration "$dur" -body-size 1024 \
 		-label "$label" "${extra[@]}" "$@" 2>"$WORK/loadgen.err") || {
 		echo "bench: $label: loadgen failed: $(head -c 400 "$WORK/loadgen.err")" >&2
 	}
@@ -379,6 +388,11 @@ mcpi_plain_rows() {
 		[ "$l2" = 1 ] && row "$round" $group "terminate + Level 2$sfx" "$TLSURL:8444/mcp"
 		[ "$au" = 1 ] && row "$round" $group "terminate + Level 2 + audit$sfx" "$TLSURL:8445/mcp"
 	done
+	# One sequential client (one connection, closed loop): what the audit adds to each call.
+	if [ "$au" = 1 ]; then
+		row "$round" seq-tls "terminate + Level 2$sfx" "$TLSURL:8444/mcp"
+		row "$round" seq-tls "terminate + Level 2 + audit$sfx" "$TLSURL:8445/mcp"
+	fi
 	stop_proxy
 }
 
@@ -599,6 +613,20 @@ for fam, base_label in (("rate-plain", "direct"), ("rate-tls", "direct TLS")):
         print(f"{k[1]:<52}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{a['late']:>7}{ap50}{ap99}{cpu}{us}{al}")
 if l2note:
     print(f"{'Level 2':<52}skipped: {l2note}")
+if any(k[0] == "seq-tls" for k in order):
+    print(f"\n== one sequential client (1 connection, closed loop; {sys.argv[3]} rounds, medians): what the audit adds to each call")
+    print(f"{'path':<52}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'added p50':>11}{'added p99':>11}{'cpu us/req':>11}{'allocs/req':>11}")
+    for k in order:
+        if k[0] != "seq-tls":
+            continue
+        a = agg(k)
+        off = path_of(k[1])
+        b = agg(("seq-tls", off)) if off and ("seq-tls", off) in by else None
+        ap50 = f"{a['p50'] - b['p50']:>11.0f}" if b else f"{'':>11}"
+        ap99 = f"{a['p99'] - b['p99']:>11.0f}" if b else f"{'':>11}"
+        us = f"{a['us']:>11.1f}" if a["us"] is not None else f"{'-':>11}"
+        al = f"{a['allocs']:>11.1f}" if a["allocs"] is not None else f"{'-':>11}"
+        print(f"{k[1]:<52}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{ap50}{ap99}{us}{al}")
 f = os.path.join(os.path.dirname(sys.argv[1]), "observe")
 if os.path.exists(f):
     print("stalled observe reader: " + "; ".join(l for l in open(f).read().split("\n") if l))
