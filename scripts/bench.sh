@@ -598,7 +598,8 @@ for fam, base_label in (("plain", "direct"), ("tls", "direct TLS")):
         print(f"{'terminate + Level 2':<52}skipped: {l2note}")
     print()
 print(f"== open loop at {rate} req/s ({sys.argv[3]} rounds, medians): latency from each request's due time")
-print(f"{'path':<52}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'late':>7}{'added p50':>11}{'added p99':>11}{'cpu %':>8}{'cpu us/req':>11}{'allocs/req':>11}")
+print("added: over direct's; feature p99: a feature row's p99 minus the same path's without it")
+print(f"{'path':<52}{'req/s':>9}{'p50 us':>9}{'p99 us':>9}{'errors':>8}{'late':>7}{'added p50':>11}{'added p99':>11}{'feature p99':>12}{'cpu %':>8}{'cpu us/req':>11}{'allocs/req':>11}")
 for fam, base_label in (("rate-plain", "direct"), ("rate-tls", "direct TLS")):
     base = agg((fam, base_label)) if (fam, base_label) in by else None
     for k in order:
@@ -610,7 +611,9 @@ for fam, base_label in (("rate-plain", "direct"), ("rate-tls", "direct TLS")):
         ap99 = f"{a['p99'] - base['p99']:>11.0f}" if base and k[1] != base_label else f"{'':>11}"
         al = f"{a['allocs']:>11.1f}" if a["allocs"] is not None else f"{'-':>11}"
         us = f"{a['us']:>11.1f}" if a["us"] is not None else f"{'-':>11}"
-        print(f"{k[1]:<52}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{a['late']:>7}{ap50}{ap99}{cpu}{us}{al}")
+        off = path_of(k[1])
+        fp = f"{a['p99'] - agg((fam, off))['p99']:>12.0f}" if off and (fam, off) in by else f"{'':>12}"
+        print(f"{k[1]:<52}{a['rps']:>9.0f}{a['p50']:>9.0f}{a['p99']:>9.0f}{a['errors']:>8}{a['late']:>7}{ap50}{ap99}{fp}{cpu}{us}{al}")
 if l2note:
     print(f"{'Level 2':<52}skipped: {l2note}")
 if any(k[0] == "seq-tls" for k in order):
