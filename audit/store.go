@@ -55,8 +55,9 @@ type Store struct {
 
 	w writer // owned by the writer goroutine (and by Open and Close outside it)
 
-	// beforeSync, when set by a test, runs in the writer before each sync.
-	beforeSync func()
+	// beforeSync, when set by a test, runs in the writer before each sync;
+	// an error it returns fails the sync.
+	beforeSync func() error
 }
 
 type request struct {
@@ -73,6 +74,7 @@ type result struct {
 // writer is the state of the active segment.
 type writer struct {
 	f        *os.File
+	fill     *filler // keeps f zero-filled ahead of durable
 	name     string
 	durable  int64 // size of the active segment that is known durable
 	dirty    bool  // bytes past durable may remain from a failed write
@@ -116,7 +118,7 @@ func Open(cfg Config, log *slog.Logger) (*Store, error) {
 	}
 	st, err := s.chooseStart(cp)
 	if err != nil {
-		s.closeSegment()
+		s.closeSegment(false)
 		return nil, fmt.Errorf("open audit store: %w", err)
 	}
 	s.start = st
@@ -224,7 +226,7 @@ func (s *Store) recover(cp *Checkpoint) error {
 		if err != nil {
 			return err
 		}
-		if t.torn > 0 && torn == "" {
+		if (t.torn > 0 || t.stray > 0) && torn == "" {
 			torn = seg.name
 		}
 		if t.records == 0 {
@@ -252,7 +254,7 @@ func (s *Store) recover(cp *Checkpoint) error {
 	}
 	for _, seg := range empty {
 		path := filepath.Join(s.cfg.Dir, seg.name)
-		if err := s.saveTorn(path, 0); err != nil {
+		if err := s.saveTorn(path, 0, true); err != nil {
 			return err
 		}
 		s.log.Warn("audit segment holds no record; removed", "segment", seg.name)
@@ -265,15 +267,22 @@ func (s *Store) recover(cp *Checkpoint) error {
 		return nil
 	}
 	path := filepath.Join(s.cfg.Dir, found.name)
-	if t.torn > 0 {
-		if err := s.saveTorn(path, t.durable); err != nil {
+	full := t.durable >= s.cfg.SegmentBytes
+	if t.torn > 0 || t.stray > 0 {
+		if err := s.saveTorn(path, t.durable, full); err != nil {
 			return err
 		}
 	}
-	if t.durable < s.cfg.SegmentBytes {
-		return s.reopenSegment(found.name, t.durable)
+	if full {
+		if t.size > t.durable {
+			// A crash before rotation cut the padding off.
+			if err := truncateSynced(path, t.durable); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	return nil
+	return s.reopenSegment(found.name, t.durable)
 }
 
 // checkHead refuses a log whose head h falls short of the signed checkpoint
@@ -292,25 +301,57 @@ func checkHead(cp *Checkpoint, h head, torn string) error {
 	return nil
 }
 
-// saveTorn keeps the incomplete final line of the segment at path in a file
-// beside it (which verify and query ignore) before cutting it off, so that
-// what recovery removes can still be looked at.
-func (s *Store) saveTorn(path string, durable int64) error {
+// saveTorn keeps what follows the last complete record of the segment at
+// path (an incomplete final line, and bytes other than NUL inside the
+// padding: an unacknowledged write a crash tore) in a file beside it, which
+// verify and query ignore, before it removes them, so that what recovery
+// removes can still be looked at. It cuts the file at durable when cut is
+// set, and otherwise overwrites those bytes with zeros, restoring the
+// padding.
+func (s *Store) saveTorn(path string, durable int64, cut bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read torn record: %w", err)
 	}
-	if int64(len(data)) <= durable {
+	end := int64(len(bytes.TrimRight(data, "\x00")))
+	if end <= durable {
 		return nil
 	}
 	aside := fmt.Sprintf("%s.torn-%d", path, time.Now().UnixMilli())
-	if err := writeAtomic(aside, data[durable:], 0o600); err != nil {
+	if err := writeAtomic(aside, data[durable:end], 0o600); err != nil {
 		return fmt.Errorf("save torn record: %w", err)
 	}
-	s.log.Warn("audit segment ended in an incomplete record no checkpoint covers (never acknowledged); saved aside and truncated",
-		"segment", filepath.Base(path), "bytes", int64(len(data))-durable, "saved", filepath.Base(aside))
-	if err := os.Truncate(path, durable); err != nil {
-		return fmt.Errorf("truncate torn record: %w", err)
+	s.log.Warn("audit segment ended in an incomplete write no checkpoint covers (never acknowledged); saved aside and removed",
+		"segment", filepath.Base(path), "bytes", end-durable, "saved", filepath.Base(aside))
+	if cut {
+		return truncateSynced(path, durable)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("restore padding: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, end-durable), durable); err != nil {
+		return fmt.Errorf("restore padding: %w", err)
+	}
+	if err := fdatasync(f); err != nil {
+		return fmt.Errorf("restore padding: %w", err)
+	}
+	return nil
+}
+
+// truncateSynced cuts the file at path to size and makes that durable.
+func truncateSynced(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("truncate segment: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("truncate segment: %w", err)
+	}
+	if err := fdatasync(f); err != nil {
+		return fmt.Errorf("truncate segment: %w", err)
 	}
 	return nil
 }
@@ -379,12 +420,20 @@ func firstPrev(path string) ([32]byte, error) {
 	return parseHash(r.Prev)
 }
 
-func (s *Store) reopenSegment(name string, size int64) error {
+// reopenSegment continues the segment name whose records end at durable;
+// what follows them is padding (recovery removed anything else).
+func (s *Store) reopenSegment(name string, durable int64) error {
 	f, err := os.OpenFile(filepath.Join(s.cfg.Dir, name), os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("open segment: %w", err)
 	}
-	s.w.f, s.w.name, s.w.durable = f, name, size
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("open segment: %w", err)
+	}
+	s.w.f, s.w.name, s.w.durable = f, name, durable
+	s.w.fill = startFiller(f, name, max(fi.Size(), durable), s.cfg.SegmentBytes, s.log)
 	return nil
 }
 
@@ -522,8 +571,11 @@ func (s *Store) Close(ctx context.Context) error {
 		return fmt.Errorf("close audit store: %w", ctx.Err())
 	}
 	<-s.cpDone
-	err := s.checkpoint()
-	if cerr := s.closeSegment(); err == nil {
+	// The padding goes first, freeing its space for the checkpoint: a closed
+	// log is plain lines, and the next Open zero-fills again in the
+	// background.
+	err := s.closeSegment(true)
+	if cerr := s.checkpoint(); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -532,12 +584,30 @@ func (s *Store) Close(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) closeSegment() error {
-	if s.w.f == nil {
+// closeSegment stops the filler and closes the active segment, cutting its
+// padding off when trim is set (on rotation and Close); the cut is synced.
+func (s *Store) closeSegment(trim bool) error {
+	w := &s.w
+	if w.f == nil {
 		return nil
 	}
-	err := s.w.f.Close()
-	s.w.f = nil
+	var err error
+	if w.fill != nil {
+		w.fill.close()
+		w.fill = nil
+	}
+	if trim {
+		if err = w.f.Truncate(w.durable); err == nil {
+			err = fdatasync(w.f)
+		}
+		if err != nil {
+			err = fmt.Errorf("cut the padding off %s: %w", w.name, err)
+		}
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.f = nil
 	return err
 }
 
@@ -651,7 +721,7 @@ func (s *Store) commit(batch []*request) {
 		req.done <- result{receipt: receipts[i], rec: req.rec}
 	}
 	if w.durable >= s.cfg.SegmentBytes {
-		if err := s.closeSegment(); err != nil {
+		if err := s.closeSegment(true); err != nil {
 			s.log.Warn("audit segment close failed", "segment", w.name, "err", err)
 		}
 	}
@@ -659,9 +729,10 @@ func (s *Store) commit(batch []*request) {
 
 func (s *Store) writeDurable(b []byte) error {
 	w := &s.w
+	inside, fillErr := w.fill.reserve(w.durable + int64(len(b)))
 	_, err := w.f.WriteAt(b, w.durable)
 	if err == nil && s.beforeSync != nil {
-		s.beforeSync()
+		err = s.beforeSync()
 	}
 	if err == nil {
 		err = fdatasync(w.f)
@@ -669,6 +740,9 @@ func (s *Store) writeDurable(b []byte) error {
 	if err != nil {
 		w.dirty = true
 		s.cutBack()
+		if !inside && fillErr != nil {
+			return fmt.Errorf("write records past the zero-filled end of the segment, which cannot be extended (%v): %w", fillErr, err)
+		}
 		return fmt.Errorf("write records: %w", err)
 	}
 	return nil
@@ -676,8 +750,13 @@ func (s *Store) writeDurable(b []byte) error {
 
 // cutBack truncates the active segment to its durable size; if even that
 // fails, the next commit retries before writing.
+//
+// The padding past the durable end goes with it (it may hold part of the
+// failed write); the filler zero-fills again from the durable end.
 func (s *Store) cutBack() error {
 	w := &s.w
+	w.fill.hold()
+	defer w.fill.release(w.durable, w.durable)
 	if err := w.f.Truncate(w.durable); err != nil {
 		return fmt.Errorf("truncate segment: %w", err)
 	}
@@ -718,6 +797,7 @@ func (s *Store) prepareSegment() error {
 		return err
 	}
 	w.f, w.name, w.durable, w.dirty = f, name, 0, false
+	w.fill = startFiller(f, name, 0, s.cfg.SegmentBytes, s.log)
 	s.retain()
 	return nil
 }
@@ -727,6 +807,9 @@ func (s *Store) prepareSegment() error {
 // age-based retention.
 func (s *Store) maintain() {
 	s.w.ticks++
+	if s.w.fill != nil {
+		s.w.fill.kick()
+	}
 	if s.Ready() != nil {
 		if err := s.probe(); err == nil {
 			s.clearErr()
