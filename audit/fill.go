@@ -2,10 +2,10 @@ package audit
 
 import (
 	"fmt"
-	"syscall"
 	"log/slog"
 	"os"
 	"sync"
+	"syscall"
 )
 
 // The active segment is kept zero-filled ahead of its records: a sync of
