@@ -55,9 +55,21 @@ type Store struct {
 
 	w writer // owned by the writer goroutine (and by Open and Close outside it)
 
+	// The pipeline, owned by the writer goroutine: batches written and not
+	// yet durable, oldest first, and whether the syncer is running a sync.
+	pending    []*written
+	pendingBuf []*written
+	syncing    bool
+	syncReqs   chan syncReq
+	syncDone   chan syncRes
+	syncerDone chan struct{}
+
 	// beforeSync, when set by a test, runs in the writer before each sync;
 	// an error it returns fails the sync.
 	beforeSync func() error
+	// afterWrite, when set by a test, runs in the writer after each batch
+	// it writes.
+	afterWrite func()
 }
 
 type request struct {
@@ -77,8 +89,10 @@ type writer struct {
 	fill     *filler // keeps f zero-filled ahead of durable
 	name     string
 	durable  int64 // size of the active segment that is known durable
+	written  int64 // size of the active segment written (durable or not)
 	dirty    bool  // bytes past durable may remain from a failed write
-	head     head
+	head     head  // the chain's head after the last record written
+	dhead    head  // the chain's head after the last durable record
 	buf      []byte
 	failSize int // size of the last failed write, for the probe
 	ticks    int
@@ -111,7 +125,12 @@ func Open(cfg Config, log *slog.Logger) (*Store, error) {
 		writerDone: make(chan struct{}),
 		cpStop:     make(chan struct{}),
 		cpDone:     make(chan struct{}),
+		syncReqs:   make(chan syncReq, 1),
+		syncDone:   make(chan syncRes, 1),
+		syncerDone: make(chan struct{}),
+		pendingBuf: make([]*written, 0, 64),
 	}
+	s.pending = s.pendingBuf
 	cp, msg := s.latestCheckpoint()
 	if err := s.recover(cp); err != nil {
 		return nil, fmt.Errorf("open audit store: %w", err)
@@ -129,6 +148,7 @@ func Open(cfg Config, log *slog.Logger) (*Store, error) {
 	if err := s.checkpoint(); err != nil {
 		s.log.Warn("audit checkpoint not written", "err", err)
 	}
+	go s.syncer()
 	go s.run()
 	go s.checkpointLoop()
 	return s, nil
@@ -262,7 +282,7 @@ func (s *Store) recover(cp *Checkpoint) error {
 			return fmt.Errorf("remove empty segment: %w", err)
 		}
 	}
-	s.w.head = h
+	s.w.head, s.w.dhead = h, h
 	if found == nil {
 		return nil
 	}
@@ -432,7 +452,7 @@ func (s *Store) reopenSegment(name string, durable int64) error {
 		f.Close()
 		return fmt.Errorf("open segment: %w", err)
 	}
-	s.w.f, s.w.name, s.w.durable = f, name, durable
+	s.w.f, s.w.name, s.w.durable, s.w.written = f, name, durable, durable
 	s.w.fill = startFiller(f, name, max(fi.Size(), durable), s.cfg.SegmentBytes, s.log)
 	return nil
 }
@@ -611,13 +631,17 @@ func (s *Store) closeSegment(trim bool) error {
 	return err
 }
 
-// run is the writer: it batches the requests waiting, commits them with one
-// write and one sync, and probes the disk while it is failing.
+// run is the writer. It batches the requests waiting, encodes each batch
+// and writes it after the segment's written end, and hands the sync to the
+// syncer goroutine: while one fdatasync runs, the next batches are encoded
+// and written, and the sync after it covers all of them. A batch is
+// acknowledged only once a sync that began after its write succeeded; a
+// failed write or sync fails every batch not yet durable and cuts the
+// segment back to its durable end. It probes the disk while it is failing.
 func (s *Store) run() {
 	defer close(s.writerDone)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	batch := make([]*request, 0, maxBatch)
 	// later holds outcome records waiting for a commit to ride with (outcomeDelay).
 	var later []*request
 	delay := time.NewTimer(time.Hour)
@@ -625,7 +649,7 @@ func (s *Store) run() {
 	for {
 		select {
 		case req := <-s.reqs:
-			batch = s.gather(append(batch[:0], req))
+			batch := s.gather(append(s.newBatch(), req))
 			if onlyOutcomes(batch) && len(later)+len(batch) < maxBatch {
 				if len(later) == 0 {
 					delay.Reset(outcomeDelay)
@@ -638,30 +662,38 @@ func (s *Store) run() {
 				batch = append(later, batch...)
 				later = nil
 			}
-			s.commit(batch)
+			s.write(batch)
+		case res := <-s.syncDone:
+			s.synced(res)
 		case <-delay.C:
 			if len(later) > 0 {
-				s.commit(later)
+				s.write(later)
 				later = nil
 			}
 		case <-tick.C:
 			s.maintain()
 		case <-s.stop:
 			if len(later) > 0 {
-				s.commit(later)
+				s.write(later)
 			}
 			for {
 				select {
 				case req := <-s.reqs:
-					batch = s.gather(append(batch[:0], req))
-					s.commit(batch)
+					s.write(s.gather(append(s.newBatch(), req)))
+					continue
 				default:
-					return
 				}
+				break
 			}
+			s.drain()
+			close(s.syncReqs)
+			<-s.syncerDone
+			return
 		}
 	}
 }
+
+func (s *Store) newBatch() []*request { return make([]*request, 0, 8) }
 
 // onlyOutcomes reports whether no request of batch waits for its sync to forward a call.
 func onlyOutcomes(batch []*request) bool {
@@ -685,11 +717,53 @@ func (s *Store) gather(batch []*request) []*request {
 	return batch
 }
 
-// commit writes batch after the durable end of the active segment and syncs;
-// on failure it cuts the segment back to that end so no unacknowledged bytes
-// stay to be mistaken for records.
-func (s *Store) commit(batch []*request) {
+// written is a batch written to the active segment and not yet durable.
+type written struct {
+	reqs     []*request
+	receipts []Receipt
+	end      int64 // the segment's written end after it
+	head     head  // the chain's head after it
+}
+
+// syncReq asks the syncer for an fdatasync of f covering the first n
+// pending batches (those written before it is sent).
+type syncReq struct {
+	f *os.File
+	n int
+}
+
+type syncRes struct {
+	n   int
+	err error
+}
+
+// syncer runs fdatasync for the writer, one at a time.
+func (s *Store) syncer() {
+	defer close(s.syncerDone)
+	for req := range s.syncReqs {
+		var err error
+		if s.beforeSync != nil {
+			err = s.beforeSync()
+		}
+		if err == nil {
+			err = fdatasync(req.f)
+		}
+		s.syncDone <- syncRes{n: req.n, err: err}
+	}
+}
+
+// write encodes batch after the written end of the active segment, writes
+// it and makes sure a sync will cover it.
+func (s *Store) write(batch []*request) {
 	w := &s.w
+	if w.f != nil && w.written >= s.cfg.SegmentBytes {
+		// Rotation: the next segment's records may not become durable
+		// before this one's are.
+		s.drain()
+		if w.f != nil && w.written >= s.cfg.SegmentBytes {
+			s.rotate()
+		}
+	}
 	if err := s.prepareSegment(); err != nil {
 		s.fail(batch, err)
 		return
@@ -697,55 +771,123 @@ func (s *Store) commit(batch []*request) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	h := w.head
 	w.buf = w.buf[:0]
-	receipts := make([]Receipt, len(batch))
+	b := &written{reqs: batch, receipts: make([]Receipt, len(batch))}
+	var hexPrev [64]byte
 	for i, req := range batch {
-		req.rec.Seq, req.rec.Prev, req.rec.Time = h.seq+1, hex.EncodeToString(h.hash[:]), now
+		hex.Encode(hexPrev[:], h.hash[:])
+		req.rec.Seq, req.rec.Prev, req.rec.Time = h.seq+1, string(hexPrev[:]), now
 		start := len(w.buf)
 		w.buf = encodeRecord(w.buf, req.rec)
 		h = head{seq: h.seq + 1, hash: lineHash(w.buf[start:])}
 		w.buf = append(w.buf, '\n')
-		receipts[i] = Receipt{Seq: h.seq, Hash: hex.EncodeToString(h.hash[:])}
+		b.receipts[i] = Receipt{Seq: h.seq, Hash: hex.EncodeToString(h.hash[:])}
 	}
-	if err := s.writeDurable(w.buf); err != nil {
+	inside, fillErr := w.fill.reserve(w.written + int64(len(w.buf)))
+	if _, err := w.f.WriteAt(w.buf, w.written); err != nil {
 		w.failSize = len(w.buf)
-		s.fail(batch, err)
+		if !inside && fillErr != nil {
+			err = fmt.Errorf("write records past the zero-filled end of the segment, which cannot be extended (%v): %w", fillErr, err)
+		} else {
+			err = fmt.Errorf("write records: %w", err)
+		}
+		// The sync under way may still make earlier batches durable.
+		if s.syncing {
+			s.syncing = false
+			if res := <-s.syncDone; res.err == nil {
+				s.ack(res.n)
+			}
+		}
+		s.failPending(append(s.pending, b), err)
 		return
 	}
-	w.durable += int64(len(w.buf))
+	w.written += int64(len(w.buf))
 	w.head = h
-	s.state.Lock()
-	s.current = h
-	s.state.Unlock()
-	s.clearErr()
-	for i, req := range batch {
-		req.done <- result{receipt: receipts[i], rec: req.rec}
+	b.end, b.head = w.written, h
+	s.pending = append(s.pending, b)
+	if !s.syncing {
+		s.startSync()
 	}
-	if w.durable >= s.cfg.SegmentBytes {
-		if err := s.closeSegment(true); err != nil {
-			s.log.Warn("audit segment close failed", "segment", w.name, "err", err)
-		}
+	if s.afterWrite != nil {
+		s.afterWrite()
 	}
 }
 
-func (s *Store) writeDurable(b []byte) error {
+func (s *Store) startSync() {
+	s.syncing = true
+	s.syncReqs <- syncReq{f: s.w.f, n: len(s.pending)}
+}
+
+// synced takes a sync's result: its batches are acknowledged, or every
+// pending batch fails.
+func (s *Store) synced(res syncRes) {
+	s.syncing = false
+	if res.err != nil {
+		s.w.failSize = int(s.w.written - s.w.durable)
+		s.failPending(s.pending, fmt.Errorf("write records: %w", res.err))
+		return
+	}
+	s.ack(res.n)
+	switch {
+	case len(s.pending) > 0:
+		s.startSync()
+	case s.w.f != nil && s.w.written >= s.cfg.SegmentBytes:
+		s.rotate()
+	}
+}
+
+// ack acknowledges the first n pending batches, which a sync made durable.
+func (s *Store) ack(n int) {
 	w := &s.w
-	inside, fillErr := w.fill.reserve(w.durable + int64(len(b)))
-	_, err := w.f.WriteAt(b, w.durable)
-	if err == nil && s.beforeSync != nil {
-		err = s.beforeSync()
-	}
-	if err == nil {
-		err = fdatasync(w.f)
-	}
-	if err != nil {
-		w.dirty = true
-		s.cutBack()
-		if !inside && fillErr != nil {
-			return fmt.Errorf("write records past the zero-filled end of the segment, which cannot be extended (%v): %w", fillErr, err)
+	done := s.pending[:n]
+	last := done[n-1]
+	w.durable, w.dhead = last.end, last.head
+	s.state.Lock()
+	s.current = last.head
+	s.state.Unlock()
+	s.clearErr()
+	for _, b := range done {
+		for i, req := range b.reqs {
+			req.done <- result{receipt: b.receipts[i], rec: req.rec}
 		}
-		return fmt.Errorf("write records: %w", err)
 	}
-	return nil
+	clear(done)
+	s.pending = s.pending[n:]
+	if len(s.pending) == 0 {
+		s.pending = s.pendingBuf[:0]
+	}
+}
+
+// drain waits until every pending batch is durable or failed.
+func (s *Store) drain() {
+	for s.syncing {
+		s.synced(<-s.syncDone)
+	}
+}
+
+// failPending fails the batches (no sync is under way) and cuts the segment
+// back to its durable end, so no unacknowledged bytes stay to be mistaken
+// for records.
+func (s *Store) failPending(batches []*written, cause error) {
+	w := &s.w
+	w.dirty = true
+	w.head, w.written = w.dhead, w.durable
+	s.cutBack()
+	err := fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	s.setErr(err)
+	for _, b := range batches {
+		for _, req := range b.reqs {
+			req.done <- result{err: err}
+		}
+	}
+	s.pending = s.pendingBuf[:0]
+}
+
+// rotate closes the full active segment (nothing is pending); the next
+// write creates the next one.
+func (s *Store) rotate() {
+	if err := s.closeSegment(true); err != nil {
+		s.log.Warn("audit segment close failed", "segment", s.w.name, "err", err)
+	}
 }
 
 // cutBack truncates the active segment to its durable size; if even that
@@ -755,6 +897,7 @@ func (s *Store) writeDurable(b []byte) error {
 // failed write); the filler zero-fills again from the durable end.
 func (s *Store) cutBack() error {
 	w := &s.w
+	w.written = w.durable
 	w.fill.hold()
 	defer w.fill.release(w.durable, w.durable)
 	if err := w.f.Truncate(w.durable); err != nil {
@@ -796,7 +939,7 @@ func (s *Store) prepareSegment() error {
 		os.Remove(filepath.Join(s.cfg.Dir, name))
 		return err
 	}
-	w.f, w.name, w.durable, w.dirty = f, name, 0, false
+	w.f, w.name, w.durable, w.written, w.dirty = f, name, 0, 0, false
 	w.fill = startFiller(f, name, 0, s.cfg.SegmentBytes, s.log)
 	s.retain()
 	return nil
@@ -810,7 +953,7 @@ func (s *Store) maintain() {
 	if s.w.fill != nil {
 		s.w.fill.kick()
 	}
-	if s.Ready() != nil {
+	if s.Ready() != nil && len(s.pending) == 0 {
 		if err := s.probe(); err == nil {
 			s.clearErr()
 		}
@@ -823,7 +966,7 @@ func (s *Store) maintain() {
 // probe writes and syncs as many bytes as the last failed write; a success
 // means that write would now succeed too.
 func (s *Store) probe() error {
-	if s.w.dirty {
+	if s.w.dirty && s.w.f != nil {
 		if err := s.cutBack(); err != nil {
 			return err
 		}
