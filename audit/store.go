@@ -515,13 +515,18 @@ func prepare(r *Record) (*Record, error) {
 		return nil, fmt.Errorf("audit record kind %q is neither %q nor %q", r.Kind, KindAuthorization, KindOutcome)
 	}
 	rec := *r
-	if len(bytes.TrimSpace(rec.Arguments)) > 0 {
+	switch {
+	case isCanonicalJSON(rec.Arguments):
+		// Already canonical (the usual case): copied, not re-encoded. The
+		// copy keeps the caller free to reuse its buffer once Append returns.
+		rec.Arguments = bytes.Clone(rec.Arguments)
+	case len(bytes.TrimSpace(rec.Arguments)) > 0:
 		canon, err := jcs.Transform(rec.Arguments)
 		if err != nil {
 			return nil, fmt.Errorf("audit record arguments: %w", err)
 		}
 		rec.Arguments = canon
-	} else {
+	default:
 		rec.Arguments = nil
 	}
 	if len(rec.Arguments) > maxLine/2 {
