@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 )
@@ -125,4 +126,62 @@ func TestPipelineFailedSyncFailsAllPending(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Requests are recycled: Appends that give up (a cancelled context) mixed
+// with ones that succeed never receive another's result.
+func TestRecycledRequestsKeepTheirResults(t *testing.T) {
+	s := openStore(t, Config{})
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	type got struct {
+		seq  uint64
+		tool string
+	}
+	results := make(chan got, 16*40)
+	done := make(chan struct{})
+	for w := range 16 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 40 {
+				ctx := context.Background()
+				if i%3 == 0 {
+					ctx = cancelled
+				}
+				r := sample(w*40 + i)
+				r.Tool = fmt.Sprintf("w%d-%d", w, i)
+				rc, err := s.Append(ctx, r)
+				if err != nil {
+					continue
+				}
+				if rc.Seq != r.Seq {
+					t.Errorf("receipt seq %d, record seq %d", rc.Seq, r.Seq)
+				}
+				results <- got{rc.Seq, r.Tool}
+			}
+		}()
+	}
+	for range 16 {
+		<-done
+	}
+	close(results)
+	closeStore(t, s)
+	bySeq := map[uint64]string{}
+	for r, err := range Query(s.cfg.Dir, Filter{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		bySeq[r.Seq] = r.Tool
+	}
+	n := 0
+	for g := range results {
+		n++
+		if bySeq[g.seq] != g.tool {
+			t.Fatalf("Append of %s was told seq %d, which holds %s", g.tool, g.seq, bySeq[g.seq])
+		}
+	}
+	if n < 16*26 {
+		t.Fatalf("only %d Appends succeeded", n)
+	}
+	mustVerify(t, s.cfg.Dir, VerifyOptions{})
 }

@@ -73,8 +73,37 @@ type Store struct {
 }
 
 type request struct {
-	rec  *Record
-	done chan result
+	rec   *Record // points to own
+	own   Record
+	args  []byte // own.Arguments, when they were canonical already
+	done  chan result
+	timer *time.Timer
+}
+
+// requests recycles a request, its channel and its timer once its Append has
+// received the result: nothing else refers to it then. A request whose
+// Append gave up (timeout, ctx) is left to the garbage collector, since the
+// writer may still answer it.
+var requests = sync.Pool{New: func() any { return &request{done: make(chan result, 1)} }}
+
+func getRequest(timeout time.Duration) *request {
+	req := requests.Get().(*request)
+	req.rec = &req.own
+	if req.timer == nil {
+		req.timer = time.NewTimer(timeout)
+	} else {
+		req.timer.Reset(timeout)
+	}
+	return req
+}
+
+func putRequest(req *request) {
+	req.timer.Stop()
+	req.own = Record{}
+	if cap(req.args) > 64<<10 {
+		req.args = nil // a rare large one is not kept
+	}
+	requests.Put(req)
 }
 
 type result struct {
@@ -462,26 +491,30 @@ func (s *Store) reopenSegment(name string, durable int64) error {
 // record is not durable within the configured timeout, the disk fails, ctx
 // ends, or the store is closed.
 func (s *Store) Append(ctx context.Context, r *Record) (Receipt, error) {
-	rec, err := prepare(r)
-	if err != nil {
+	req := getRequest(s.cfg.Timeout)
+	var err error
+	if req.args, err = prepareInto(&req.own, r, req.args); err != nil {
+		putRequest(req)
 		return Receipt{}, err
 	}
-	req := &request{rec: rec, done: make(chan result, 1)}
-	timer := time.NewTimer(s.cfg.Timeout)
-	defer timer.Stop()
-	if err := s.send(ctx, req, timer.C); err != nil {
+	if err := s.send(ctx, req, req.timer.C); err != nil {
+		putRequest(req) // never handed over
 		return Receipt{}, err
 	}
 	select {
 	case res := <-req.done:
+		if res.err == nil {
+			r.Seq, r.Prev, r.Time = res.rec.Seq, res.rec.Prev, res.rec.Time
+		}
+		putRequest(req)
 		if res.err != nil {
 			return Receipt{}, res.err
 		}
-		r.Seq, r.Prev, r.Time = res.rec.Seq, res.rec.Prev, res.rec.Time
 		return res.receipt, nil
-	case <-timer.C:
+	case <-req.timer.C:
 		return Receipt{}, s.timedOut()
 	case <-ctx.Done():
+		req.timer.Stop()
 		return Receipt{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
 }
@@ -511,28 +544,40 @@ func (s *Store) timedOut() error {
 // prepare copies r, so the caller may reuse it once Append returns whatever
 // the writer still does, and canonicalizes its arguments.
 func prepare(r *Record) (*Record, error) {
-	if r.Kind != KindAuthorization && r.Kind != KindOutcome {
-		return nil, fmt.Errorf("audit record kind %q is neither %q nor %q", r.Kind, KindAuthorization, KindOutcome)
+	rec := new(Record)
+	if _, err := prepareInto(rec, r, nil); err != nil {
+		return nil, err
 	}
-	rec := *r
+	return rec, nil
+}
+
+// prepareInto is prepare into dst; arguments already canonical are copied
+// into buf (returned, grown as needed), which must stay untouched while
+// dst is in use.
+func prepareInto(dst, r *Record, buf []byte) ([]byte, error) {
+	if r.Kind != KindAuthorization && r.Kind != KindOutcome {
+		return buf, fmt.Errorf("audit record kind %q is neither %q nor %q", r.Kind, KindAuthorization, KindOutcome)
+	}
+	*dst = *r
 	switch {
-	case isCanonicalJSON(rec.Arguments):
+	case isCanonicalJSON(r.Arguments):
 		// Already canonical (the usual case): copied, not re-encoded. The
 		// copy keeps the caller free to reuse its buffer once Append returns.
-		rec.Arguments = bytes.Clone(rec.Arguments)
-	case len(bytes.TrimSpace(rec.Arguments)) > 0:
-		canon, err := jcs.Transform(rec.Arguments)
+		buf = append(buf[:0], r.Arguments...)
+		dst.Arguments = buf
+	case len(bytes.TrimSpace(r.Arguments)) > 0:
+		canon, err := jcs.Transform(r.Arguments)
 		if err != nil {
-			return nil, fmt.Errorf("audit record arguments: %w", err)
+			return buf, fmt.Errorf("audit record arguments: %w", err)
 		}
-		rec.Arguments = canon
+		dst.Arguments = canon
 	default:
-		rec.Arguments = nil
+		dst.Arguments = nil
 	}
-	if len(rec.Arguments) > maxLine/2 {
-		return nil, fmt.Errorf("audit record arguments of %d bytes exceed %d", len(rec.Arguments), maxLine/2)
+	if len(dst.Arguments) > maxLine/2 {
+		return buf, fmt.Errorf("audit record arguments of %d bytes exceed %d", len(dst.Arguments), maxLine/2)
 	}
-	return &rec, nil
+	return buf, nil
 }
 
 // Ready is nil when the store is open and its last write, or a later probe
