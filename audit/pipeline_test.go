@@ -14,7 +14,7 @@ func pipelined(t *testing.T) (s *Store, gate chan error, written chan struct{}, 
 	s = openStore(t, Config{})
 	gate, written, syncs = make(chan error), make(chan struct{}, 16), new(atomic.Int32)
 	s.beforeSync = func() error { syncs.Add(1); return <-gate }
-	s.afterWrite = func() { written <- struct{}{} }
+	s.afterBatch = func() { written <- struct{}{} }
 	return s, gate, written, syncs
 }
 
@@ -69,7 +69,7 @@ func TestPipelineAcksAfterCoveringSync(t *testing.T) {
 	if n := syncs.Load(); n != 2 {
 		t.Fatalf("%d syncs, want 2 (one for a, one covering b and c)", n)
 	}
-	s.beforeSync, s.afterWrite = nil, nil
+	s.beforeSync, s.afterBatch = nil, nil
 	closeStore(t, s)
 	if rep := mustVerify(t, s.cfg.Dir, VerifyOptions{}); rep.Records != 3 {
 		t.Fatalf("report %+v", rep)
@@ -111,7 +111,7 @@ func TestPipelineFailedSyncFailsAllPending(t *testing.T) {
 			if s.Ready() == nil {
 				t.Fatal("Ready is nil after a failed sync")
 			}
-			s.beforeSync, s.afterWrite = nil, nil
+			s.beforeSync, s.afterBatch = nil, nil
 			want := uint64(1)
 			if firstOK {
 				want = 2

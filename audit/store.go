@@ -59,6 +59,7 @@ type Store struct {
 	// yet durable, oldest first, and whether the syncer is running a sync.
 	pending    []*written
 	pendingBuf []*written
+	encoded    []*written // batches encoded into w.buf, not yet written
 	syncing    bool
 	syncReqs   chan syncReq
 	syncDone   chan syncRes
@@ -67,9 +68,9 @@ type Store struct {
 	// beforeSync, when set by a test, runs in the writer before each sync;
 	// an error it returns fails the sync.
 	beforeSync func() error
-	// afterWrite, when set by a test, runs in the writer after each batch
-	// it writes.
-	afterWrite func()
+	// afterBatch, when set by a test, runs in the writer after each batch
+	// it takes (encodes, and writes unless a sync is under way).
+	afterBatch func()
 }
 
 type request struct {
@@ -802,25 +803,33 @@ func (s *Store) syncer() {
 	}
 }
 
-// write encodes batch after the written end of the active segment, writes
-// it and makes sure a sync will cover it.
+// flushBytes is how much encoded data waits for the sync under way to end
+// before it is written anyway (it joins the next sync either way).
+const flushBytes = 256 << 10
+
+// write encodes batch after the records encoded before it. While no sync
+// runs it is written and a sync started at once; while one runs, batches are
+// encoded as they come and written together when it ends (or once
+// flushBytes wait), so that one write and one sync cover all of them.
 func (s *Store) write(batch []*request) {
 	w := &s.w
-	if w.f != nil && w.written >= s.cfg.SegmentBytes {
+	if w.f != nil && w.written+int64(len(w.buf)) >= s.cfg.SegmentBytes {
 		// Rotation: the next segment's records may not become durable
 		// before this one's are.
+		s.flush()
 		s.drain()
 		if w.f != nil && w.written >= s.cfg.SegmentBytes {
 			s.rotate()
 		}
 	}
-	if err := s.prepareSegment(); err != nil {
-		s.fail(batch, err)
-		return
+	if len(s.encoded) == 0 && len(s.pending) == 0 {
+		if err := s.prepareSegment(); err != nil {
+			s.fail(batch, err)
+			return
+		}
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	h := w.head
-	w.buf = w.buf[:0]
 	b := &written{reqs: batch, receipts: make([]Receipt, len(batch))}
 	var hexPrev [64]byte
 	for i, req := range batch {
@@ -831,6 +840,24 @@ func (s *Store) write(batch []*request) {
 		h = head{seq: h.seq + 1, hash: lineHash(w.buf[start:])}
 		w.buf = append(w.buf, '\n')
 		b.receipts[i] = Receipt{Seq: h.seq, Hash: hex.EncodeToString(h.hash[:])}
+	}
+	w.head = h
+	b.end, b.head = int64(len(w.buf)), h // end is relative to w.written until flushed
+	s.encoded = append(s.encoded, b)
+	if !s.syncing || len(w.buf) >= flushBytes {
+		s.flush()
+	}
+	if s.afterBatch != nil {
+		s.afterBatch()
+	}
+}
+
+// flush writes the encoded batches after the segment's written end and
+// makes sure a sync will cover them.
+func (s *Store) flush() {
+	w := &s.w
+	if len(s.encoded) == 0 {
+		return
 	}
 	inside, fillErr := w.fill.reserve(w.written + int64(len(w.buf)))
 	if _, err := w.f.WriteAt(w.buf, w.written); err != nil {
@@ -847,18 +874,19 @@ func (s *Store) write(batch []*request) {
 				s.ack(res.n)
 			}
 		}
-		s.failPending(append(s.pending, b), err)
+		s.failPending(err)
 		return
 	}
+	for _, b := range s.encoded {
+		b.end += w.written
+	}
+	s.pending = append(s.pending, s.encoded...)
+	clear(s.encoded)
+	s.encoded = s.encoded[:0]
 	w.written += int64(len(w.buf))
-	w.head = h
-	b.end, b.head = w.written, h
-	s.pending = append(s.pending, b)
+	w.buf = w.buf[:0]
 	if !s.syncing {
 		s.startSync()
-	}
-	if s.afterWrite != nil {
-		s.afterWrite()
 	}
 }
 
@@ -873,11 +901,13 @@ func (s *Store) synced(res syncRes) {
 	s.syncing = false
 	if res.err != nil {
 		s.w.failSize = int(s.w.written - s.w.durable)
-		s.failPending(s.pending, fmt.Errorf("write records: %w", res.err))
+		s.failPending(fmt.Errorf("write records: %w", res.err))
 		return
 	}
 	s.ack(res.n)
+	s.flush()
 	switch {
+	case s.syncing:
 	case len(s.pending) > 0:
 		s.startSync()
 	case s.w.f != nil && s.w.written >= s.cfg.SegmentBytes:
@@ -907,29 +937,33 @@ func (s *Store) ack(n int) {
 	}
 }
 
-// drain waits until every pending batch is durable or failed.
+// drain waits until every batch is durable or failed.
 func (s *Store) drain() {
+	s.flush()
 	for s.syncing {
 		s.synced(<-s.syncDone)
 	}
 }
 
-// failPending fails the batches (no sync is under way) and cuts the segment
-// back to its durable end, so no unacknowledged bytes stay to be mistaken
-// for records.
-func (s *Store) failPending(batches []*written, cause error) {
+// failPending fails every batch not yet durable, written or only encoded
+// (no sync is under way), and cuts the segment back to its durable end, so
+// no unacknowledged bytes stay to be mistaken for records.
+func (s *Store) failPending(cause error) {
 	w := &s.w
 	w.dirty = true
-	w.head, w.written = w.dhead, w.durable
+	w.head, w.written, w.buf = w.dhead, w.durable, w.buf[:0]
 	s.cutBack()
 	err := fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	s.setErr(err)
-	for _, b := range batches {
-		for _, req := range b.reqs {
-			req.done <- result{err: err}
+	for _, batches := range [][]*written{s.pending, s.encoded} {
+		for _, b := range batches {
+			for _, req := range b.reqs {
+				req.done <- result{err: err}
+			}
 		}
+		clear(batches)
 	}
-	s.pending = s.pendingBuf[:0]
+	s.pending, s.encoded = s.pendingBuf[:0], s.encoded[:0]
 }
 
 // rotate closes the full active segment (nothing is pending); the next
