@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -47,28 +48,69 @@ func fill(t *testing.T, path string) {
 }
 
 func TestFullDiskFailsClosedAndRecovers(t *testing.T) {
+	t.Run("the filler keeps its reserve free", func(t *testing.T) { fullDisk(t, false) })
+	t.Run("the padding took the last space", func(t *testing.T) {
+		defer func(r int64) { fillReserve = r }(fillReserve)
+		fillReserve = 0
+		fullDisk(t, true)
+	})
+}
+
+// fullDisk fills the disk under a running store; padded says the store's
+// padding took what space there was, so records go on after the disk is
+// full, until the padding is used up.
+func fullDisk(t *testing.T, padded bool) {
 	disk := smallDisk(t)
 	dir := filepath.Join(disk, "audit")
 	s := openStore(t, Config{Dir: dir})
 	appendN(t, s, 0, 3)
+	if padded {
+		waitFilled(t, s, fillPiece) // half of the disk's 256 KiB
+	} else {
+		// The filler has tried and kept its reserve free.
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			s.w.fill.mu.Lock()
+			failed := s.w.fill.err != nil
+			s.w.fill.mu.Unlock()
+			if failed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the filler never ran on a disk smaller than its reserve")
+			}
+		}
+	}
 	filler := filepath.Join(disk, "filler")
 	fill(t, filler)
 
-	// The segment's last page may still have room for a few records.
+	// The segment's zero-filled padding (its blocks are allocated) still
+	// takes records; the filler has run into the full disk by now.
 	var err error
 	n := 3
-	for ; n < 200 && err == nil; n++ {
+	for ; n < 5000 && err == nil; n++ {
 		_, err = s.Append(context.Background(), sample(n))
 	}
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Append on a full disk: %v, want ErrUnavailable wrapping ENOSPC", err)
 	}
+	if padded && n-1 < 3+100 {
+		t.Fatalf("only %d records went into the padding after the disk filled", n-1-3)
+	}
 	if s.Ready() == nil {
 		t.Fatal("Ready is nil on a full disk")
+	}
+	if !strings.Contains(err.Error(), "zero-filled") {
+		t.Errorf("the error does not say the segment could not be zero-filled ahead: %v", err)
 	}
 	data, rerr := os.ReadFile(filepath.Join(dir, segmentName(1)))
 	if rerr != nil {
 		t.Fatal(rerr)
+	}
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		if bytes.Count(data[i:], []byte{0}) != len(data)-i {
+			t.Fatalf("bytes other than NUL in the padding after a failed write")
+		}
+		data = data[:i]
 	}
 	if want := n - 1; bytes.Count(data, []byte("\n")) != want || !bytes.HasSuffix(data, []byte("\n")) {
 		t.Fatalf("segment holds %d lines (ends in newline: %v), want exactly the %d acknowledged",

@@ -257,7 +257,7 @@ func (w *wireRecord) record() (*Record, error) {
 	if w.Kind != KindAuthorization && w.Kind != KindOutcome {
 		return nil, fmt.Errorf("record kind %q is neither %q nor %q", w.Kind, KindAuthorization, KindOutcome)
 	}
-	if len(w.Arguments) > 0 {
+	if len(w.Arguments) > 0 && !isCanonicalJSON(w.Arguments) {
 		canon, err := jcs.Transform(w.Arguments)
 		if err != nil {
 			return nil, fmt.Errorf("record arguments: %w", err)
@@ -364,9 +364,12 @@ func HashArguments(raw json.RawMessage) (string, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return "", nil
 	}
-	canon, err := jcs.Transform(raw)
-	if err != nil {
-		return "", fmt.Errorf("canonicalize arguments: %w", err)
+	canon := []byte(raw)
+	if !isCanonicalJSON(raw) {
+		var err error
+		if canon, err = jcs.Transform(raw); err != nil {
+			return "", fmt.Errorf("canonicalize arguments: %w", err)
+		}
 	}
 	sum := sha256.Sum256(canon)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -114,6 +115,11 @@ func FuzzDecodeRecord(f *testing.F) {
 		r, err := DecodeRecord(line)
 		if err != nil {
 			return
+		}
+		// The segment reader ends a segment's data at its first NUL: no
+		// accepted line may hold one (nor a newline).
+		if bytes.IndexByte(line, 0) >= 0 || bytes.IndexByte(line, '\n') >= 0 {
+			t.Fatalf("accepted a line holding a NUL or a newline: %q", line)
 		}
 		if again := encodeRecord(nil, r); string(again) != string(line) {
 			t.Fatalf("accepted a non-canonical line:\n%q\nre-encodes as\n%q", line, again)

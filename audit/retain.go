@@ -91,8 +91,8 @@ func (s *Store) retain() {
 // hash of the record before, which seg's first record names as prev (or the
 // head, when seg is the active segment and still empty).
 func (s *Store) baseAt(seg segment) (base, error) {
-	if seg.first == s.w.head.seq+1 {
-		return base{seq: seg.first, anchor: s.w.head.hash}, nil
+	if seg.first == s.w.dhead.seq+1 {
+		return base{seq: seg.first, anchor: s.w.dhead.hash}, nil
 	}
 	anchor, err := firstPrev(filepath.Join(s.cfg.Dir, seg.name))
 	if err != nil {

@@ -55,13 +55,56 @@ type Store struct {
 
 	w writer // owned by the writer goroutine (and by Open and Close outside it)
 
-	// beforeSync, when set by a test, runs in the writer before each sync.
-	beforeSync func()
+	// The pipeline, owned by the writer goroutine: batches written and not
+	// yet durable, oldest first, and whether the syncer is running a sync.
+	pending    []*written
+	pendingBuf []*written
+	encoded    []*written // batches encoded into w.buf, not yet written
+	syncing    bool
+	syncReqs   chan syncReq
+	syncDone   chan syncRes
+	syncerDone chan struct{}
+
+	// beforeSync, when set by a test, runs in the writer before each sync;
+	// an error it returns fails the sync.
+	beforeSync func() error
+	// afterBatch, when set by a test, runs in the writer after each batch
+	// it takes (encodes, and writes unless a sync is under way).
+	afterBatch func()
 }
 
 type request struct {
-	rec  *Record
-	done chan result
+	rec   *Record // points to own
+	own   Record
+	args  []byte // own.Arguments, when they were canonical already
+	done  chan result
+	timer *time.Timer
+}
+
+// requests recycles a request, its channel and its timer once its Append has
+// received the result: nothing else refers to it then. A request whose
+// Append gave up (timeout, ctx) is left to the garbage collector, since the
+// writer may still answer it.
+var requests = sync.Pool{New: func() any { return &request{done: make(chan result, 1)} }}
+
+func getRequest(timeout time.Duration) *request {
+	req := requests.Get().(*request)
+	req.rec = &req.own
+	if req.timer == nil {
+		req.timer = time.NewTimer(timeout)
+	} else {
+		req.timer.Reset(timeout)
+	}
+	return req
+}
+
+func putRequest(req *request) {
+	req.timer.Stop()
+	req.own = Record{}
+	if cap(req.args) > 64<<10 {
+		req.args = nil // a rare large one is not kept
+	}
+	requests.Put(req)
 }
 
 type result struct {
@@ -73,10 +116,13 @@ type result struct {
 // writer is the state of the active segment.
 type writer struct {
 	f        *os.File
+	fill     *filler // keeps f zero-filled ahead of durable
 	name     string
 	durable  int64 // size of the active segment that is known durable
+	written  int64 // size of the active segment written (durable or not)
 	dirty    bool  // bytes past durable may remain from a failed write
-	head     head
+	head     head  // the chain's head after the last record written
+	dhead    head  // the chain's head after the last durable record
 	buf      []byte
 	failSize int // size of the last failed write, for the probe
 	ticks    int
@@ -109,14 +155,19 @@ func Open(cfg Config, log *slog.Logger) (*Store, error) {
 		writerDone: make(chan struct{}),
 		cpStop:     make(chan struct{}),
 		cpDone:     make(chan struct{}),
+		syncReqs:   make(chan syncReq, 1),
+		syncDone:   make(chan syncRes, 1),
+		syncerDone: make(chan struct{}),
+		pendingBuf: make([]*written, 0, 64),
 	}
+	s.pending = s.pendingBuf
 	cp, msg := s.latestCheckpoint()
 	if err := s.recover(cp); err != nil {
 		return nil, fmt.Errorf("open audit store: %w", err)
 	}
 	st, err := s.chooseStart(cp)
 	if err != nil {
-		s.closeSegment()
+		s.closeSegment(false)
 		return nil, fmt.Errorf("open audit store: %w", err)
 	}
 	s.start = st
@@ -127,6 +178,7 @@ func Open(cfg Config, log *slog.Logger) (*Store, error) {
 	if err := s.checkpoint(); err != nil {
 		s.log.Warn("audit checkpoint not written", "err", err)
 	}
+	go s.syncer()
 	go s.run()
 	go s.checkpointLoop()
 	return s, nil
@@ -224,7 +276,7 @@ func (s *Store) recover(cp *Checkpoint) error {
 		if err != nil {
 			return err
 		}
-		if t.torn > 0 && torn == "" {
+		if (t.torn > 0 || t.stray > 0) && torn == "" {
 			torn = seg.name
 		}
 		if t.records == 0 {
@@ -252,7 +304,7 @@ func (s *Store) recover(cp *Checkpoint) error {
 	}
 	for _, seg := range empty {
 		path := filepath.Join(s.cfg.Dir, seg.name)
-		if err := s.saveTorn(path, 0); err != nil {
+		if err := s.saveTorn(path, 0, true); err != nil {
 			return err
 		}
 		s.log.Warn("audit segment holds no record; removed", "segment", seg.name)
@@ -260,20 +312,27 @@ func (s *Store) recover(cp *Checkpoint) error {
 			return fmt.Errorf("remove empty segment: %w", err)
 		}
 	}
-	s.w.head = h
+	s.w.head, s.w.dhead = h, h
 	if found == nil {
 		return nil
 	}
 	path := filepath.Join(s.cfg.Dir, found.name)
-	if t.torn > 0 {
-		if err := s.saveTorn(path, t.durable); err != nil {
+	full := t.durable >= s.cfg.SegmentBytes
+	if t.torn > 0 || t.stray > 0 {
+		if err := s.saveTorn(path, t.durable, full); err != nil {
 			return err
 		}
 	}
-	if t.durable < s.cfg.SegmentBytes {
-		return s.reopenSegment(found.name, t.durable)
+	if full {
+		if t.size > t.durable {
+			// A crash before rotation cut the padding off.
+			if err := truncateSynced(path, t.durable); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	return nil
+	return s.reopenSegment(found.name, t.durable)
 }
 
 // checkHead refuses a log whose head h falls short of the signed checkpoint
@@ -292,25 +351,57 @@ func checkHead(cp *Checkpoint, h head, torn string) error {
 	return nil
 }
 
-// saveTorn keeps the incomplete final line of the segment at path in a file
-// beside it (which verify and query ignore) before cutting it off, so that
-// what recovery removes can still be looked at.
-func (s *Store) saveTorn(path string, durable int64) error {
+// saveTorn keeps what follows the last complete record of the segment at
+// path (an incomplete final line, and bytes other than NUL inside the
+// padding: an unacknowledged write a crash tore) in a file beside it, which
+// verify and query ignore, before it removes them, so that what recovery
+// removes can still be looked at. It cuts the file at durable when cut is
+// set, and otherwise overwrites those bytes with zeros, restoring the
+// padding.
+func (s *Store) saveTorn(path string, durable int64, cut bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read torn record: %w", err)
 	}
-	if int64(len(data)) <= durable {
+	end := int64(len(bytes.TrimRight(data, "\x00")))
+	if end <= durable {
 		return nil
 	}
 	aside := fmt.Sprintf("%s.torn-%d", path, time.Now().UnixMilli())
-	if err := writeAtomic(aside, data[durable:], 0o600); err != nil {
+	if err := writeAtomic(aside, data[durable:end], 0o600); err != nil {
 		return fmt.Errorf("save torn record: %w", err)
 	}
-	s.log.Warn("audit segment ended in an incomplete record no checkpoint covers (never acknowledged); saved aside and truncated",
-		"segment", filepath.Base(path), "bytes", int64(len(data))-durable, "saved", filepath.Base(aside))
-	if err := os.Truncate(path, durable); err != nil {
-		return fmt.Errorf("truncate torn record: %w", err)
+	s.log.Warn("audit segment ended in an incomplete write no checkpoint covers (never acknowledged); saved aside and removed",
+		"segment", filepath.Base(path), "bytes", end-durable, "saved", filepath.Base(aside))
+	if cut {
+		return truncateSynced(path, durable)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("restore padding: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, end-durable), durable); err != nil {
+		return fmt.Errorf("restore padding: %w", err)
+	}
+	if err := fdatasync(f); err != nil {
+		return fmt.Errorf("restore padding: %w", err)
+	}
+	return nil
+}
+
+// truncateSynced cuts the file at path to size and makes that durable.
+func truncateSynced(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("truncate segment: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("truncate segment: %w", err)
+	}
+	if err := fdatasync(f); err != nil {
+		return fmt.Errorf("truncate segment: %w", err)
 	}
 	return nil
 }
@@ -379,12 +470,20 @@ func firstPrev(path string) ([32]byte, error) {
 	return parseHash(r.Prev)
 }
 
-func (s *Store) reopenSegment(name string, size int64) error {
+// reopenSegment continues the segment name whose records end at durable;
+// what follows them is padding (recovery removed anything else).
+func (s *Store) reopenSegment(name string, durable int64) error {
 	f, err := os.OpenFile(filepath.Join(s.cfg.Dir, name), os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("open segment: %w", err)
 	}
-	s.w.f, s.w.name, s.w.durable = f, name, size
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("open segment: %w", err)
+	}
+	s.w.f, s.w.name, s.w.durable, s.w.written = f, name, durable, durable
+	s.w.fill = startFiller(f, name, max(fi.Size(), durable), s.cfg.SegmentBytes, s.log)
 	return nil
 }
 
@@ -393,26 +492,30 @@ func (s *Store) reopenSegment(name string, size int64) error {
 // record is not durable within the configured timeout, the disk fails, ctx
 // ends, or the store is closed.
 func (s *Store) Append(ctx context.Context, r *Record) (Receipt, error) {
-	rec, err := prepare(r)
-	if err != nil {
+	req := getRequest(s.cfg.Timeout)
+	var err error
+	if req.args, err = prepareInto(&req.own, r, req.args); err != nil {
+		putRequest(req)
 		return Receipt{}, err
 	}
-	req := &request{rec: rec, done: make(chan result, 1)}
-	timer := time.NewTimer(s.cfg.Timeout)
-	defer timer.Stop()
-	if err := s.send(ctx, req, timer.C); err != nil {
+	if err := s.send(ctx, req, req.timer.C); err != nil {
+		putRequest(req) // never handed over
 		return Receipt{}, err
 	}
 	select {
 	case res := <-req.done:
+		if res.err == nil {
+			r.Seq, r.Prev, r.Time = res.rec.Seq, res.rec.Prev, res.rec.Time
+		}
+		putRequest(req)
 		if res.err != nil {
 			return Receipt{}, res.err
 		}
-		r.Seq, r.Prev, r.Time = res.rec.Seq, res.rec.Prev, res.rec.Time
 		return res.receipt, nil
-	case <-timer.C:
+	case <-req.timer.C:
 		return Receipt{}, s.timedOut()
 	case <-ctx.Done():
+		req.timer.Stop()
 		return Receipt{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
 }
@@ -442,23 +545,40 @@ func (s *Store) timedOut() error {
 // prepare copies r, so the caller may reuse it once Append returns whatever
 // the writer still does, and canonicalizes its arguments.
 func prepare(r *Record) (*Record, error) {
+	rec := new(Record)
+	if _, err := prepareInto(rec, r, nil); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// prepareInto is prepare into dst; arguments already canonical are copied
+// into buf (returned, grown as needed), which must stay untouched while
+// dst is in use.
+func prepareInto(dst, r *Record, buf []byte) ([]byte, error) {
 	if r.Kind != KindAuthorization && r.Kind != KindOutcome {
-		return nil, fmt.Errorf("audit record kind %q is neither %q nor %q", r.Kind, KindAuthorization, KindOutcome)
+		return buf, fmt.Errorf("audit record kind %q is neither %q nor %q", r.Kind, KindAuthorization, KindOutcome)
 	}
-	rec := *r
-	if len(bytes.TrimSpace(rec.Arguments)) > 0 {
-		canon, err := jcs.Transform(rec.Arguments)
+	*dst = *r
+	switch {
+	case isCanonicalJSON(r.Arguments):
+		// Already canonical (the usual case): copied, not re-encoded. The
+		// copy keeps the caller free to reuse its buffer once Append returns.
+		buf = append(buf[:0], r.Arguments...)
+		dst.Arguments = buf
+	case len(bytes.TrimSpace(r.Arguments)) > 0:
+		canon, err := jcs.Transform(r.Arguments)
 		if err != nil {
-			return nil, fmt.Errorf("audit record arguments: %w", err)
+			return buf, fmt.Errorf("audit record arguments: %w", err)
 		}
-		rec.Arguments = canon
-	} else {
-		rec.Arguments = nil
+		dst.Arguments = canon
+	default:
+		dst.Arguments = nil
 	}
-	if len(rec.Arguments) > maxLine/2 {
-		return nil, fmt.Errorf("audit record arguments of %d bytes exceed %d", len(rec.Arguments), maxLine/2)
+	if len(dst.Arguments) > maxLine/2 {
+		return buf, fmt.Errorf("audit record arguments of %d bytes exceed %d", len(dst.Arguments), maxLine/2)
 	}
-	return &rec, nil
+	return buf, nil
 }
 
 // Ready is nil when the store is open and its last write, or a later probe
@@ -522,8 +642,11 @@ func (s *Store) Close(ctx context.Context) error {
 		return fmt.Errorf("close audit store: %w", ctx.Err())
 	}
 	<-s.cpDone
-	err := s.checkpoint()
-	if cerr := s.closeSegment(); err == nil {
+	// The padding goes first, freeing its space for the checkpoint: a closed
+	// log is plain lines, and the next Open zero-fills again in the
+	// background.
+	err := s.closeSegment(true)
+	if cerr := s.checkpoint(); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -532,22 +655,44 @@ func (s *Store) Close(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) closeSegment() error {
-	if s.w.f == nil {
+// closeSegment stops the filler and closes the active segment, cutting its
+// padding off when trim is set (on rotation and Close); the cut is synced.
+func (s *Store) closeSegment(trim bool) error {
+	w := &s.w
+	if w.f == nil {
 		return nil
 	}
-	err := s.w.f.Close()
-	s.w.f = nil
+	var err error
+	if w.fill != nil {
+		w.fill.close()
+		w.fill = nil
+	}
+	if trim {
+		if err = w.f.Truncate(w.durable); err == nil {
+			err = fdatasync(w.f)
+		}
+		if err != nil {
+			err = fmt.Errorf("cut the padding off %s: %w", w.name, err)
+		}
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.f = nil
 	return err
 }
 
-// run is the writer: it batches the requests waiting, commits them with one
-// write and one sync, and probes the disk while it is failing.
+// run is the writer. It batches the requests waiting, encodes each batch
+// and writes it after the segment's written end, and hands the sync to the
+// syncer goroutine: while one fdatasync runs, the next batches are encoded
+// and written, and the sync after it covers all of them. A batch is
+// acknowledged only once a sync that began after its write succeeded; a
+// failed write or sync fails every batch not yet durable and cuts the
+// segment back to its durable end. It probes the disk while it is failing.
 func (s *Store) run() {
 	defer close(s.writerDone)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	batch := make([]*request, 0, maxBatch)
 	// later holds outcome records waiting for a commit to ride with (outcomeDelay).
 	var later []*request
 	delay := time.NewTimer(time.Hour)
@@ -555,7 +700,7 @@ func (s *Store) run() {
 	for {
 		select {
 		case req := <-s.reqs:
-			batch = s.gather(append(batch[:0], req))
+			batch := s.gather(append(s.newBatch(), req))
 			if onlyOutcomes(batch) && len(later)+len(batch) < maxBatch {
 				if len(later) == 0 {
 					delay.Reset(outcomeDelay)
@@ -568,30 +713,38 @@ func (s *Store) run() {
 				batch = append(later, batch...)
 				later = nil
 			}
-			s.commit(batch)
+			s.write(batch)
+		case res := <-s.syncDone:
+			s.synced(res)
 		case <-delay.C:
 			if len(later) > 0 {
-				s.commit(later)
+				s.write(later)
 				later = nil
 			}
 		case <-tick.C:
 			s.maintain()
 		case <-s.stop:
 			if len(later) > 0 {
-				s.commit(later)
+				s.write(later)
 			}
 			for {
 				select {
 				case req := <-s.reqs:
-					batch = s.gather(append(batch[:0], req))
-					s.commit(batch)
+					s.write(s.gather(append(s.newBatch(), req)))
+					continue
 				default:
-					return
 				}
+				break
 			}
+			s.drain()
+			close(s.syncReqs)
+			<-s.syncerDone
+			return
 		}
 	}
 }
+
+func (s *Store) newBatch() []*request { return make([]*request, 0, 8) }
 
 // onlyOutcomes reports whether no request of batch waits for its sync to forward a call.
 func onlyOutcomes(batch []*request) bool {
@@ -615,69 +768,222 @@ func (s *Store) gather(batch []*request) []*request {
 	return batch
 }
 
-// commit writes batch after the durable end of the active segment and syncs;
-// on failure it cuts the segment back to that end so no unacknowledged bytes
-// stay to be mistaken for records.
-func (s *Store) commit(batch []*request) {
+// written is a batch written to the active segment and not yet durable.
+type written struct {
+	reqs     []*request
+	receipts []Receipt
+	end      int64 // the segment's written end after it
+	head     head  // the chain's head after it
+}
+
+// syncReq asks the syncer for an fdatasync of f covering the first n
+// pending batches (those written before it is sent).
+type syncReq struct {
+	f *os.File
+	n int
+}
+
+type syncRes struct {
+	n   int
+	err error
+}
+
+// syncer runs fdatasync for the writer, one at a time.
+func (s *Store) syncer() {
+	defer close(s.syncerDone)
+	for req := range s.syncReqs {
+		var err error
+		if s.beforeSync != nil {
+			err = s.beforeSync()
+		}
+		if err == nil {
+			err = fdatasync(req.f)
+		}
+		s.syncDone <- syncRes{n: req.n, err: err}
+	}
+}
+
+// flushBytes is how much encoded data waits for the sync under way to end
+// before it is written anyway (it joins the next sync either way).
+const flushBytes = 256 << 10
+
+// write encodes batch after the records encoded before it. While no sync
+// runs it is written and a sync started at once; while one runs, batches are
+// encoded as they come and written together when it ends (or once
+// flushBytes wait), so that one write and one sync cover all of them.
+func (s *Store) write(batch []*request) {
 	w := &s.w
-	if err := s.prepareSegment(); err != nil {
-		s.fail(batch, err)
-		return
+	if w.f != nil && w.written+int64(len(w.buf)) >= s.cfg.SegmentBytes {
+		// Rotation: the next segment's records may not become durable
+		// before this one's are.
+		s.flush()
+		s.drain()
+		if w.f != nil && w.written >= s.cfg.SegmentBytes {
+			s.rotate()
+		}
+	}
+	if len(s.encoded) == 0 && len(s.pending) == 0 {
+		if err := s.prepareSegment(); err != nil {
+			s.fail(batch, err)
+			return
+		}
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	h := w.head
-	w.buf = w.buf[:0]
-	receipts := make([]Receipt, len(batch))
+	b := &written{reqs: batch, receipts: make([]Receipt, len(batch))}
+	var hexPrev [64]byte
 	for i, req := range batch {
-		req.rec.Seq, req.rec.Prev, req.rec.Time = h.seq+1, hex.EncodeToString(h.hash[:]), now
+		hex.Encode(hexPrev[:], h.hash[:])
+		req.rec.Seq, req.rec.Prev, req.rec.Time = h.seq+1, string(hexPrev[:]), now
 		start := len(w.buf)
 		w.buf = encodeRecord(w.buf, req.rec)
 		h = head{seq: h.seq + 1, hash: lineHash(w.buf[start:])}
 		w.buf = append(w.buf, '\n')
-		receipts[i] = Receipt{Seq: h.seq, Hash: hex.EncodeToString(h.hash[:])}
+		b.receipts[i] = Receipt{Seq: h.seq, Hash: hex.EncodeToString(h.hash[:])}
 	}
-	if err := s.writeDurable(w.buf); err != nil {
-		w.failSize = len(w.buf)
-		s.fail(batch, err)
-		return
-	}
-	w.durable += int64(len(w.buf))
 	w.head = h
-	s.state.Lock()
-	s.current = h
-	s.state.Unlock()
-	s.clearErr()
-	for i, req := range batch {
-		req.done <- result{receipt: receipts[i], rec: req.rec}
+	b.end, b.head = int64(len(w.buf)), h // end is relative to w.written until flushed
+	s.encoded = append(s.encoded, b)
+	if !s.syncing || len(w.buf) >= flushBytes {
+		s.flush()
 	}
-	if w.durable >= s.cfg.SegmentBytes {
-		if err := s.closeSegment(); err != nil {
-			s.log.Warn("audit segment close failed", "segment", w.name, "err", err)
-		}
+	if s.afterBatch != nil {
+		s.afterBatch()
 	}
 }
 
-func (s *Store) writeDurable(b []byte) error {
+// flush writes the encoded batches after the segment's written end and
+// makes sure a sync will cover them.
+func (s *Store) flush() {
 	w := &s.w
-	_, err := w.f.WriteAt(b, w.durable)
-	if err == nil && s.beforeSync != nil {
-		s.beforeSync()
+	if len(s.encoded) == 0 {
+		return
 	}
-	if err == nil {
-		err = fdatasync(w.f)
+	inside, fillErr := w.fill.reserve(w.written + int64(len(w.buf)))
+	if _, err := w.f.WriteAt(w.buf, w.written); err != nil {
+		w.failSize = len(w.buf)
+		if !inside && fillErr != nil {
+			err = fmt.Errorf("write records past the zero-filled end of the segment, which cannot be extended (%v): %w", fillErr, err)
+		} else {
+			err = fmt.Errorf("write records: %w", err)
+		}
+		// The sync under way may still make earlier batches durable.
+		if s.syncing {
+			s.syncing = false
+			if res := <-s.syncDone; res.err == nil {
+				s.ack(res.n)
+			}
+		}
+		s.failPending(err)
+		return
 	}
-	if err != nil {
-		w.dirty = true
-		s.cutBack()
-		return fmt.Errorf("write records: %w", err)
+	for _, b := range s.encoded {
+		b.end += w.written
 	}
-	return nil
+	s.pending = append(s.pending, s.encoded...)
+	clear(s.encoded)
+	s.encoded = s.encoded[:0]
+	w.written += int64(len(w.buf))
+	w.buf = w.buf[:0]
+	if !s.syncing {
+		s.startSync()
+	}
+}
+
+func (s *Store) startSync() {
+	s.syncing = true
+	s.syncReqs <- syncReq{f: s.w.f, n: len(s.pending)}
+}
+
+// synced takes a sync's result: its batches are acknowledged, or every
+// pending batch fails.
+func (s *Store) synced(res syncRes) {
+	s.syncing = false
+	if res.err != nil {
+		s.w.failSize = int(s.w.written - s.w.durable)
+		s.failPending(fmt.Errorf("write records: %w", res.err))
+		return
+	}
+	s.ack(res.n)
+	s.flush()
+	switch {
+	case s.syncing:
+	case len(s.pending) > 0:
+		s.startSync()
+	case s.w.f != nil && s.w.written >= s.cfg.SegmentBytes:
+		s.rotate()
+	}
+}
+
+// ack acknowledges the first n pending batches, which a sync made durable.
+func (s *Store) ack(n int) {
+	w := &s.w
+	done := s.pending[:n]
+	last := done[n-1]
+	w.durable, w.dhead = last.end, last.head
+	s.state.Lock()
+	s.current = last.head
+	s.state.Unlock()
+	s.clearErr()
+	for _, b := range done {
+		for i, req := range b.reqs {
+			req.done <- result{receipt: b.receipts[i], rec: req.rec}
+		}
+	}
+	clear(done)
+	s.pending = s.pending[n:]
+	if len(s.pending) == 0 {
+		s.pending = s.pendingBuf[:0]
+	}
+}
+
+// drain waits until every batch is durable or failed.
+func (s *Store) drain() {
+	s.flush()
+	for s.syncing {
+		s.synced(<-s.syncDone)
+	}
+}
+
+// failPending fails every batch not yet durable, written or only encoded
+// (no sync is under way), and cuts the segment back to its durable end, so
+// no unacknowledged bytes stay to be mistaken for records.
+func (s *Store) failPending(cause error) {
+	w := &s.w
+	w.dirty = true
+	w.head, w.written, w.buf = w.dhead, w.durable, w.buf[:0]
+	s.cutBack()
+	err := fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	s.setErr(err)
+	for _, batches := range [][]*written{s.pending, s.encoded} {
+		for _, b := range batches {
+			for _, req := range b.reqs {
+				req.done <- result{err: err}
+			}
+		}
+		clear(batches)
+	}
+	s.pending, s.encoded = s.pendingBuf[:0], s.encoded[:0]
+}
+
+// rotate closes the full active segment (nothing is pending); the next
+// write creates the next one.
+func (s *Store) rotate() {
+	if err := s.closeSegment(true); err != nil {
+		s.log.Warn("audit segment close failed", "segment", s.w.name, "err", err)
+	}
 }
 
 // cutBack truncates the active segment to its durable size; if even that
 // fails, the next commit retries before writing.
+//
+// The padding past the durable end goes with it (it may hold part of the
+// failed write); the filler zero-fills again from the durable end.
 func (s *Store) cutBack() error {
 	w := &s.w
+	w.written = w.durable
+	w.fill.hold()
+	defer w.fill.release(w.durable, w.durable)
 	if err := w.f.Truncate(w.durable); err != nil {
 		return fmt.Errorf("truncate segment: %w", err)
 	}
@@ -717,7 +1023,8 @@ func (s *Store) prepareSegment() error {
 		os.Remove(filepath.Join(s.cfg.Dir, name))
 		return err
 	}
-	w.f, w.name, w.durable, w.dirty = f, name, 0, false
+	w.f, w.name, w.durable, w.written, w.dirty = f, name, 0, 0, false
+	w.fill = startFiller(f, name, 0, s.cfg.SegmentBytes, s.log)
 	s.retain()
 	return nil
 }
@@ -727,7 +1034,10 @@ func (s *Store) prepareSegment() error {
 // age-based retention.
 func (s *Store) maintain() {
 	s.w.ticks++
-	if s.Ready() != nil {
+	if s.w.fill != nil {
+		s.w.fill.kick()
+	}
+	if s.Ready() != nil && len(s.pending) == 0 {
 		if err := s.probe(); err == nil {
 			s.clearErr()
 		}
@@ -740,7 +1050,7 @@ func (s *Store) maintain() {
 // probe writes and syncs as many bytes as the last failed write; a success
 // means that write would now succeed too.
 func (s *Store) probe() error {
-	if s.w.dirty {
+	if s.w.dirty && s.w.f != nil {
 		if err := s.cutBack(); err != nil {
 			return err
 		}

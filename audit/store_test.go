@@ -111,6 +111,17 @@ func TestAppendVerifyQuery(t *testing.T) {
 func TestConcurrentAppendsFormOneChain(t *testing.T) {
 	s := openStore(t, Config{})
 	const writers, each = 32, 25
+	concurrentAppends(t, s, writers, each)
+	closeStore(t, s)
+	if rep := mustVerify(t, s.cfg.Dir, VerifyOptions{}); rep.Records != writers*each {
+		t.Fatalf("verified %d records, want %d", rep.Records, writers*each)
+	}
+}
+
+// concurrentAppends appends each records from each of
+// writers goroutines and checks no seq is handed out twice.
+func concurrentAppends(t *testing.T, s *Store, writers, each int) {
+	t.Helper()
 	seqs := make(chan uint64, writers*each)
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -133,10 +144,6 @@ func TestConcurrentAppendsFormOneChain(t *testing.T) {
 			t.Fatalf("seq %d handed out twice", q)
 		}
 		seen[q] = true
-	}
-	closeStore(t, s)
-	if rep := mustVerify(t, s.cfg.Dir, VerifyOptions{}); rep.Records != writers*each {
-		t.Fatalf("verified %d records, want %d", rep.Records, writers*each)
 	}
 }
 
@@ -227,7 +234,7 @@ func TestTornFinalLine(t *testing.T) {
 func TestAppendTimeoutAndRecovery(t *testing.T) {
 	s := openStore(t, Config{Timeout: 1}) // 1ns: nothing is durable within it
 	release := make(chan struct{})
-	s.beforeSync = func() { <-release }
+	s.beforeSync = func() error { <-release; return nil }
 	_, err := s.Append(context.Background(), sample(0))
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Append with a blocked writer: %v, want ErrUnavailable", err)

@@ -71,6 +71,11 @@ type Report struct {
 	Checkpoints int   // signed checkpoints checked against the log
 	Skipped     int   // checkpoints older than the oldest retained record
 	TornBytes   int64 // an incomplete final line a crash left (never acknowledged)
+	// StrayBytes counts the bytes other than NUL inside the final segment's
+	// padding, past its last complete line: a write a crash tore can leave
+	// its later pages on disk without its first, so they are read like a
+	// torn line (never acknowledged, unless a checkpoint covers them).
+	StrayBytes int64
 	// Covered is the highest count of records a valid checkpoint signs;
 	// Uncovered the records after it, which no checkpoint protects yet.
 	Covered, Uncovered uint64
@@ -252,10 +257,12 @@ type verifier struct {
 	// from is the first seq that must be present (see Report.From).
 	from uint64
 
-	// torn is the incomplete final line, where it is.
+	// torn is the incomplete final line, where it is (and where the stray
+	// bytes inside the final padding begin).
 	torn     []byte
 	tornSeg  string
 	tornLine int
+	strayAt  int64
 
 	segIdx int
 	lr     *lineReader
@@ -465,11 +472,23 @@ func (v *verifier) finish(last *entry) Report {
 
 // cut explains a log that ends before the signed checkpoint worst.
 func (v *verifier) cut(last *entry, end uint64, worst *signed) *Problem {
+	p := v.cutLines(last, end, worst)
+	if v.rep.StrayBytes > 0 {
+		p.Detail += fmt.Sprintf("; %d bytes other than NUL follow inside the padding (the first at byte offset %d), which a crash does not explain once a checkpoint covers more",
+			v.rep.StrayBytes, v.strayAt)
+	}
+	return p
+}
+
+func (v *verifier) cutLines(last *entry, end uint64, worst *signed) *Problem {
 	p := &Problem{Kind: Truncated, Seq: end + 1,
 		Detail: fmt.Sprintf("the log ends at seq %d but the signed checkpoint for %d records (%s) covers more: records %d to %d were cut",
 			end, worst.Size, worst.source, end+1, worst.Size)}
 	if last != nil {
 		p.Segment = last.seg
+	}
+	if v.rep.StrayBytes > 0 {
+		p.Segment, p.Line = v.tornSeg, v.tornLine
 	}
 	if v.torn == nil {
 		return p
@@ -559,21 +578,31 @@ func (v *verifier) openSegment() error {
 	return nil
 }
 
-// endSegment accepts an incomplete final line only at the very end of the
-// log, where a crash leaves one.
+// endSegment accepts an incomplete final line, and bytes other than NUL
+// inside the padding (the zeros the store keeps after the records of its
+// active segment), only at the very end of the log, where a crash leaves
+// them. A segment's data ends at its first NUL.
 func (v *verifier) endSegment(name string) *Problem {
-	torn, no := v.lr.torn, v.lr.no
+	torn, no, stray, strayAt := v.lr.torn, v.lr.no, v.lr.stray, v.lr.strayAt
 	text := bytes.Clone(v.lr.buf)
 	v.closeFile()
-	if torn == 0 {
+	if torn == 0 && stray == 0 {
 		return nil
 	}
 	if v.segIdx < len(v.segs) {
+		if torn > 0 {
+			return &Problem{Kind: Changed, Segment: name, Line: no + 1,
+				Detail: fmt.Sprintf("incomplete line of %d bytes before the next segment", torn)}
+		}
 		return &Problem{Kind: Changed, Segment: name, Line: no + 1,
-			Detail: fmt.Sprintf("incomplete line of %d bytes before the next segment", torn)}
+			Detail: fmt.Sprintf("%d bytes other than NUL inside the padding after the last line (the first at byte offset %d), before the next segment: "+
+				"a crash tears only the newest segment's last write, so they were put there", stray, strayAt)}
 	}
-	v.rep.TornBytes = torn
-	v.torn, v.tornSeg, v.tornLine = text, name, no+1
+	v.rep.TornBytes, v.rep.StrayBytes = torn, stray
+	if torn > 0 {
+		v.torn = text
+	}
+	v.tornSeg, v.tornLine, v.strayAt = name, no+1, strayAt
 	return nil
 }
 
