@@ -126,6 +126,9 @@ func printVerifyCoverage(w io.Writer, rep *audit.Report, given bool) {
 	if rep.TornBytes > 0 {
 		fmt.Fprintf(w, "  an incomplete final line of %d bytes, which no checkpoint covers (a crash, never acknowledged), was ignored\n", rep.TornBytes)
 	}
+	if rep.StrayBytes > 0 {
+		fmt.Fprintf(w, "  %d stray bytes inside the final segment's zero padding, past its last complete line (a write a crash tore, never acknowledged), were ignored\n", rep.StrayBytes)
+	}
 }
 
 func cmdAuditShow(args []string, stdout, stderr io.Writer) int {

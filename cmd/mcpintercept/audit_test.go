@@ -217,3 +217,18 @@ func TestAuditVerifyDeletedStartAndCutNewline(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyCoverageSaysStrayBytes: verify's report names stray bytes a torn write left inside the
+// final segment's zero padding (audit.Report.StrayBytes), and says nothing of them when there are none.
+func TestVerifyCoverageSaysStrayBytes(t *testing.T) {
+	var b bytes.Buffer
+	printVerifyCoverage(&b, &audit.Report{StrayBytes: 17}, false)
+	if !strings.Contains(b.String(), "17 stray bytes inside the final segment's zero padding") {
+		t.Errorf("report without the stray bytes:\n%s", b.String())
+	}
+	b.Reset()
+	printVerifyCoverage(&b, &audit.Report{}, false)
+	if strings.Contains(b.String(), "stray") {
+		t.Errorf("stray bytes reported where there are none:\n%s", b.String())
+	}
+}
