@@ -131,14 +131,14 @@ func (s *Span) TraceID() string {
 	if s == nil {
 		return ""
 	}
-	return s.sc.TraceID().String()
+	return s.tid.String()
 }
 
 func (s *Span) SpanID() string {
 	if s == nil {
 		return ""
 	}
-	return s.sc.SpanID().String()
+	return s.sid.String()
 }
 
 // Inject is the W3C context that makes this span the parent of the next hop: traceparent, and

@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -598,10 +597,16 @@ func TestRefusedExportCounted(t *testing.T) {
 	}
 }
 
+// nopExporter discards.
+type nopExporter struct{}
+
+func (nopExporter) Export(context.Context, []byte) error { return nil }
+func (nopExporter) Shutdown(context.Context) error       { return nil }
+
 // failingExporter fails every export and counts them.
 type failingExporter struct{ calls atomic.Int32 }
 
-func (f *failingExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error {
+func (f *failingExporter) Export(context.Context, []byte) error {
 	f.calls.Add(1)
 	return errors.New("receiver down")
 }
