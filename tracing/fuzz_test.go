@@ -2,10 +2,15 @@ package tracing
 
 import (
 	"context"
+	"encoding/hex"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // FuzzParent: whatever trace context a peer sends, Start makes a span (the parent's trace when
@@ -60,3 +65,56 @@ func FuzzEndpoint(f *testing.F) {
 }
 
 func splitHostPort(s string) (string, string, error) { return net.SplitHostPort(s) }
+
+// FuzzEncode: whatever the peers put in a call (invalid UTF-8 included), the export request
+// decodes with the OTLP proto types and carries the values (invalid UTF-8 replaced).
+func FuzzEncode(f *testing.F) {
+	f.Add("tools/call", "echo", "file:///a", "deny", "r", "reason", int64(-32601), 443)
+	f.Add("prompts/get", "p\xff", "\xc3(", "allow", "", "", int64(0), 0)
+	f.Add("", "", "", "", "", "", int64(1)<<62, 1<<20)
+	cap := &captureExporter{}
+	tr, err := build(Config{Ratio: 1, Interval: time.Hour}, cap, nil, nil, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { tr.Shutdown(context.Background()) })
+	f.Fuzz(func(t *testing.T, method, tool, uri, decision, rule, reason string, code int64, port int) {
+		c := Call{Method: method, Tool: tool, ResourceURI: uri, ServerPort: port, Route: reason}
+		sp := tr.Start(Parent{}, KindClient, c, time.Now())
+		sp.Decision(decision, rule, reason)
+		sp.Status(code, port, false)
+		sp.End(time.Now())
+		cap.mu.Lock()
+		cap.bodies = cap.bodies[:0]
+		cap.mu.Unlock()
+		if err := tr.flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		cap.mu.Lock()
+		defer cap.mu.Unlock()
+		if len(cap.bodies) != 1 {
+			t.Fatalf("%d exports", len(cap.bodies))
+		}
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(cap.bodies[0], &req); err != nil {
+			t.Fatalf("request does not decode: %v", err)
+		}
+		s := req.ResourceSpans[0].ScopeSpans[0].Spans
+		if len(s) != 1 || hex.EncodeToString(s[0].SpanId) != sp.SpanID() {
+			t.Fatalf("spans %v", s)
+		}
+		am := attrMap(s[0].Attributes)
+		for k, v := range map[string]string{"mcp.method.name": method, "mcp.resource.uri": uri, "mcpintercept.decision": decision,
+			"mcpintercept.rule": rule, "mcpintercept.route": reason} {
+			if am[k] != validUTF8(v) {
+				t.Errorf("%s = %q, want %q", k, am[k], v)
+			}
+		}
+		if port > 0 && am["server.port"] != strconv.Itoa(port) {
+			t.Errorf("server.port %q", am["server.port"])
+		}
+		if method != "" && !strings.HasPrefix(s[0].Name, validUTF8(method)) {
+			t.Errorf("name %q", s[0].Name)
+		}
+	})
+}

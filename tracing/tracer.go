@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
@@ -326,11 +327,7 @@ func build(cfg Config, sexp exporter, mexp sdkmetric.Exporter, reg prometheus.Re
 		dropped = registerOr(reg, dropped).(prometheus.Counter)
 		hist = registerOr(reg, hist).(*prometheus.HistogramVec)
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
-		attribute.String("service.name", cfg.ServiceName)))
-	if err != nil {
-		res = resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName))
-	}
+	res := newResource(cfg.ServiceName)
 	proc := newQueueProcessor(sexp, newEncoder(res, scopeName), cfg.MaxQueue, cfg.MaxBatch, cfg.Interval, func(n int) { dropped.Add(float64(n)) }, log)
 	t := &Tracer{proc: proc, ratio: cfg.Ratio, prom: hist, series: map[seriesKey]*series{}}
 	if mexp != nil {
@@ -348,6 +345,16 @@ func build(cfg Config, sexp exporter, mexp sdkmetric.Exporter, reg prometheus.Re
 	}
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(rateLimited(log)))
 	return t, nil
+}
+
+// newResource is the SDK's default resource with service.name.
+func newResource(serviceName string) *resource.Resource {
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		attribute.String("service.name", serviceName)))
+	if err != nil {
+		res = resource.NewSchemaless(attribute.String("service.name", serviceName))
+	}
+	return res
 }
 
 // scopeName is the instrumentation scope of the spans and the metric.
@@ -654,7 +661,8 @@ func hexEncode(dst, src []byte) int {
 }
 
 // boundedSet maps a label value to itself for the first maxLabelValues distinct values, and to
-// otherLabel after (and for values longer than maxLabelLen).
+// otherLabel after (and for values longer than maxLabelLen or not UTF-8, which Prometheus
+// refuses with a panic).
 type boundedSet struct {
 	m sync.Map
 	n sync.Mutex
@@ -668,7 +676,7 @@ func (b *boundedSet) get(v string) string {
 	if _, ok := b.m.Load(v); ok {
 		return v
 	}
-	if len(v) > maxLabelLen {
+	if len(v) > maxLabelLen || !utf8.ValidString(v) {
 		return otherLabel
 	}
 	b.n.Lock()
