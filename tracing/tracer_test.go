@@ -654,3 +654,37 @@ func TestPauseAfterFailure(t *testing.T) {
 		t.Fatalf("second pause: %d exports, %v dropped", exp.calls.Load(), counterValue(t, reg, "mcpintercept_spans_dropped_total"))
 	}
 }
+
+// TestConcurrentDirections: Decision, Status and End of one span come from different goroutines
+// (the two directions of a flow) while earlier spans are being exported; every span is exported
+// once (run with -race).
+func TestConcurrentDirections(t *testing.T) {
+	r := newReceiver(t)
+	tr := openTest(t, Config{Endpoint: r.srv.URL, Ratio: 1, MaxBatch: 7, Interval: time.Millisecond}, nil)
+	const n = 200
+	var wg sync.WaitGroup
+	for i := range n {
+		sp := tr.Start(Parent{}, KindClient, Call{Method: "tools/call", Tool: "echo", RequestID: fmt.Sprint(i)}, time.Now())
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			sp.Decision("deny", "r", "x")
+			sp.End(time.Now())
+		}()
+		go func() {
+			defer wg.Done()
+			sp.Status(-32000, 0, false)
+			sp.Inject()
+			sp.End(time.Now())
+		}()
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for _, s := range exported(t, tr, r, n) {
+		id := attrMap(s.Attributes)["jsonrpc.request.id"]
+		if seen[id] {
+			t.Fatalf("span %s exported twice", id)
+		}
+		seen[id] = true
+	}
+}
