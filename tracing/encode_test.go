@@ -145,6 +145,9 @@ func TestEncodeMatchesSDK(t *testing.T) {
 		{Parent{Traceparent: "garbage", Tracestate: "a=1"}, KindClient, Call{Method: "ping"},
 			[]step{{isStatus: true, code: -32601}, {decision: "quarantine", reason: "tool changed"}, {decision: "deny", rule: "r2", reason: "second"}}},
 		{Parent{}, KindServer, Call{Method: "sampling/createMessage", Direction: "server_to_client"}, nil},
+		// The random flag (W3C level 2) is kept; a later version's extra fields are ignored.
+		{Parent{Traceparent: "00-" + parentTrace + "-" + parentSpan + "-03"}, KindClient, Call{Method: "tools/list"}, nil},
+		{Parent{Traceparent: "01-" + parentTrace + "-" + parentSpan + "-01-extra", Tracestate: "bad state"}, KindClient, Call{Method: "tools/list"}, nil},
 	}
 
 	cap := &captureExporter{}

@@ -231,7 +231,7 @@ func (e *encoder) appendSpan(b []byte, s *Span) []byte {
 		b = protowire.AppendVarint(b, 0)
 	}
 	b = protowire.AppendTag(b, fSpanFlags, protowire.Fixed32Type)
-	flags := uint32(1) | flagHasIsRemote // only sampled spans are exported
+	flags := uint32(s.flags) | flagHasIsRemote
 	if s.remote {
 		flags |= flagIsRemote
 	}

@@ -90,6 +90,7 @@ type Span struct {
 	ts      trace.TraceState // the parent's
 	remote  bool             // the parent came from a peer
 	sampled bool
+	flags   trace.TraceFlags // W3C: sampled, and the parent's random flag
 	kind    Kind
 	start   time.Time
 	c       Call
@@ -473,9 +474,13 @@ func (t *Tracer) start(parent Parent, kind Kind, c Call, start time.Time) *Span 
 	s := &Span{t: t, kind: kind, start: start, c: c, sid: newSpanID()}
 	if psc := t.parentContext(parent); psc.IsValid() {
 		s.tid, s.psid, s.ts, s.remote, s.sampled = psc.TraceID(), psc.SpanID(), psc.TraceState(), psc.IsRemote(), psc.IsSampled()
+		s.flags = psc.TraceFlags()
 	} else {
 		s.tid = newTraceID()
 		s.sampled = t.sampleRoot(s.tid)
+	}
+	if s.sampled {
+		s.flags |= trace.FlagsSampled
 	}
 	return s
 }
