@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -186,7 +187,7 @@ func TestEncodeMatchesSDK(t *testing.T) {
 	for i, c := range cases {
 		my := spans[i]
 		ids.tid, ids.sid = my.tid, my.sid
-		ctx := tr.tc.Extract(context.Background(), &parentCarrier{c.parent.Traceparent, c.parent.Tracestate})
+		ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.parent.Traceparent, "tracestate": c.parent.Tracestate})
 		_, sp := str.Start(ctx, sdkSpanName(&c.call), trace.WithSpanKind(sdkKinds[c.kind]), trace.WithTimestamp(my.start),
 			trace.WithAttributes(sdkAttrs(&c.call)...))
 		denied, ev := false, 0

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -19,12 +21,21 @@ func FuzzParent(f *testing.F) {
 	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE", "userId=alice")
 	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", "mcpi=1,mcpi=2", "")
 	f.Add("ff-zz", ",,,=", "a=b;c")
+	f.Add("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "", "")
+	f.Add("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03-x", "a=1", "")
+	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-05", "", "")
 	tr, err := build(Config{Ratio: 1}, nopExporter{}, nil, nil, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { tr.Shutdown(context.Background()) })
 	f.Fuzz(func(t *testing.T, tp, ts, bag string) {
+		// parentContext reads the context as the SDK's W3C propagator does.
+		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+			propagation.MapCarrier{"traceparent": tp, "tracestate": ts}))
+		if got := tr.parentContext(Parent{Traceparent: tp, Tracestate: ts}); !got.Equal(want) {
+			t.Fatalf("parentContext(%q, %q) = %v, the propagator's %v", tp, ts, got, want)
+		}
 		sp := tr.Start(Parent{Traceparent: tp, Tracestate: ts, Baggage: bag}, KindClient, Call{Method: "ping"}, time.Now())
 		if len(sp.TraceID()) != 32 || len(sp.SpanID()) != 16 {
 			t.Fatalf("ids %q %q", sp.TraceID(), sp.SpanID())

@@ -25,7 +25,6 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	"go.opentelemetry.io/otel/trace"
@@ -62,7 +61,6 @@ type Tracer struct {
 	mp     *sdkmetric.MeterProvider
 	hist   metric.Float64Histogram
 	prom   *prometheus.HistogramVec
-	tc     propagation.TraceContext
 	labels [3]boundedSet // method, error.type, tool
 
 	smu    sync.RWMutex
@@ -414,28 +412,66 @@ func (t *Tracer) flush(ctx context.Context) error {
 	return err
 }
 
-// parentCarrier hands a Parent to the TraceContext propagator.
-type parentCarrier struct{ tp, ts string }
-
-func (p *parentCarrier) Get(k string) string {
-	switch k {
-	case "traceparent":
-		return p.tp
-	case "tracestate":
-		return p.ts
-	}
-	return ""
-}
-
-func (p *parentCarrier) Set(string, string) {}
-func (p *parentCarrier) Keys() []string     { return []string{"traceparent", "tracestate"} }
-
-// parentContext is parent's span context as the W3C propagator reads it (invalid: none).
+// parentContext is parent's span context as the W3C TraceContext propagator reads it (invalid:
+// none), without its carrier and context allocations (FuzzParent compares the two).
 func (t *Tracer) parentContext(parent Parent) trace.SpanContext {
-	if parent.Traceparent == "" {
+	h := parent.Traceparent
+	if h == "" {
 		return trace.SpanContext{}
 	}
-	return trace.SpanContextFromContext(t.tc.Extract(context.Background(), &parentCarrier{parent.Traceparent, parent.Tracestate}))
+	var ver [1]byte
+	if !hexPart(ver[:], &h, 2) || ver[0] > 254 {
+		return trace.SpanContext{}
+	}
+	var scc trace.SpanContextConfig
+	if !hexPart(scc.TraceID[:], &h, 32) || !hexPart(scc.SpanID[:], &h, 16) {
+		return trace.SpanContext{}
+	}
+	var opts [1]byte
+	if !hexPart(opts[:], &h, 2) {
+		return trace.SpanContext{}
+	}
+	if ver[0] == 0 && (h != "" || opts[0] > 3) {
+		return trace.SpanContext{} // version 0 has no more fields, nor other flags
+	}
+	scc.TraceFlags = trace.TraceFlags(opts[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	if parent.Tracestate != "" {
+		scc.TraceState, _ = trace.ParseTraceState(parent.Tracestate) // a bad one is none
+	}
+	scc.Remote = true
+	sc := trace.NewSpanContext(scc)
+	if !sc.IsValid() {
+		return trace.SpanContext{}
+	}
+	return sc
+}
+
+// hexPart decodes the next "-"-delimited part of *h, of n lower-case hex digits, into dst.
+func hexPart(dst []byte, h *string, n int) bool {
+	part, left, _ := strings.Cut(*h, "-")
+	*h = left
+	if len(part) != n {
+		return false
+	}
+	for i := 0; i < n; i += 2 {
+		hi, ok1 := unhex(part[i])
+		lo, ok2 := unhex(part[i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i/2] = hi<<4 | lo
+	}
+	return true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // sampleRoot is TraceIDRatioBased's decision for a new root.
