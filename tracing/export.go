@@ -34,7 +34,8 @@ import (
 // proto.Marshal — measured ~25 µs of CPU per span including the export (BenchmarkSpanCPU, 72
 // allocs and 10 KB per span), which cost the appliance ~30% of its Level 2 request rate on its
 // 2 cores. The span here is one allocation holding the call as given, and the exporter writes the
-// ExportTraceServiceRequest straight from it with protowire into a reused buffer. The wire
+// ExportTraceServiceRequest straight from it with protowire into a reused buffer: ~3.2 µs of CPU
+// per span with the export, 1 alloc (same benchmark, same machine). The wire
 // content is the SDK exporter's (TestEncodeMatchesSDK decodes both with the OTLP proto types and
 // compares them); the W3C parsing (TraceContext), the sampler's arithmetic (ParentBased of
 // TraceIDRatioBased), the resource and the metrics are still the SDK's.

@@ -165,6 +165,18 @@ func TestNilIsOff(t *testing.T) {
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// Tracing off costs no allocation.
+	call := Call{Method: "tools/call", Tool: "echo", RequestID: "1", Route: "lab"}
+	if n := testing.AllocsPerRun(100, func() {
+		sp := tr.Start(Parent{Traceparent: "00-" + parentTrace + "-" + parentSpan + "-01"}, KindClient, call, time.Time{})
+		sp.Decision("allow", "", "")
+		sp.Status(0, 200, false)
+		sp.Inject()
+		sp.End(time.Time{})
+		_ = sp.TraceID() + sp.SpanID()
+	}); n != 0 {
+		t.Errorf("%v allocations per span with tracing off", n)
+	}
 }
 
 func TestSpanExported(t *testing.T) {
