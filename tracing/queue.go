@@ -7,13 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// queueProcessor is the span processor in front of the OTLP exporter. The SDK's
-// BatchSpanProcessor drops spans silently when its queue is full (it keeps the count to itself),
-// so this one does the same batching with a counted drop: OnEnd offers the span to a bounded
+// queueProcessor is the batching in front of the OTLP exporter. The SDK's BatchSpanProcessor
+// drops spans silently when its queue is full (it keeps the count to itself), so this one does
+// the same batching with a counted drop: enqueue offers the ended span to a bounded
 // channel without waiting, and a full channel is one more dropped span. A single goroutine
 // drains the channel into batches of maxBatch, exported when a batch fills or interval passes;
 // while an export is in flight (a slow or dead receiver) nothing else is read, so the channel
@@ -21,11 +19,13 @@ import (
 // an export that fails (a receiver that refuses connections, answers an error, or times out after
 // the exporter's retries) are lost too, and counted with the dropped ones; after a failure,
 // exports pause (1s, doubling to 30s while they keep failing) and the spans ended meanwhile are
-// dropped at OnEnd, so a collector that is down costs the data path less than one that is up
+// dropped at enqueue, so a collector that is down costs the data path less than one that is up
 // (no batch is encoded for nothing).
 type queueProcessor struct {
-	exp      sdktrace.SpanExporter
-	q        chan sdktrace.ReadOnlySpan
+	exp      exporter
+	enc      *encoder // the run goroutine's
+	body     []byte   // the run goroutine's: the request being exported
+	q        chan *Span
 	maxBatch int
 	interval time.Duration
 	drop     func(n int) // counts n dropped spans
@@ -45,7 +45,7 @@ type queueProcessor struct {
 	lastErr atomic.Int64 // unix nanos of the last export error logged
 
 	now        func() time.Time // the clock of the pause (tests replace it)
-	pauseUntil atomic.Int64     // unix nanos until which spans are dropped at OnEnd
+	pauseUntil atomic.Int64     // unix nanos until which spans are dropped at enqueue
 	backoff    time.Duration    // the run goroutine's: the current pause
 }
 
@@ -60,10 +60,10 @@ func (p *queueProcessor) paused() bool {
 	return u != 0 && p.now().UnixNano() < u
 }
 
-func newQueueProcessor(exp sdktrace.SpanExporter, maxQueue, maxBatch int, interval time.Duration, drop func(n int), log *slog.Logger) *queueProcessor {
+func newQueueProcessor(exp exporter, enc *encoder, maxQueue, maxBatch int, interval time.Duration, drop func(n int), log *slog.Logger) *queueProcessor {
 	base, cancel := context.WithCancel(context.Background())
 	p := &queueProcessor{
-		exp: exp, q: make(chan sdktrace.ReadOnlySpan, maxQueue), maxBatch: maxBatch,
+		exp: exp, enc: enc, q: make(chan *Span, maxQueue), maxBatch: maxBatch,
 		interval: interval, drop: drop, log: log,
 		flushReq: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		base: base, cancel: cancel, now: time.Now,
@@ -72,11 +72,10 @@ func newQueueProcessor(exp sdktrace.SpanExporter, maxQueue, maxBatch int, interv
 	return p
 }
 
-func (p *queueProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-
-// OnEnd queues a sampled span, or counts it dropped when the queue is full. It never blocks.
-func (p *queueProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
-	if !s.SpanContext().IsSampled() || p.stopped.Load() {
+// enqueue queues an ended sampled span, or counts it dropped when the queue is full. It never
+// blocks.
+func (p *queueProcessor) enqueue(s *Span) {
+	if p.stopped.Load() {
 		return
 	}
 	if p.paused() {
@@ -92,7 +91,7 @@ func (p *queueProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 
 func (p *queueProcessor) run() {
 	defer close(p.done)
-	batch := make([]sdktrace.ReadOnlySpan, 0, p.maxBatch)
+	batch := make([]*Span, 0, p.maxBatch)
 	timer := time.NewTimer(p.interval)
 	defer timer.Stop()
 	export := func() {
@@ -105,7 +104,8 @@ func (p *queueProcessor) run() {
 			batch = batch[:0]
 			return
 		}
-		switch err := p.exp.ExportSpans(p.base, batch); {
+		p.body = p.enc.encode(p.body[:0], batch)
+		switch err := p.exp.Export(p.base, p.body); {
 		case err != nil:
 			p.drop(len(batch))
 			p.logErr(err, len(batch))

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,26 +17,19 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/baggage"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-
-	"mcpintercept/mcp"
 )
 
 // Defaults of Config's zero fields.
@@ -61,28 +56,84 @@ const (
 
 // Tracer makes spans; safe for concurrent use.
 type Tracer struct {
-	tp     *sdktrace.TracerProvider
-	tr     trace.Tracer
 	proc   *queueProcessor
+	ratio  float64 // of new roots (parent-based: a child follows its parent)
 	mp     *sdkmetric.MeterProvider
 	hist   metric.Float64Histogram
 	prom   *prometheus.HistogramVec
-	tc     propagation.TraceContext
 	labels [3]boundedSet // method, error.type, tool
+
+	smu    sync.RWMutex
+	series map[seriesKey]*series // the histograms' series by raw label values, up to maxSeries
 }
 
-// Span is one call's span.
+// seriesKey is a call's raw label values; series its histogram series, the label values bounded.
+type seriesKey struct{ method, errTyp, tool string }
+
+type series struct {
+	prom prometheus.Observer
+	opts []metric.RecordOption // the OTLP histogram's attribute set
+}
+
+// maxSeries bounds the cache of series (past it, the labels are looked up on every call).
+const maxSeries = 4096
+
+// Span is one call's span: the call as given, and what Decision and Status add, encoded at
+// export (export.go).
 type Span struct {
-	t      *Tracer
-	s      trace.Span
-	sc     trace.SpanContext
-	start  time.Time
-	method string
-	tool   string
-	errTyp string
-	denied bool
-	mu     sync.Mutex // Decision, Status and End may come from the two directions' goroutines
-	ended  bool
+	t       *Tracer
+	tid     trace.TraceID
+	sid     trace.SpanID
+	psid    trace.SpanID     // the parent's (invalid: a root)
+	ts      trace.TraceState // the parent's
+	remote  bool             // the parent came from a peer
+	sampled bool
+	flags   trace.TraceFlags // W3C: sampled, and the parent's random flag
+	kind    Kind
+	start   time.Time
+	c       Call
+
+	mu        sync.Mutex // Decision, Status and End may come from the two directions' goroutines
+	ended     bool
+	endT      time.Time
+	denied    bool
+	verdict   string // mcpintercept.decision
+	rule      string
+	rpcStatus int64
+	errTyp    string
+	stError   bool // status error, with stMsg
+	stMsg     string
+	late      [4]lateAttr // the attributes set after the start, in the order first set
+	nlate     int
+	events    []denialEvent
+}
+
+// lateAttr names an attribute set after the start.
+type lateAttr uint8
+
+const (
+	lateDecision lateAttr = iota
+	lateRule
+	lateRPCStatus
+	lateErrorType
+)
+
+// denialEvent is the mcpintercept.denied event.
+type denialEvent struct {
+	at                     time.Time
+	decision, rule, reason string
+}
+
+// set records that a is set (its first setting fixes its place, as the SDK's attribute dedupe
+// does).
+func (s *Span) set(a lateAttr) {
+	for _, x := range s.late[:s.nlate] {
+		if x == a {
+			return
+		}
+	}
+	s.late[s.nlate] = a
+	s.nlate++
 }
 
 func (c *Config) defaults() {
@@ -201,7 +252,7 @@ func open(ctx context.Context, cfg Config, reg prometheus.Registerer, log *slog.
 		}
 	}
 	var (
-		sexp sdktrace.SpanExporter
+		sexp exporter
 		mexp sdkmetric.Exporter
 	)
 	switch cfg.Protocol {
@@ -214,23 +265,17 @@ func open(ctx context.Context, cfg Config, reg prometheus.Registerer, log *slog.
 			TLSHandshakeTimeout: 10 * time.Second,
 			ForceAttemptHTTP2:   tc != nil,
 		}}
-		topts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(ep.hostport), otlptracehttp.WithHTTPClient(hc)}
 		mopts := []otlpmetrichttp.Option{otlpmetrichttp.WithEndpoint(ep.hostport), otlpmetrichttp.WithHTTPClient(hc)}
 		if ep.insecure {
-			topts = append(topts, otlptracehttp.WithInsecure())
 			mopts = append(mopts, otlpmetrichttp.WithInsecure())
 		}
 		if ep.tracePath != "" {
-			topts = append(topts, otlptracehttp.WithURLPath(ep.tracePath))
 			mopts = append(mopts, otlpmetrichttp.WithURLPath(ep.metrPath))
 		}
 		if len(cfg.Headers) > 0 {
-			topts = append(topts, otlptracehttp.WithHeaders(cfg.Headers))
 			mopts = append(mopts, otlpmetrichttp.WithHeaders(cfg.Headers))
 		}
-		if sexp, err = otlptracehttp.New(ctx, topts...); err != nil {
-			return nil, fmt.Errorf("otlp trace exporter: %w", err)
-		}
+		sexp = newHTTPExporter(hc, ep, cfg.Headers)
 		if mexp, err = otlpmetrichttp.New(ctx, mopts...); err != nil {
 			return nil, fmt.Errorf("otlp metric exporter: %w", err)
 		}
@@ -238,23 +283,20 @@ func open(ctx context.Context, cfg Config, reg prometheus.Registerer, log *slog.
 		dial := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return cfg.Dial(ctx, "tcp", addr)
 		})
-		topts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(ep.hostport), otlptracegrpc.WithDialOption(dial)}
 		mopts := []otlpmetricgrpc.Option{otlpmetricgrpc.WithEndpoint(ep.hostport), otlpmetricgrpc.WithDialOption(dial)}
 		if ep.insecure {
-			topts = append(topts, otlptracegrpc.WithInsecure())
 			mopts = append(mopts, otlpmetricgrpc.WithInsecure())
 		} else {
-			creds := credentials.NewTLS(tc)
-			topts = append(topts, otlptracegrpc.WithTLSCredentials(creds))
-			mopts = append(mopts, otlpmetricgrpc.WithTLSCredentials(creds))
+			mopts = append(mopts, otlpmetricgrpc.WithTLSCredentials(credentials.NewTLS(tc)))
 		}
 		if len(cfg.Headers) > 0 {
-			topts = append(topts, otlptracegrpc.WithHeaders(cfg.Headers))
 			mopts = append(mopts, otlpmetricgrpc.WithHeaders(cfg.Headers))
 		}
-		if sexp, err = otlptracegrpc.New(ctx, topts...); err != nil {
+		g, err := newGRPCExporter(ep, tc, cfg.Headers, dial)
+		if err != nil {
 			return nil, fmt.Errorf("otlp trace exporter: %w", err)
 		}
+		sexp = g
 		if mexp, err = otlpmetricgrpc.New(ctx, mopts...); err != nil {
 			_ = sexp.Shutdown(ctx)
 			return nil, fmt.Errorf("otlp metric exporter: %w", err)
@@ -266,7 +308,7 @@ func open(ctx context.Context, cfg Config, reg prometheus.Registerer, log *slog.
 }
 
 // build assembles the tracer around its exporters (the tests give their own).
-func build(cfg Config, sexp sdktrace.SpanExporter, mexp sdkmetric.Exporter, reg prometheus.Registerer, log *slog.Logger) (*Tracer, error) {
+func build(cfg Config, sexp exporter, mexp sdkmetric.Exporter, reg prometheus.Registerer, log *slog.Logger) (*Tracer, error) {
 	cfg.defaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -284,27 +326,18 @@ func build(cfg Config, sexp sdktrace.SpanExporter, mexp sdkmetric.Exporter, reg 
 		dropped = registerOr(reg, dropped).(prometheus.Counter)
 		hist = registerOr(reg, hist).(*prometheus.HistogramVec)
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
-		attribute.String("service.name", cfg.ServiceName)))
-	if err != nil {
-		res = resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName))
-	}
-	proc := newQueueProcessor(sexp, cfg.MaxQueue, cfg.MaxBatch, cfg.Interval, func(n int) { dropped.Add(float64(n)) }, log)
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.Ratio))),
-		sdktrace.WithSpanProcessor(proc),
-	)
-	t := &Tracer{tp: tp, tr: tp.Tracer("mcpintercept/tracing"), proc: proc, prom: hist}
+	res := newResource(cfg.ServiceName)
+	proc := newQueueProcessor(sexp, newEncoder(res, scopeName), cfg.MaxQueue, cfg.MaxBatch, cfg.Interval, func(n int) { dropped.Add(float64(n)) }, log)
+	t := &Tracer{proc: proc, ratio: cfg.Ratio, prom: hist, series: map[seriesKey]*series{}}
 	if mexp != nil {
 		t.mp = sdkmetric.NewMeterProvider(sdkmetric.WithResource(res),
 			sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp, sdkmetric.WithInterval(metricInterval(cfg.Interval)))))
-		h, err := t.mp.Meter("mcpintercept/tracing").Float64Histogram("mcp.client.operation.duration",
+		h, err := t.mp.Meter(scopeName).Float64Histogram("mcp.client.operation.duration",
 			metric.WithUnit("s"),
 			metric.WithDescription("The duration of the MCP request as observed by the appliance, from forwarding it until its answer."),
 			metric.WithExplicitBucketBoundaries(DurationBuckets...))
 		if err != nil {
-			_ = tp.Shutdown(context.Background())
+			_ = proc.Shutdown(context.Background())
 			return nil, err
 		}
 		t.hist = h
@@ -312,6 +345,19 @@ func build(cfg Config, sexp sdktrace.SpanExporter, mexp sdkmetric.Exporter, reg 
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(rateLimited(log)))
 	return t, nil
 }
+
+// newResource is the SDK's default resource with service.name.
+func newResource(serviceName string) *resource.Resource {
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		attribute.String("service.name", serviceName)))
+	if err != nil {
+		res = resource.NewSchemaless(attribute.String("service.name", serviceName))
+	}
+	return res
+}
+
+// scopeName is the instrumentation scope of the spans and the metric.
+const scopeName = "mcpintercept/tracing"
 
 func metricInterval(d time.Duration) time.Duration {
 	if d < 10*time.Second {
@@ -346,7 +392,7 @@ func registerOr(reg prometheus.Registerer, c prometheus.Collector) prometheus.Co
 }
 
 func (t *Tracer) shutdown(ctx context.Context) error {
-	err := t.tp.Shutdown(ctx)
+	err := t.proc.Shutdown(ctx)
 	if t.mp != nil {
 		if e := t.mp.Shutdown(ctx); err == nil {
 			err = e
@@ -366,90 +412,113 @@ func (t *Tracer) flush(ctx context.Context) error {
 	return err
 }
 
-// spanName is the conventions' span name.
-func spanName(c *Call) string {
+// parentContext is parent's span context as the W3C TraceContext propagator reads it (invalid:
+// none), without its carrier and context allocations (FuzzParent compares the two).
+func (t *Tracer) parentContext(parent Parent) trace.SpanContext {
+	h := parent.Traceparent
+	if h == "" {
+		return trace.SpanContext{}
+	}
+	var ver [1]byte
+	if !hexPart(ver[:], &h, 2) || ver[0] > 254 {
+		return trace.SpanContext{}
+	}
+	var scc trace.SpanContextConfig
+	if !hexPart(scc.TraceID[:], &h, 32) || !hexPart(scc.SpanID[:], &h, 16) {
+		return trace.SpanContext{}
+	}
+	var opts [1]byte
+	if !hexPart(opts[:], &h, 2) {
+		return trace.SpanContext{}
+	}
+	if ver[0] == 0 && (h != "" || opts[0] > 3) {
+		return trace.SpanContext{} // version 0 has no more fields, nor other flags
+	}
+	scc.TraceFlags = trace.TraceFlags(opts[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	if parent.Tracestate != "" {
+		scc.TraceState, _ = trace.ParseTraceState(parent.Tracestate) // a bad one is none
+	}
+	scc.Remote = true
+	sc := trace.NewSpanContext(scc)
+	if !sc.IsValid() {
+		return trace.SpanContext{}
+	}
+	return sc
+}
+
+// hexPart decodes the next "-"-delimited part of *h, of n lower-case hex digits, into dst.
+func hexPart(dst []byte, h *string, n int) bool {
+	part, left, _ := strings.Cut(*h, "-")
+	*h = left
+	if len(part) != n {
+		return false
+	}
+	for i := 0; i < n; i += 2 {
+		hi, ok1 := unhex(part[i])
+		lo, ok2 := unhex(part[i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i/2] = hi<<4 | lo
+	}
+	return true
+}
+
+func unhex(c byte) (byte, bool) {
 	switch {
-	case c.Method != "" && c.Tool != "":
-		return c.Method + " " + c.Tool
-	case c.Method != "" && c.Prompt != "":
-		return c.Method + " " + c.Prompt
-	case c.Method != "":
-		return c.Method
-	case c.HTTPMethod != "":
-		return "HTTP " + c.HTTPMethod
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
 	}
-	return "connection"
+	return 0, false
 }
 
-// attrs are c's attributes, the empty ones left out.
-func attrs(c *Call) []attribute.KeyValue {
-	a := make([]attribute.KeyValue, 0, 24)
-	str := func(k, v string) {
-		if v != "" {
-			a = append(a, attribute.String(k, v))
-		}
+// sampleRoot is TraceIDRatioBased's decision for a new root.
+func (t *Tracer) sampleRoot(tid trace.TraceID) bool {
+	switch {
+	case t.ratio >= 1:
+		return true
+	case t.ratio <= 0:
+		return false
 	}
-	num := func(k string, v int) {
-		if v > 0 {
-			a = append(a, attribute.Int(k, v))
-		}
-	}
-	str("mcp.method.name", c.Method)
-	if c.Method == mcp.MethodToolsCall {
-		a = append(a, attribute.String("gen_ai.operation.name", "execute_tool"))
-	}
-	str("gen_ai.tool.name", c.Tool)
-	str("gen_ai.prompt.name", c.Prompt)
-	str("mcp.resource.uri", c.ResourceURI)
-	str("jsonrpc.request.id", c.RequestID)
-	str("mcp.protocol.version", c.ProtocolVersion)
-	str("mcp.session.id", c.SessionID)
-	str("server.address", c.ServerAddress)
-	num("server.port", c.ServerPort)
-	a = append(a, attribute.String("network.transport", "tcp"))
-	str("client.address", c.ClientAddress)
-	num("client.port", c.ClientPort)
-	str("http.request.method", c.HTTPMethod)
-	str("url.path", c.Path)
-	str("mcpintercept.route", c.Route)
-	str("mcpintercept.tls", c.TLS)
-	str("mcpintercept.mechanism", c.Mechanism)
-	str("mcpintercept.direction", c.Direction)
-	num("process.pid", int(c.PID))
-	num("process.user.id", int(c.UID))
-	str("process.executable.name", c.Comm)
-	str("process.executable.path", c.Exe)
-	return a
+	return binary.BigEndian.Uint64(tid[8:16])>>1 < uint64(t.ratio*(1<<63))
 }
 
-var spanKinds = [...]trace.SpanKind{KindClient: trace.SpanKindClient, KindServer: trace.SpanKindServer, KindInternal: trace.SpanKindInternal}
+func newTraceID() (id trace.TraceID) {
+	for !id.IsValid() {
+		binary.BigEndian.PutUint64(id[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(id[8:], rand.Uint64())
+	}
+	return id
+}
 
+func newSpanID() (id trace.SpanID) {
+	for !id.IsValid() {
+		binary.BigEndian.PutUint64(id[:], rand.Uint64())
+	}
+	return id
+}
+
+// start makes the span. The sampling is the SDK's ParentBased(TraceIDRatioBased(ratio)): a
+// valid parent's sampled flag decides, a new root is sampled by its trace id. Baggage is not
+// read: the SDK never put it on a span either.
 func (t *Tracer) start(parent Parent, kind Kind, c Call, start time.Time) *Span {
-	ctx := context.Background()
-	if parent.Traceparent != "" {
-		carrier := propagation.MapCarrier{"traceparent": parent.Traceparent}
-		if parent.Tracestate != "" {
-			carrier["tracestate"] = parent.Tracestate
-		}
-		ctx = t.tc.Extract(ctx, carrier)
-		if parent.Baggage != "" {
-			// baggage.Parse rather than the Baggage propagator, which hands a malformed header to
-			// the global error handler (the log); a peer's bad baggage is just none.
-			if b, err := baggage.Parse(parent.Baggage); err == nil {
-				ctx = baggage.ContextWithBaggage(ctx, b)
-			}
-		}
-	}
-	sk := trace.SpanKindInternal
-	if kind >= 0 && int(kind) < len(spanKinds) {
-		sk = spanKinds[kind]
-	}
 	if start.IsZero() {
 		start = time.Now()
 	}
-	_, sp := t.tr.Start(ctx, spanName(&c), trace.WithSpanKind(sk), trace.WithTimestamp(start),
-		trace.WithAttributes(attrs(&c)...))
-	return &Span{t: t, s: sp, sc: sp.SpanContext(), start: start, method: c.Method, tool: c.Tool}
+	s := &Span{t: t, kind: kind, start: start, c: c, sid: newSpanID()}
+	if psc := t.parentContext(parent); psc.IsValid() {
+		s.tid, s.psid, s.ts, s.remote, s.sampled = psc.TraceID(), psc.SpanID(), psc.TraceState(), psc.IsRemote(), psc.IsSampled()
+		s.flags = psc.TraceFlags()
+	} else {
+		s.tid = newTraceID()
+		s.sampled = t.sampleRoot(s.tid)
+	}
+	if s.sampled {
+		s.flags |= trace.FlagsSampled
+	}
+	return s
 }
 
 // denial says whether a decision refuses the call.
@@ -457,17 +526,24 @@ func denial(decision string) bool {
 	return decision != "" && decision != "allow"
 }
 
+// setError is the SDK's SetStatus(codes.Error, desc): the last description wins.
+func (s *Span) setError(desc string) {
+	s.stError, s.stMsg = true, desc
+}
+
 func (s *Span) decision(decision, rule, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended || !s.s.IsRecording() {
+	if s.ended || !s.sampled {
 		return
 	}
 	if decision != "" {
-		s.s.SetAttributes(attribute.String("mcpintercept.decision", decision))
+		s.verdict = decision
+		s.set(lateDecision)
 	}
 	if rule != "" {
-		s.s.SetAttributes(attribute.String("mcpintercept.rule", rule))
+		s.rule = rule
+		s.set(lateRule)
 	}
 	if denial(decision) {
 		s.denied = true
@@ -475,15 +551,8 @@ func (s *Span) decision(decision, rule, reason string) {
 		if desc == "" {
 			desc = decision
 		}
-		s.s.SetStatus(codes.Error, desc)
-		ev := []attribute.KeyValue{attribute.String("mcpintercept.decision", decision)}
-		if rule != "" {
-			ev = append(ev, attribute.String("mcpintercept.rule", rule))
-		}
-		if reason != "" {
-			ev = append(ev, attribute.String("mcpintercept.reason", reason))
-		}
-		s.s.AddEvent("mcpintercept.denied", trace.WithAttributes(ev...))
+		s.setError(desc)
+		s.events = append(s.events, denialEvent{at: time.Now(), decision: decision, rule: rule, reason: reason})
 	}
 }
 
@@ -501,19 +570,21 @@ func (s *Span) status(code int64, httpStatus int, toolError bool) {
 	case httpStatus >= 400:
 		s.errTyp = strconv.Itoa(httpStatus)
 	}
-	if !s.s.IsRecording() {
+	if !s.sampled {
 		return
 	}
 	switch {
 	case code != 0:
-		s.s.SetAttributes(attribute.String("rpc.response.status_code", strconv.FormatInt(code, 10)))
+		s.rpcStatus = code
+		s.set(lateRPCStatus)
 	case httpStatus != 0:
-		s.s.SetAttributes(attribute.String("rpc.response.status_code", strconv.Itoa(httpStatus)))
+		s.rpcStatus = int64(httpStatus)
+		s.set(lateRPCStatus)
 	}
 	if s.errTyp != "" {
-		s.s.SetAttributes(attribute.String("error.type", s.errTyp))
+		s.set(lateErrorType)
 		if !s.denied {
-			s.s.SetStatus(codes.Error, s.errTyp)
+			s.setError(s.errTyp)
 		}
 	}
 }
@@ -525,35 +596,60 @@ func (s *Span) end(end time.Time) {
 		return
 	}
 	s.ended = true
-	errTyp := s.errTyp
-	s.mu.Unlock()
 	if end.IsZero() {
 		end = time.Now()
 	}
-	s.s.End(trace.WithTimestamp(end))
-	if s.method == "" {
+	s.endT = end
+	errTyp := s.errTyp
+	s.mu.Unlock()
+	t := s.t
+	if s.sampled {
+		t.proc.enqueue(s) // s is read-only from here on
+	}
+	if s.c.Method == "" {
 		return // not an MCP operation (a Level 1 request without a method, a connection)
 	}
-	t := s.t
 	d := end.Sub(s.start).Seconds()
 	if d < 0 {
 		d = 0
 	}
-	m := t.labels[0].get(s.method)
-	e := t.labels[1].get(errTyp)
-	tool := t.labels[2].get(s.tool)
-	t.prom.WithLabelValues(m, e, tool).Observe(d)
+	se := t.seriesOf(seriesKey{s.c.Method, errTyp, s.c.Tool})
+	se.prom.Observe(d)
 	if t.hist != nil {
-		a := make([]attribute.KeyValue, 1, 3)
-		a[0] = attribute.String("mcp.method.name", m)
-		if e != "" {
-			a = append(a, attribute.String("error.type", e))
-		}
-		if tool != "" {
-			a = append(a, attribute.String("gen_ai.tool.name", tool))
-		}
-		t.hist.Record(context.Background(), d, metric.WithAttributes(a...))
+		t.hist.Record(context.Background(), d, se.opts...)
 	}
+}
+
+// seriesOf is k's histogram series, its label values bounded (boundedSet).
+func (t *Tracer) seriesOf(k seriesKey) *series {
+	t.smu.RLock()
+	se := t.series[k]
+	t.smu.RUnlock()
+	if se != nil {
+		return se
+	}
+	m := t.labels[0].get(k.method)
+	e := t.labels[1].get(k.errTyp)
+	tool := t.labels[2].get(k.tool)
+	se = &series{prom: t.prom.WithLabelValues(m, e, tool)}
+	a := make([]attribute.KeyValue, 1, 3)
+	a[0] = attribute.String("mcp.method.name", m)
+	if e != "" {
+		a = append(a, attribute.String("error.type", e))
+	}
+	if tool != "" {
+		a = append(a, attribute.String("gen_ai.tool.name", tool))
+	}
+	se.opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(a...))}
+	if m == otherLabel || e == otherLabel || tool == otherLabel {
+		return se // not cached: the values past the bound are many
+	}
+	t.smu.Lock()
+	if len(t.series) < maxSeries {
+		t.series[seriesKey{strings.Clone(k.method), strings.Clone(k.errTyp), strings.Clone(k.tool)}] = se
+	}
+	t.smu.Unlock()
+	return se
 }
 
 // hopKey is the tracestate member naming the appliance's hop.
@@ -566,12 +662,11 @@ const (
 )
 
 func (s *Span) inject() (string, string, bool) {
-	sc := s.sc
-	if !sc.IsValid() || !sc.IsSampled() {
+	if !s.sampled {
 		return "", "", false
 	}
 	var b [55]byte
-	tid, sid := sc.TraceID(), sc.SpanID()
+	tid, sid := s.tid, s.sid
 	n := copy(b[:], "00-")
 	n += hexEncode(b[n:], tid[:])
 	b[n] = '-'
@@ -579,7 +674,7 @@ func (s *Span) inject() (string, string, bool) {
 	n += hexEncode(b[n:], sid[:])
 	n += copy(b[n:], "-01")
 	tp := string(b[:n])
-	return tp, hopState(sc.TraceState(), sid.String()), true
+	return tp, hopState(s.ts, sid.String()), true
 }
 
 // hopState is ts with the hop's member first (any earlier mcpi member removed), then the
@@ -607,7 +702,8 @@ func hexEncode(dst, src []byte) int {
 }
 
 // boundedSet maps a label value to itself for the first maxLabelValues distinct values, and to
-// otherLabel after (and for values longer than maxLabelLen).
+// otherLabel after (and for values longer than maxLabelLen or not UTF-8, which Prometheus
+// refuses with a panic).
 type boundedSet struct {
 	m sync.Map
 	n sync.Mutex
@@ -621,7 +717,7 @@ func (b *boundedSet) get(v string) string {
 	if _, ok := b.m.Load(v); ok {
 		return v
 	}
-	if len(v) > maxLabelLen {
+	if len(v) > maxLabelLen || !utf8.ValidString(v) {
 		return otherLabel
 	}
 	b.n.Lock()

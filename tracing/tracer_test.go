@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -165,6 +164,18 @@ func TestNilIsOff(t *testing.T) {
 	}
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// Tracing off costs no allocation.
+	call := Call{Method: "tools/call", Tool: "echo", RequestID: "1", Route: "lab"}
+	if n := testing.AllocsPerRun(100, func() {
+		sp := tr.Start(Parent{Traceparent: "00-" + parentTrace + "-" + parentSpan + "-01"}, KindClient, call, time.Time{})
+		sp.Decision("allow", "", "")
+		sp.Status(0, 200, false)
+		sp.Inject()
+		sp.End(time.Time{})
+		_ = sp.TraceID() + sp.SpanID()
+	}); n != 0 {
+		t.Errorf("%v allocations per span with tracing off", n)
 	}
 }
 
@@ -598,10 +609,16 @@ func TestRefusedExportCounted(t *testing.T) {
 	}
 }
 
+// nopExporter discards.
+type nopExporter struct{}
+
+func (nopExporter) Export(context.Context, []byte) error { return nil }
+func (nopExporter) Shutdown(context.Context) error       { return nil }
+
 // failingExporter fails every export and counts them.
 type failingExporter struct{ calls atomic.Int32 }
 
-func (f *failingExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error {
+func (f *failingExporter) Export(context.Context, []byte) error {
 	f.calls.Add(1)
 	return errors.New("receiver down")
 }
@@ -647,5 +664,39 @@ func TestPauseAfterFailure(t *testing.T) {
 	tr.proc.ForceFlush(ctx)
 	if exp.calls.Load() != 2 || counterValue(t, reg, "mcpintercept_spans_dropped_total") != 13 {
 		t.Fatalf("second pause: %d exports, %v dropped", exp.calls.Load(), counterValue(t, reg, "mcpintercept_spans_dropped_total"))
+	}
+}
+
+// TestConcurrentDirections: Decision, Status and End of one span come from different goroutines
+// (the two directions of a flow) while earlier spans are being exported; every span is exported
+// once (run with -race).
+func TestConcurrentDirections(t *testing.T) {
+	r := newReceiver(t)
+	tr := openTest(t, Config{Endpoint: r.srv.URL, Ratio: 1, MaxBatch: 7, Interval: time.Millisecond}, nil)
+	const n = 200
+	var wg sync.WaitGroup
+	for i := range n {
+		sp := tr.Start(Parent{}, KindClient, Call{Method: "tools/call", Tool: "echo", RequestID: fmt.Sprint(i)}, time.Now())
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			sp.Decision("deny", "r", "x")
+			sp.End(time.Now())
+		}()
+		go func() {
+			defer wg.Done()
+			sp.Status(-32000, 0, false)
+			sp.Inject()
+			sp.End(time.Now())
+		}()
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for _, s := range exported(t, tr, r, n) {
+		id := attrMap(s.Attributes)["jsonrpc.request.id"]
+		if seen[id] {
+			t.Fatalf("span %s exported twice", id)
+		}
+		seen[id] = true
 	}
 }
