@@ -52,16 +52,32 @@ type filler struct {
 	pieces int // pieces written, for tests
 }
 
+// startFiller starts the filler of the segment the writer has open as f. The filler writes and
+// syncs through a descriptor of its own: Linux reports a failed writeback once per open file
+// description, so a sync of the filler's that flushed the writer's records and met an error must
+// not consume the error the writer's own fdatasync has to see (it would then return success for
+// records that are not on disk). If that descriptor cannot be opened, the filler fills nothing
+// and says why (Ready stays fine; records then grow the file, which is correct, only slower).
 func startFiller(f *os.File, name string, end, limit int64, log *slog.Logger) *filler {
-	fl := &filler{f: f, name: name, end: end, want: end, limit: limit, log: log, done: make(chan struct{})}
+	fl := &filler{name: name, end: end, want: end, limit: limit, log: log, done: make(chan struct{})}
 	fl.wake = sync.NewCond(&fl.mu)
 	fl.idle = sync.NewCond(&fl.mu)
+	own, err := os.OpenFile(f.Name(), os.O_WRONLY, 0)
+	if err != nil {
+		log.Warn("audit segment cannot be zero-filled ahead: no descriptor of its own", "segment", name, "err", err)
+		fl.err = err
+		close(fl.done)
+		fl.stop = true
+		return fl
+	}
+	fl.f = own
 	go fl.run()
 	return fl
 }
 
 func (fl *filler) run() {
 	defer close(fl.done)
+	defer fl.f.Close()
 	for {
 		fl.mu.Lock()
 		for !fl.stop && (fl.held || fl.end >= fl.want+fillAhead || fl.end >= fl.limit || fl.err != nil && !fl.retry) {
