@@ -50,6 +50,9 @@ type queueProcessor struct {
 }
 
 // Bounds of the pause after a failed export.
+// maxKeptBody is the largest encoded-batch buffer the queue keeps for the next batch.
+const maxKeptBody = 4 << 20
+
 const (
 	minPause = time.Second
 	maxPause = 30 * time.Second
@@ -107,6 +110,10 @@ func (p *queueProcessor) run() {
 		p.body = p.enc.encode(p.body[:0], batch)
 		switch err := p.exp.Export(p.base, p.body); {
 		case err != nil:
+			// A failed export's transport may still read its body after Export returned (a gRPC
+			// frame queued past the deadline, an HTTP/2 body still being written): the next batch
+			// gets a new buffer rather than overwriting bytes in flight.
+			p.body = nil
 			p.drop(len(batch))
 			p.logErr(err, len(batch))
 			p.backoff = min(max(2*p.backoff, minPause), maxPause)
@@ -117,6 +124,9 @@ func (p *queueProcessor) run() {
 		}
 		clear(batch)
 		batch = batch[:0]
+		if cap(p.body) > maxKeptBody {
+			p.body = nil // one burst of large spans does not pin its buffer for the process's life
+		}
 	}
 	drain := func() {
 		for {

@@ -54,6 +54,9 @@ const (
 	otherLabel     = "_OTHER"
 )
 
+// maxEvents bounds a span's events (the OpenTelemetry SDK's default limit, 128).
+const maxEvents = 128
+
 // Tracer makes spans; safe for concurrent use.
 type Tracer struct {
 	proc   *queueProcessor
@@ -552,7 +555,9 @@ func (s *Span) decision(decision, rule, reason string) {
 			desc = decision
 		}
 		s.setError(desc)
-		s.events = append(s.events, denialEvent{at: time.Now(), decision: decision, rule: rule, reason: reason})
+		if len(s.events) < maxEvents { // the SDK's default span event limit
+			s.events = append(s.events, denialEvent{at: time.Now(), decision: decision, rule: rule, reason: reason})
+		}
 	}
 }
 

@@ -700,3 +700,20 @@ func TestConcurrentDirections(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// TestSpanEventsBounded: a span keeps at most maxEvents denial events (the SDK's limit), however
+// many decisions it is given, and still exports.
+func TestSpanEventsBounded(t *testing.T) {
+	r := newReceiver(t)
+	tr := openTest(t, Config{Endpoint: r.srv.URL, Ratio: 1}, prometheus.NewRegistry())
+	start := time.Unix(1700000000, 0)
+	sp := tr.Start(Parent{}, KindClient, Call{Method: "tools/call", Tool: "echo"}, start)
+	for range maxEvents + 50 {
+		sp.Decision("deny", "r", "x")
+	}
+	sp.End(start.Add(time.Millisecond))
+	got := exported(t, tr, r, 1)[0]
+	if len(got.Events) != maxEvents {
+		t.Errorf("%d events, want %d", len(got.Events), maxEvents)
+	}
+}
