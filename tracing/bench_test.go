@@ -15,27 +15,15 @@ import (
 // BenchmarkSpan is one call's span (Start, Decision, Status, End) with the exporter sending to
 // a receiver that discards.
 func BenchmarkSpan(b *testing.B) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
-	defer srv.Close()
+	srv := discardingReceiver(b)
 	tr, err := Open(context.Background(), Config{Endpoint: srv.URL, Ratio: 1}, prometheus.NewRegistry(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer tr.Shutdown(context.Background())
-	parent := Parent{Traceparent: "00-" + parentTrace + "-" + parentSpan + "-01"}
-	call := Call{Method: "tools/call", Tool: "echo", RequestID: "1", SessionID: "s", ServerAddress: "mcp.example",
-		ServerPort: 443, Direction: "client_to_server", Route: "lab", TLS: "terminate", Mechanism: "ebpf",
-		ClientAddress: "10.0.0.2", ClientPort: 40000}
 	b.ReportAllocs()
 	for b.Loop() {
-		now := time.Now()
-		sp := tr.Start(parent, KindClient, call, now)
-		sp.Decision("allow", "", "no rule matched")
-		sp.Status(0, 0, false)
-		sp.End(now)
+		benchSpan(tr)
 	}
 }
 
@@ -46,17 +34,9 @@ func BenchmarkSpanNoExport(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer tr.Shutdown(context.Background())
-	parent := Parent{Traceparent: "00-" + parentTrace + "-" + parentSpan + "-01"}
-	call := Call{Method: "tools/call", Tool: "echo", RequestID: "1", SessionID: "s", ServerAddress: "mcp.example",
-		ServerPort: 443, Direction: "client_to_server", Route: "lab", TLS: "terminate", Mechanism: "ebpf",
-		ClientAddress: "10.0.0.2", ClientPort: 40000}
 	b.ReportAllocs()
 	for b.Loop() {
-		now := time.Now()
-		sp := tr.Start(parent, KindClient, call, now)
-		sp.Decision("allow", "", "no rule matched")
-		sp.Status(0, 0, false)
-		sp.End(now)
+		benchSpan(tr)
 	}
 }
 
@@ -66,31 +46,19 @@ func BenchmarkSpanNoExport(b *testing.B) {
 // as cpu-ns/span. On a shared 2-core appliance that, not wall time, is what tracing costs the
 // data path.
 func BenchmarkSpanCPU(b *testing.B) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
-	defer srv.Close()
+	srv := discardingReceiver(b)
 	// A queue that holds every span of the run: none dropped, each one exported.
 	tr, err := Open(context.Background(), Config{Endpoint: srv.URL, Ratio: 1, MaxQueue: 1 << 16}, prometheus.NewRegistry(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer tr.Shutdown(context.Background())
-	parent := Parent{Traceparent: "00-" + parentTrace + "-" + parentSpan + "-01"}
-	call := Call{Method: "tools/call", Tool: "echo", RequestID: "1", SessionID: "s", ServerAddress: "mcp.example",
-		ServerPort: 443, Direction: "client_to_server", Route: "lab", TLS: "terminate", Mechanism: "ebpf",
-		ClientAddress: "10.0.0.2", ClientPort: 40000}
 	ctx := context.Background()
 	b.ReportAllocs()
 	c0 := cpuTime()
 	n := 0
 	for b.Loop() {
-		now := time.Now()
-		sp := tr.Start(parent, KindClient, call, now)
-		sp.Decision("allow", "", "no rule matched")
-		sp.Status(0, 0, false)
-		sp.End(now)
+		benchSpan(tr)
 		if n++; n%4096 == 0 {
 			tr.flush(ctx) // the export keeps up, as it does at the appliance's rate
 		}
@@ -106,4 +74,30 @@ func cpuTime() int64 {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// discardingReceiver is an OTLP/HTTP receiver that reads and discards every request.
+func discardingReceiver(b *testing.B) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+var (
+	benchParent = Parent{Traceparent: "00-" + parentTrace + "-" + parentSpan + "-01"}
+	benchCall   = Call{Method: "tools/call", Tool: "echo", RequestID: "1", SessionID: "s", ServerAddress: "mcp.example",
+		ServerPort: 443, Direction: "client_to_server", Route: "lab", TLS: "terminate", Mechanism: "ebpf",
+		ClientAddress: "10.0.0.2", ClientPort: 40000}
+)
+
+// benchSpan is one call's span: Start, Decision, Status, End.
+func benchSpan(tr *Tracer) {
+	now := time.Now()
+	sp := tr.Start(benchParent, KindClient, benchCall, now)
+	sp.Decision("allow", "", "no rule matched")
+	sp.Status(0, 0, false)
+	sp.End(now)
 }
