@@ -169,6 +169,8 @@ type Config struct {
 	Limits       Limits   `yaml:"limits"`
 	Admin        Admin    `yaml:"admin"`
 	Log          Log      `yaml:"log"`
+	// Federation is the aggregate MCP endpoint over configured downstream servers (Conduit's path).
+	Federation FederationConfig `yaml:"federation"`
 	// NodeAgent is `mcpintercept node-agent`'s own section (Kubernetes pods); run ignores it.
 	NodeAgent NodeAgentConfig `yaml:"node_agent"`
 }
