@@ -32,7 +32,11 @@
 // CEL type and the lowest awareness level that can see it: client.* and conn.* at every level,
 // http.* and mcp.version, method, name and session (from headers) from Level 1, the rest of mcp.*
 // (arguments, result, error, client_info, direction, kind, id, tool, mode, retry, and tool
-// integrity's tool_findings, tool_pinned and tool_changed) at Level 2 only. A field that does not exist (mcp.tool_name) or a type that cannot match (mcp.name > 3)
+// integrity's tool_findings, tool_pinned and tool_changed) at Level 2 only. downstream.id and
+// downstream.tool (Vars.Downstream) are the route of a call or list entry on a federation's
+// aggregate endpoint: the configured downstream id the appliance's route table maps the aggregate
+// name to (mcp.name stays that name, "files.read"), and the tool's name as that downstream lists
+// it ("read"). They are Level 2, and absent outside a federation evaluation. A field that does not exist (mcp.tool_name) or a type that cannot match (mcp.name > 3)
 // is a compile error at its file:line:col; Set.CheckLevel reports a field the route's level
 // cannot see. A variable used as a whole (mcp[k], "name" in mcp, size(mcp)) reads every field.
 //

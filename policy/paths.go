@@ -84,7 +84,7 @@ func dynIndex(e ast.Expr) (fieldPath, bool) {
 	op := args[0]
 	if op.Kind() == ast.IdentKind {
 		switch root := op.AsIdent(); root {
-		case varClient, varConn, varHTTP, varMCP, varAuth:
+		case varClient, varConn, varHTTP, varMCP, varAuth, varDownstream:
 			return fieldPath{root: root, dyn: true, base: root}, true
 		}
 		return fieldPath{}, false
@@ -128,7 +128,7 @@ func chain(e ast.Expr) (fieldPath, bool) {
 		case ast.IdentKind:
 			root := cur.AsIdent()
 			switch root {
-			case varClient, varConn, varHTTP, varMCP, varAuth:
+			case varClient, varConn, varHTTP, varMCP, varAuth, varDownstream:
 			default:
 				return fieldPath{}, false
 			}
@@ -195,6 +195,8 @@ func (in *Input) root(name string) any {
 		return (*mcpView)(in)
 	case varAuth:
 		return (*authView)(in)
+	case varDownstream:
+		return (*downstreamView)(in)
 	}
 	return nil
 }

@@ -52,6 +52,7 @@ var provenance = map[string]Provenance{
 	"mcp.tool_changed": ProvAppliance,
 	"mcp.mode":         ProvServer, "mcp.error": ProvServer, "mcp.result": ProvServer,
 	"auth.present": ProvClient, "auth.scheme": ProvClient, "auth.verified": ProvAppliance, "auth.claims": ProvToken,
+	"downstream.id": ProvAppliance, "downstream.tool": ProvServer,
 }
 
 // provenanceNote says, where it is not obvious, where exactly a field is read from.
@@ -68,6 +69,8 @@ var provenanceNote = map[string]string{
 	"mcp.name":        "for a server→client request, the tool of the client's call (mcp.tool)",
 	"mcp.kind":        "the message's shape",
 	"auth.claims":     "the sender's token; the issuer's word only when auth.verified",
+	"downstream.id":   "the appliance's own route table: the configured id of the downstream the aggregate name (mcp.name) routes to; the client's name is only looked up, never split",
+	"downstream.tool": "the downstream's own tools/list: the name it lists the tool under (the original name)",
 }
 
 func init() {

@@ -15,6 +15,8 @@ const (
 	varHTTP   = "http"
 	varMCP    = "mcp"
 	varAuth   = "auth"
+	// varDownstream is the federation route of a call or list entry (Vars.Downstream).
+	varDownstream = "downstream"
 )
 
 // field is one declared field of a variable (or of an object inside one, such as mcp.error).
@@ -136,11 +138,12 @@ func (in *Input) isUnknown(path string) bool {
 // Views of an Input, one per variable: what the activation hands the interpreter. Being the
 // Input's own pointer converted, they cost no allocation.
 type (
-	clientView Input
-	connView   Input
-	httpView   Input
-	mcpView    Input
-	authView   Input
+	clientView     Input
+	connView       Input
+	httpView       Input
+	mcpView        Input
+	authView       Input
+	downstreamView Input
 )
 
 // FindStringKey serves mcp[k] and the like (the interpreter's hook for map-like values).
@@ -149,6 +152,9 @@ func (v *connView) FindStringKey(k string) (any, bool)   { return connObj.lookup
 func (v *httpView) FindStringKey(k string) (any, bool)   { return httpObj.lookup(v, k) }
 func (v *mcpView) FindStringKey(k string) (any, bool)    { return mcpObj.lookup(v, k) }
 func (v *authView) FindStringKey(k string) (any, bool)   { return authObj.lookup(v, k) }
+func (v *downstreamView) FindStringKey(k string) (any, bool) {
+	return downstreamObj.lookup(v, k)
+}
 
 // FindStringKey serves auth.claims["sub"].
 func (c *Claims) FindStringKey(k string) (any, bool) { return claimsObj.lookup(c, k) }
@@ -208,6 +214,13 @@ var noFindings = types.NewStringList(types.DefaultTypeAdapter, []string{})
 func authOf(o any) *Auth {
 	if v, ok := o.(*authView); ok {
 		return v.Vars.Auth
+	}
+	return nil
+}
+
+func downstreamOf(o any) *Downstream {
+	if v, ok := o.(*downstreamView); ok {
+		return v.Vars.Downstream
 	}
 	return nil
 }
@@ -400,14 +413,21 @@ var (
 				return &a.Claims, true
 			}},
 	)
+	// downstreamObj is the federation route of a call or list entry: present only when the
+	// aggregate endpoint of a federation judges it (Vars.Downstream), so Level 2, where the
+	// JSON-RPC body names the tool.
+	downstreamObj = newObject(varDownstream, "policy.Downstream",
+		strField("id", LevelBody, "the configured id of the downstream the aggregate name routes to (federation only)", downstreamOf, func(d *Downstream) string { return d.ID }, nil),
+		strField("tool", LevelBody, "the tool's name as that downstream lists it (federation only)", downstreamOf, func(d *Downstream) string { return d.Tool }, nil),
+	)
 	// objects are the declared types by CEL type name.
 	objects = map[string]*object{}
 	// roots are the objects bound to variables, in declaration order.
-	roots = []*object{clientObj, connObj, httpObj, mcpObj, authObj}
+	roots = []*object{clientObj, connObj, httpObj, mcpObj, authObj, downstreamObj}
 )
 
 func init() {
-	for _, o := range []*object{clientObj, podObj, connObj, httpObj, mcpObj, rpcErrorObj, authObj, claimsObj} {
+	for _, o := range []*object{clientObj, podObj, connObj, httpObj, mcpObj, rpcErrorObj, authObj, claimsObj, downstreamObj} {
 		objects[o.typ.TypeName()] = o
 	}
 }
@@ -495,6 +515,8 @@ func inputOf(o any) *Input {
 	case *mcpView:
 		return (*Input)(v)
 	case *authView:
+		return (*Input)(v)
+	case *downstreamView:
 		return (*Input)(v)
 	}
 	return nil
@@ -589,6 +611,8 @@ func (p *provider) NativeToValue(v any) ref.Val {
 		return types.NewStringInterfaceMap(p, materialize(mcpObj, v))
 	case *authView:
 		return types.NewStringInterfaceMap(p, materialize(authObj, v))
+	case *downstreamView:
+		return types.NewStringInterfaceMap(p, materialize(downstreamObj, v))
 	case *RPCError:
 		return types.NewStringInterfaceMap(p, materialize(rpcErrorObj, v))
 	case *Claims:

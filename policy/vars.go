@@ -31,6 +31,9 @@ type Vars struct {
 	HTTP   *Request
 	MCP    *Message
 	Auth   *Auth
+	// Downstream is the federation route of the call or list entry being judged; nil outside a
+	// federation (aggregate endpoint) evaluation leaves every downstream.* field absent.
+	Downstream *Downstream
 	// Unknown names fields ("mcp.client_info") that exist for this message but whose value the
 	// caller cannot establish: Level 2 cannot tell which client a server→client request goes to.
 	// A rule that reads one (has() included) fails to evaluate (Input.FailOpen decides), where an
@@ -45,6 +48,19 @@ type Auth struct {
 	Scheme   string // lower-cased: bearer, basic, ...
 	Verified bool   // the token's signature was checked against a configured issuer
 	Claims   Claims
+}
+
+// Downstream is the `downstream` variable: where the aggregate endpoint of a federation routes a
+// call or a list entry (Level 2). mcp.name stays the aggregate name the client sent
+// ("files.read"); ID and Tool are what the appliance's route table maps it to. A field is absent
+// when empty.
+type Downstream struct {
+	// ID is the configured id of the downstream server the registry routes the name to ("files").
+	// It comes from the appliance's own route table: the client's name is only looked up there,
+	// never split.
+	ID string
+	// Tool is the tool's name as the downstream itself lists it in its tools/list ("read").
+	Tool string
 }
 
 // Claims is auth.claims: those of a JWT (or of an introspected opaque token). A string field is
