@@ -228,5 +228,9 @@ func (a *Server) Ready() error {
 // handle serves h at pattern (a ServeMux pattern, "GET /audit/checkpoint") on the admin listener.
 func (a *Server) handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
 
+// Handle adds an endpoint of another component (the federation's health). Call it before Start
+// or at least before anyone may request pattern.
+func (a *Server) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
+
 // Shutdown stops the listener.
 func (a *Server) Shutdown(ctx context.Context) error { return a.srv.Shutdown(ctx) }

@@ -24,6 +24,7 @@ import (
 	"mcpintercept/chain"
 	"mcpintercept/config"
 	"mcpintercept/engine"
+	"mcpintercept/federation"
 	"mcpintercept/exchange"
 	"mcpintercept/integrity"
 	"mcpintercept/intercept"
@@ -125,6 +126,8 @@ type Appliance struct {
 	// token GET /observe and /ui require.
 	live       *liveView
 	stopHealth func()
+	// federation is the aggregate endpoint (nil: federation off).
+	federation *federation.Service
 	// running is the configuration the last reload applied (nil: cfg), for /config_dump.
 	running atomic.Pointer[config.Config]
 
@@ -223,6 +226,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 	}
 
 	if err := a.openTracer(ctx, cfg); err != nil {
+		return nil, err
+	}
+	// After the audit store and the tracer, which every federated call uses.
+	if err := a.openFederation(cfg); err != nil {
 		return nil, err
 	}
 
@@ -482,6 +489,7 @@ func (a *Appliance) Reload(path string) error {
 		a.log.Warn("reload: terminate routes were added; the CA is loaded at start-up, restart to serve them")
 	}
 	a.eng.SetRouting(routing)
+	a.reloadFederation(next, sets)
 	a.setKeep(next)
 	a.sets = sets
 	a.running.Store(next)
@@ -529,6 +537,8 @@ func (a *Appliance) Stop(ctx context.Context) error {
 		}
 		cancel()
 	}
+	// The federation's calls write their terminal records before the store closes.
+	a.stopFederation(ctx)
 	// Only now: the drain has written every flow's outcome records (uncertain for the flows its
 	// deadline cut), and the final checkpoint covers them.
 	a.closeAudit(ctx)
@@ -556,6 +566,7 @@ func (a *Appliance) info(msg string, args ...any) {
 
 // release closes what New opened (the steering aside).
 func (a *Appliance) release() {
+	a.stopFederation(context.Background())
 	a.closeAudit(context.Background())
 	a.closeTools()
 	a.closeTracer(context.Background())

@@ -46,7 +46,7 @@ func audited(rt *engine.Routing) bool {
 // gives the audited routes of rt the store. Called before the engine accepts (and on a reload that
 // audits a route for the first time).
 func (a *Appliance) openAudit(cfg *config.Config, rt *engine.Routing) error {
-	if !audited(rt) {
+	if !audited(rt) && !cfg.FederationOn() {
 		return nil
 	}
 	if a.audit.Load() == nil {
