@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-		"log/slog"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
