@@ -328,11 +328,17 @@ func (d *Dispatcher) cleanupSession(ds *Downstream, session, version string) {
 // federation the call passed, oldest first; never rewritten, only appended to.
 const HopsKey = "io.mcpintercept/hops"
 
-// Hop is one entry of the hop trail: who forwarded the call, under which name, to which
-// downstream, for which caller (the identity this hop established: the client's address, and
-// the iss and sub of a verified token; informational for the next hop, never its authority).
+// Hop is one entry of the hop trail (the draft's Hop Tracing: the intermediary's name, its mode,
+// its version and a timestamp, appended, never overwritten): who forwarded the call, under which
+// name, to which downstream, for which caller — the identity this hop established from the
+// client's own side (its address, and the iss and sub of a verified token). For the next hop the
+// trail is information, never authority: what a federation reads as its client is always the
+// connection it accepted.
 type Hop struct {
 	By         string `json:"by"`
+	Mode       string `json:"mode"`
+	Version    string `json:"version"`
+	Time       string `json:"time"`
 	Name       string `json:"name"`
 	Downstream string `json:"downstream"`
 	Client     string `json:"client"`
@@ -361,7 +367,8 @@ func forwardMeta(c *Call, t *Tool) map[string]any {
 			}
 		}
 	}
-	hop, _ := json.Marshal(Hop{By: mcp.Intermediary, Name: c.Name, Downstream: t.Downstream, Client: c.Client, Iss: c.Caller.Iss, Sub: c.Caller.Sub})
+	hop, _ := json.Marshal(Hop{By: mcp.Intermediary, Mode: "Federation", Version: Version,
+		Time: time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"), Name: c.Name, Downstream: t.Downstream, Client: c.Client, Iss: c.Caller.Iss, Sub: c.Caller.Sub})
 	out[HopsKey] = append(hops, hop)
 	return out
 }

@@ -760,3 +760,38 @@ func readRecords(t *testing.T, dir string) []audit.Record {
 	}
 	return out
 }
+
+// The draft's Federation mode: "MUST support chained namespace resolution across multiple levels
+// of intermediary", "MUST include hop-tracing metadata" (appended, never overwritten) and "MUST
+// propagate authentication context across intermediary hops".
+func TestChainedFederation(t *testing.T) {
+	m, mlog := goServer(t, "files", true)
+	inner := startFed(t, fedOpts{}, [2]string{"files", m.URL})
+	waitAttempted(t, inner)
+	outer := startFed(t, fedOpts{}, [2]string{"eu", fedURL(inner)})
+	waitAttempted(t, outer)
+	if err := outer.Ready(); err != nil {
+		t.Fatalf("outer: %v (%+v)", err, outer.Health())
+	}
+	cs := connect(t, fedURL(outer), "")
+	if got := toolNames(t, cs); !slices.Contains(got, "eu.files.echo") {
+		t.Fatalf("outer lists %v", got)
+	}
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "eu.files.echo", Arguments: map[string]any{"text": "deep"}})
+	if err != nil || text(t, res) != "files:deep" {
+		t.Fatalf("chained call: %v %v", res, err)
+	}
+	mlog.mu.Lock()
+	defer mlog.mu.Unlock()
+	raw, _ := json.Marshal(mlog.metas[len(mlog.metas)-1][HopsKey])
+	var hops []Hop
+	if err := json.Unmarshal(raw, &hops); err != nil || len(hops) != 2 {
+		t.Fatalf("hop trail at the server: %s (%v)", raw, err)
+	}
+	if hops[0].Name != "eu.files.echo" || hops[0].Downstream != "eu" || hops[1].Name != "files.echo" || hops[1].Downstream != "files" {
+		t.Fatalf("hops out of order or rewritten: %+v", hops)
+	}
+	if hops[0].Mode != "Federation" || hops[0].Time == "" || !strings.HasPrefix(hops[0].Client, "127.0.0.1:") {
+		t.Fatalf("first hop lacks mode, time or the caller: %+v", hops[0])
+	}
+}
