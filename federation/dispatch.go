@@ -163,13 +163,18 @@ func (d *Dispatcher) try(ctx context.Context, c *Call, p Prepared, exch uint64) 
 		span.End(time.Now())
 		return nil, err
 	}
-	defer d.reg.Done()
+	// outcome writes the call's outcome record, once, on every path from here: in the background
+	// (the client's answer does not wait for it, as Level 2's does not), counted as the call's
+	// terminal audit path, which shutdown waits for before the store closes.
 	outcome := func(o, reason string, code int64) {
 		or := audit.OutcomeOf(rec, receipt.Seq, o, reason)
 		or.Client, or.Destination, or.ErrorCode = rec.Client, rec.Destination, code
-		if _, err := d.store.Append(context.WithoutCancel(ctx), or); err != nil {
-			d.log.Warn("federation: outcome record not durable", "tool", c.Name, "authorization", receipt.Seq, "err", err)
-		}
+		go func() {
+			defer d.reg.Done()
+			if _, err := d.store.Append(context.WithoutCancel(ctx), or); err != nil {
+				d.log.Warn("federation: outcome record not durable", "tool", c.Name, "authorization", receipt.Seq, "err", err)
+			}
+		}()
 	}
 	if rec.Decision != audit.Allow {
 		outcome("denied", rec.Reason, 0)
