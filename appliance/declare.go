@@ -35,6 +35,8 @@ func Declaration(cfg *config.Config) telemetry.Declaration {
 		d := telemetry.Declare(ms, telemetry.BuildCapabilities)
 		d.Authentication = authenticationOf(nil)
 		d.Tracing = TracingOf(nil)
+		d.ModeSet = append(d.ModeSet, "Federation")
+		d.Federation = telemetry.FederationStatement
 		return d
 	}
 	ms := []telemetry.Interception{{Mechanism: string(cfg.Mechanism), OriginalDestination: intercept.Recovery(SteeringOptions(cfg)), InEffect: true}}
@@ -42,6 +44,10 @@ func Declaration(cfg *config.Config) telemetry.Declaration {
 	d.Authentication = authenticationOf(cfg)
 	d.ToolIntegrity = toolIntegrityOf(cfg)
 	d.Tracing = TracingOf(cfg)
+	if cfg.FederationOn() {
+		d.ModeSet = append(d.ModeSet, "Federation")
+		d.Federation = telemetry.FederationStatement + fmt.Sprintf("; endpoint %s%s, %d downstream(s)", cfg.Federation.Listen, "/mcp", len(cfg.Federation.Downstreams))
+	}
 	return d
 }
 

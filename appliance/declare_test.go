@@ -3,6 +3,7 @@ package appliance
 import (
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -103,5 +104,23 @@ func TestDeclaration(t *testing.T) {
 				t.Errorf("levels %v mode %v, want %v Transparent", d.AwarenessLevels, d.ModeSet, tc.levels)
 			}
 		})
+	}
+}
+
+// The federation endpoint puts Federation in the mode set, stated with its endpoint.
+func TestDeclareFederation(t *testing.T) {
+	cfg := &config.Config{Path: "x.yaml", Mechanism: config.External}
+	d := Declaration(cfg)
+	if slices.Contains(d.ModeSet, "Federation") || d.Federation != "" {
+		t.Fatalf("federation declared while off: %v", d.ModeSet)
+	}
+	cfg.Federation.Listen = "127.0.0.1:8765"
+	cfg.Federation.Downstreams = []config.FederationDownstream{{ID: "files", URL: "http://127.0.0.1:1/mcp"}}
+	d = Declaration(cfg)
+	if !slices.Equal(d.ModeSet, []string{"Transparent", "Federation"}) || !strings.Contains(d.Federation, "127.0.0.1:8765/mcp, 1 downstream") {
+		t.Fatalf("mode set %v, federation %q", d.ModeSet, d.Federation)
+	}
+	if b := Declaration(nil); !slices.Contains(b.ModeSet, "Federation") {
+		t.Fatalf("the build does not declare Federation: %v", b.ModeSet)
 	}
 }

@@ -37,7 +37,13 @@ type Declaration struct {
 	// context to the next hop (the draft's Observability: hop tracing).
 	Tracing     string `json:"tracing"`
 	FailureMode string `json:"failure_mode"`
+	// Federation states the aggregate endpoint (mode Federation) when it is in the mode set.
+	Federation string `json:"federation,omitempty"`
 }
+
+// FederationStatement is what the federation path is in the draft's vocabulary.
+const FederationStatement = "Federation (client ==> I ---> I' or backend): one Streamable HTTP endpoint the client addresses explicitly (MCP 2026-07-28, and 2025-11-25/2025-06-18/2025-03-26 with initialize answered by the endpoint; no session) publishes the tools of configured downstreams — servers or other aggregates — as <downstream-id>.<tool>, names chaining across levels (eu.files.read) and each name routed by an exact stored mapping, never by splitting it; catalogs refreshed with server/discover and tools/list (bounded pages, tools, bytes), published as immutable generations, a collision or aggregate limit rejecting the generation; every call's authorization is durable in the audit log before any byte goes to the downstream, which receives exactly one tools/call with its original name and only the configured headers (no redirects, no retries); an outcome not safely known is answered as uncertain-after-dispatch (-31007); hop trail appended in _meta io.mcpintercept/hops (intermediary, mode, version, time, client, iss/sub of a verified token), never overwritten; trace context carried. Not Forward mode: server-to-client messages (sampling, elicitation, progress) are not relayed (a call whose downstream needs one is uncertain-after-dispatch) and prompts and resources are not aggregated (method not found, never an empty list)"
+
 
 // Interception is one steering mechanism and how it delivers the original destination.
 type Interception struct {
