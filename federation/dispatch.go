@@ -200,7 +200,9 @@ func (d *Dispatcher) try(ctx context.Context, c *Call, p Prepared, exch uint64) 
 		cctx = withTraceparent(cctx, tp)
 	}
 	start := time.Now()
+	d.metrics.dispatching(1)
 	msg, raw, err := d.dispatch(cctx, ds, p.Tool, c, receipt.Seq)
+	d.metrics.dispatching(-1)
 	d.metrics.observe(ds.ID, time.Since(start))
 	if err != nil {
 		var ue *uncertainError

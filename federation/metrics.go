@@ -15,6 +15,7 @@ type Metrics struct {
 	generation prometheus.Gauge
 	rejected   *prometheus.CounterVec
 	cleanups   *prometheus.CounterVec
+	active     prometheus.Gauge
 }
 
 // NewMetrics registers the series with reg (nil: a private registry).
@@ -37,8 +38,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Aggregate generations not published, by reason (collision, aggregate_limit, malformed)."}, []string{"reason"}),
 		cleanups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcpintercept_federation_session_cleanups_total",
 			Help: "Cleanup DELETEs of sessions a call created, by downstream and result (ok, failed)."}, []string{"downstream", "result"}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mcpintercept_federation_dispatching",
+			Help: "Calls authorized and sent to their downstream, not yet answered."}),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.seconds, m.refreshes, m.tools, m.generation, m.rejected, m.cleanups} {
+	for _, c := range []prometheus.Collector{m.active, m.calls, m.seconds, m.refreshes, m.tools, m.generation, m.rejected, m.cleanups} {
 		_ = reg.Register(c)
 	}
 	return m
@@ -99,5 +102,11 @@ func (m *Metrics) published(g *Generation) {
 	}
 	for id, n := range per {
 		m.tools.WithLabelValues(id).Set(float64(n))
+	}
+}
+
+func (m *Metrics) dispatching(delta float64) {
+	if m != nil {
+		m.active.Add(delta)
 	}
 }

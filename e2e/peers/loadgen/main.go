@@ -96,6 +96,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "request-timeout", 10*time.Second, "deadline for one request and its response")
 	flag.Float64Var(&o.rate, "rate", 0, "open loop: requests per second in total (0: closed loop, as fast as answered)")
 	flag.StringVar(&o.version, "mcp-version", "2026-07-28", "MCP-Protocol-Version request header")
+	flag.StringVar(&toolName, "tool", "echo", "name of the echo tool to call (an aggregate name such as go.echo through a federation)")
 	flag.StringVar(&o.nonce, "nonce", "", "give every call its own nonce PREFIX-<worker>-<n> as echo's text, and count a result without it as fabricated")
 	flag.StringVar(&o.errorLog, "error-log", "", "append one JSON line per failed request to this file")
 	flag.DurationVar(&o.progress, "progress", 0, "print the counts so far to stderr this often (0: never)")
@@ -260,7 +261,7 @@ func (c *counts) report(every time.Duration, done <-chan struct{}) {
 
 // nonceRequest is the whole request of a call whose echo text is nonce.
 func (t *target) nonceRequest(nonce string) []byte {
-	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` + nonce + `"}` + t.meta + `}}`
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":` + strconv.Quote(toolName) + `,"arguments":{"text":"` + nonce + `"}` + t.meta + `}}`
 	return []byte(t.head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 }
 
@@ -341,7 +342,7 @@ func newTarget(o options) (*target, error) {
 	b.WriteString("Accept: application/json, text/event-stream\r\n")
 	fmt.Fprintf(&b, "MCP-Protocol-Version: %s\r\n", o.version)
 	b.WriteString("Mcp-Method: tools/call\r\n")
-	b.WriteString("Mcp-Name: echo\r\n")
+	fmt.Fprintf(&b, "Mcp-Name: %s\r\n", toolName)
 	t.head = b.String()
 	// From 2026-07-28 on, a request without initialize carries the version, the client's
 	// capabilities and info in params._meta, the version equal to the header's.
@@ -363,8 +364,11 @@ func newTarget(o options) (*target, error) {
 
 // echoBody builds a tools/call for echo whose JSON is size bytes, or the
 // smallest valid one when size is below the envelope's length.
+// toolName is -tool: the tool every call names.
+var toolName = "echo"
+
 func echoBody(size int) []byte {
-	const head = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"`
+	head := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":` + strconv.Quote(toolName) + `,"arguments":{"text":"`
 	const tail = `"}}}`
 	pad := max(size-len(head)-len(tail), 1)
 	return []byte(head + strings.Repeat("x", pad) + tail)
