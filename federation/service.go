@@ -8,10 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"mcpintercept/integrity"
 	"mcpintercept/policy"
 	"mcpintercept/tracing"
 )
@@ -33,6 +36,10 @@ type Options struct {
 	Metrics    *Metrics
 	Tracer     *tracing.Tracer
 	Log        *slog.Logger
+	// Pins, when set, pins every downstream's tool definitions (tool integrity, the downstream's
+	// URL its server key): a definition quarantined (changed since pinned — a rug pull —, or not
+	// pinned under enforce) is not published until an operator approves it.
+	Pins *integrity.RouteGuard
 }
 
 // DownstreamHealth is one downstream's refresh state.
@@ -41,6 +48,7 @@ type DownstreamHealth struct {
 	State       string    `json:"state"` // pending | ok | failed
 	Version     string    `json:"version,omitempty"`
 	Tools       int       `json:"tools"`
+	Quarantined []string  `json:"quarantined,omitempty"`
 	Error       string    `json:"error,omitempty"`
 	LastAttempt time.Time `json:"last_attempt,omitzero"`
 	LastSuccess time.Time `json:"last_success,omitzero"`
@@ -192,10 +200,12 @@ func (s *Service) refreshAll(ctx context.Context) {
 			s.o.Metrics.refreshed(d.ID, false)
 			continue
 		}
+		quarantined := s.pin(d, out[i].c)
 		if h.State != "ok" {
 			s.log.Info("federation: downstream catalog read", "downstream", d.ID, "version", out[i].c.Version, "tools", len(out[i].c.Tools))
 		}
 		h.State, h.Error, h.Version, h.Tools, h.LastSuccess = "ok", "", out[i].c.Version, len(out[i].c.Tools), now
+		h.Quarantined = quarantined
 		s.catalogs[d.ID] = out[i].c
 		s.o.Metrics.refreshed(d.ID, true)
 	}
@@ -225,6 +235,50 @@ func (s *Service) refreshAll(ctx context.Context) {
 	n := s.reg.Publish(g, s.rules)
 	s.o.Metrics.published(g)
 	s.log.Info("federation: aggregate generation published", "generation", n, "tools", len(g.Tools), "downstreams", len(g.Downstreams), "filtered", g.Filtered)
+}
+
+// pin judges c's definitions with the tool-integrity guard and removes the quarantined ones
+// from c (they are not published); it returns their names.
+func (s *Service) pin(d *Downstream, c *Catalog) []string {
+	if s.o.Pins == nil || len(c.Tools) == 0 {
+		return nil
+	}
+	defs := make([]integrity.Def, len(c.Tools))
+	for i, t := range c.Tools {
+		defs[i] = integrity.Def{Kind: integrity.KindTool, Name: t.Name, Raw: t.Def}
+	}
+	verdicts, events := s.o.Pins.Observe(integrity.Server{Key: serverKey(d.URL)}, "federation", defs, true)
+	for _, e := range events {
+		s.log.Info("federation: tool integrity", "downstream", d.ID, "event", e.Kind, "tool", e.Name, "detail", e.Detail)
+	}
+	var out []string
+	kept := c.Tools[:0:0]
+	for i, v := range verdicts {
+		if v.Quarantined {
+			out = append(out, c.Tools[i].Name)
+			s.log.Warn("federation: tool quarantined, not published", "downstream", d.ID, "tool", c.Tools[i].Name, "reason", v.Reason)
+			continue
+		}
+		kept = append(kept, c.Tools[i])
+	}
+	c.Tools = kept
+	return out
+}
+
+// serverKey is the downstream's identity for pins: host:port/path of its URL.
+func serverKey(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return strings.ToLower(net.JoinHostPort(host, port)) + strings.TrimSuffix(u.Path, "/")
 }
 
 // sameGeneration reports whether a and b publish the same tools and definitions.
