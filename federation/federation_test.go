@@ -116,6 +116,7 @@ type fedOpts struct {
 	result   int64
 	log      *slog.Logger
 	pins     *integrity.RouteGuard
+	tokens   *TokenCheck
 }
 
 // testLog logs to the test's output.
@@ -156,7 +157,7 @@ func startFed(t *testing.T, o fedOpts, ds ...[2]string) *Service {
 	}
 	svc, err := Start(Options{Listen: "127.0.0.1:0", Refresh: time.Hour, Limits: o.lim, AggregateTools: o.aggTools,
 		RequestBytes: 1 << 20, ResultBytes: o.result, Downstreams: downs, Rules: o.rules, Store: o.store,
-		Log: o.log, Pins: o.pins})
+		Log: o.log, Pins: o.pins, Tokens: o.tokens})
 	if err != nil {
 		t.Fatal(err)
 	}

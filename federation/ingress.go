@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 
+	"mcpintercept/auth"
+	"mcpintercept/auth/tokenstage"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
 )
@@ -76,6 +78,10 @@ func (s *Service) serveMCP(w http.ResponseWriter, r *http.Request) {
 		writeRPC(w, http.StatusBadRequest, mcp.EncodeError(nil, codeInvalidRequest, "a repeated MCP header", nil))
 		return
 	}
+	who, ok := s.checkToken(w, r)
+	if !ok {
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.o.RequestBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -129,11 +135,57 @@ func (s *Service) serveMCP(w http.ResponseWriter, r *http.Request) {
 		writeRPC(w, http.StatusBadRequest, mcp.EncodeError(m.ID, codeInvalidRequest, "unsupported protocol version "+strconv.Quote(version), map[string]any{"supported": ingressVersions}))
 		return
 	}
-	writeRPC(w, http.StatusOK, s.answer(r, m, version))
+	writeRPC(w, http.StatusOK, s.answer(r, m, version, who))
+}
+
+// caller is what the token check established of the client: its policy variable and the
+// identity records carry.
+type caller struct {
+	auth *policy.Auth
+	id   policy.Caller
+}
+
+// checkToken judges the request's credentials against the endpoint's canonical URI (the
+// authority the client sent the request to, path /mcp): a token for another audience, expired or
+// badly signed is refused with 401 before anything else; false when the answer is written.
+func (s *Service) checkToken(w http.ResponseWriter, r *http.Request) (caller, bool) {
+	if s.o.Tokens == nil {
+		return caller{}, true
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	host, port := r.Host, 0
+	if h, p, err := net.SplitHostPort(r.Host); err == nil {
+		host = h
+		port, _ = strconv.Atoi(p)
+	}
+	if port == 0 {
+		if ap, err := netip.ParseAddrPort(s.ln.Addr().String()); err == nil {
+			port = int(ap.Port())
+		}
+	}
+	res, err := s.o.Tokens.Check.CheckRequest(r.Context(), auth.Credentials{Authorization: r.Header.Values("Authorization"),
+		Target: r.RequestURI, Cookies: r.Header.Values("Cookie")}, auth.CanonicalURI(scheme, host, port, Path))
+	if err != nil {
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, auth.ErrRefused) {
+			status = http.StatusUnauthorized
+			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		}
+		s.log.Info("federation: token refused", "client", r.RemoteAddr, "kind", res.Kind, "reason", res.Reason)
+		writeRPC(w, status, mcp.DenialBody(nil, mcp.CodeTokenRefused, "token refused", "", res.Reason, 0))
+		return caller{}, false
+	}
+	if !res.Present {
+		return caller{auth: &policy.Auth{}}, true
+	}
+	return caller{auth: tokenstage.AuthVars(res), id: tokenstage.CallerOf(res.Claims, s.o.Tokens.Identity)}, true
 }
 
 // answer is the JSON-RPC answer to request m.
-func (s *Service) answer(r *http.Request, m *mcp.Message, version string) []byte {
+func (s *Service) answer(r *http.Request, m *mcp.Message, version string, who caller) []byte {
 	switch m.Method {
 	case mcp.MethodInitialize:
 		v, _ := mcp.StringMember(m.Params, "protocolVersion")
@@ -158,13 +210,13 @@ func (s *Service) answer(r *http.Request, m *mcp.Message, version string) []byte
 		if c, ok := mcp.Member(m.Params, "cursor"); ok && string(c) != "null" {
 			return mcp.EncodeError(m.ID, mcp.CodeInvalidParams, "invalid cursor: the aggregate is listed in one page", nil)
 		}
-		return s.list(r, m, version)
+		return s.list(r, m, version, who)
 	case mcp.MethodToolsCall:
 		name, ok := mcp.StringMember(m.Params, "name")
 		if !ok || name == "" {
 			return mcp.EncodeError(m.ID, mcp.CodeInvalidParams, "tools/call needs params.name", nil)
 		}
-		c := &Call{ID: m.ID, Name: name, Client: r.RemoteAddr, Vars: s.clientVars(r, m, version)}
+		c := &Call{ID: m.ID, Name: name, Client: r.RemoteAddr, Vars: s.clientVars(r, m, version, who), Caller: who.id}
 		if a, ok := m.Param("arguments"); ok && string(a) != "null" {
 			if a[0] != '{' {
 				return mcp.EncodeError(m.ID, mcp.CodeInvalidParams, "params.arguments must be an object", nil)
@@ -181,13 +233,13 @@ func (s *Service) answer(r *http.Request, m *mcp.Message, version string) []byte
 
 // list is the aggregate as this client may see it: every published tool a call to which the
 // rules would not deny this client.
-func (s *Service) list(r *http.Request, m *mcp.Message, version string) []byte {
+func (s *Service) list(r *http.Request, m *mcp.Message, version string, who caller) []byte {
 	p := s.reg.Prepare("")
 	var b bytes.Buffer
 	b.WriteString(`{"jsonrpc":"2.0","id":`)
 	b.Write(m.ID)
 	b.WriteString(`,"result":{"tools":[`)
-	vars := s.clientVars(r, m, version)
+	vars := s.clientVars(r, m, version, who)
 	first := true
 	if p.Gen != nil {
 		for _, t := range p.Gen.Tools {
@@ -216,8 +268,9 @@ func (s *Service) list(r *http.Request, m *mcp.Message, version string) []byte {
 
 // clientVars are the client's own facts: its address, its request head, the version and method
 // it sent. Nothing a downstream sent is among them.
-func (s *Service) clientVars(r *http.Request, m *mcp.Message, version string) policy.Vars {
+func (s *Service) clientVars(r *http.Request, m *mcp.Message, version string, who caller) policy.Vars {
 	v := policy.Vars{
+		Auth: who.auth,
 		HTTP: &policy.Request{Method: r.Method, Path: r.URL.Path},
 		MCP: &policy.Message{Version: version, Method: m.Method, Name: m.Name(), ID: m.IDText(), Kind: "request",
 			Direction: "client_to_server", Body: msgBody{m}},

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"mcpintercept/auth"
 	"mcpintercept/integrity"
 	"mcpintercept/policy"
 	"mcpintercept/tracing"
@@ -40,6 +41,17 @@ type Options struct {
 	// URL its server key): a definition quarantined (changed since pinned — a rug pull —, or not
 	// pinned under enforce) is not published until an operator approves it.
 	Pins *integrity.RouteGuard
+	// Tokens, when set, checks every request's credentials against the endpoint's canonical URI
+	// before it is read (token audience on the ingress).
+	Tokens *TokenCheck
+}
+
+// TokenCheck is the ingress's token check and how records name the caller.
+type TokenCheck struct {
+	Check interface {
+		CheckRequest(ctx context.Context, cr auth.Credentials, canonical string) (auth.Result, error)
+	}
+	Identity string // tokens.record_identity: plain, hash or off
 }
 
 // DownstreamHealth is one downstream's refresh state.

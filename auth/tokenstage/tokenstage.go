@@ -305,3 +305,11 @@ func requestPath(target string) string {
 	}
 	return target
 }
+
+// CallerOf is the identity records carry for an accepted token's claims under
+// tokens.record_identity mode (plain, hash or off), for checks outside the chain (the
+// federation endpoint).
+func CallerOf(c auth.Claims, mode string) policy.Caller { return callerOf(c, mode) }
+
+// AuthVars is policy's `auth` variable for a checked request (never the token).
+func AuthVars(r auth.Result) *policy.Auth { return authVars(r) }
