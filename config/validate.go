@@ -59,10 +59,12 @@ func (c *Config) validate() Errors {
 	// The eBPF program sees every connect of its cgroup, so there empty
 	// means everything; the other mechanisms install rules per prefix and
 	// port, and steering a whole host by accident is not a default.
-	if len(c.Intercept.Destinations) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS {
+	// A federation-only appliance (mechanism external, which installs nothing) steers nothing.
+	fedOnly := c.Mechanism == External && c.FederationOn()
+	if len(c.Intercept.Destinations) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS && !fedOnly {
 		v.check("intercept.destinations", "required: list the prefixes whose traffic is intercepted, e.g. [10.0.0.0/8]")
 	}
-	if len(c.Intercept.Ports) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS {
+	if len(c.Intercept.Ports) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS && !fedOnly {
 		v.check("intercept.ports", "required: list the ports to intercept, e.g. [80, 443, \"3000-3010\"]")
 	}
 
