@@ -207,6 +207,31 @@ var configTable = table[Config]{
 		defBy(func(c *Config) (int64, bool) { return DefaultFlowsMaxSize, c.Log.FlowsFile() }),
 	key("log.flows_max_files", "rotated flow log files kept", func(c *Config) *int { return &c.Log.FlowsMaxFiles }, integer[int](checkFlowsMaxFiles)).
 		defBy(func(c *Config) (int, bool) { return DefaultFlowsMaxFiles, c.Log.FlowsFile() && c.Log.FlowsMaxSize > 0 }),
+
+	// The federation endpoint (federation.go); its relations to other sections are in validate.
+	key("federation.listen", "host:port (an IP address or localhost) of the aggregate MCP endpoint (empty: federation off)", func(c *Config) *string { return &c.Federation.Listen }, str).
+		checked(checkFederationListen),
+	key("federation.tls.cert_file", "the endpoint's certificate (PEM; unset: plaintext); relative to this file", func(c *Config) *string { return &c.Federation.TLS.CertFile }, relFile).
+		checked(checkOptionalPath),
+	key("federation.tls.key_file", "the certificate's private key (PEM); relative to this file", func(c *Config) *string { return &c.Federation.TLS.KeyFile }, relFile).
+		checked(checkOptionalPath),
+	key("federation.development", "allows a plaintext endpoint on a non-loopback address", func(c *Config) *bool { return &c.Federation.Development }, boolean),
+	key("federation.refresh", "how often every downstream's catalog is fetched again", func(c *Config) *Duration { return &c.Federation.Refresh }, duration).
+		def(Duration{DefaultFederationRefresh}).checked(durationBetween(minFederationRefresh, maxFederationRefresh)),
+	key("federation.rule_set", "the rule set judging list entries and calls (empty: allow all)", func(c *Config) *string { return &c.Federation.RuleSet }, str),
+	intKey("federation.limits.pages", "tools/list pages followed per downstream and refresh", func(c *Config) *int { return &c.Federation.Limits.Pages }, checkFederationPages).
+		def(DefaultFederationPages),
+	intKey("federation.limits.tools", "tools in one downstream's catalog", func(c *Config) *int { return &c.Federation.Limits.Tools }, checkFederationTools).
+		def(DefaultFederationTools),
+	key("federation.limits.bytes", "bytes of one downstream's catalog, all pages and discovery", func(c *Config) *int64 { return &c.Federation.Limits.Bytes }, size(checkFederationBytes)).
+		def(DefaultFederationBytes).checked(checkFederationBytes),
+	key("federation.limits.result_bytes", "bound of one call's response body (past it: uncertain after dispatch)", func(c *Config) *int64 { return &c.Federation.Limits.ResultBytes }, size(checkFederationBytes)).
+		def(DefaultFederationResultBytes).checked(checkFederationBytes),
+	key("federation.limits.request_bytes", "bound of one request body a client sends the endpoint (413 past it)", func(c *Config) *int64 { return &c.Federation.Limits.RequestBytes }, size(checkFederationBytes)).
+		def(DefaultFederationRequestBytes).checked(checkFederationBytes),
+	intKey("federation.aggregate_limits.tools", "tools published over all downstreams", func(c *Config) *int { return &c.Federation.AggregateLimits.Tools }, checkFederationAggregate).
+		def(DefaultFederationAggregate),
+	federationDownstreamsBlock,
 }
 
 var mechanismName = scalar(func(n *yaml.Node) (Mechanism, string) {

@@ -83,6 +83,7 @@ func (c *Config) validate() Errors {
 	v.telemetry(c)
 	v.ruleSets(c)
 	v.tokens(c)
+	v.federation(c)
 
 	l := c.Limits
 	if l.MaxFlows >= 1 && l.MaxFlowsPerClient > l.MaxFlows {
