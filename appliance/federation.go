@@ -11,7 +11,9 @@ import (
 	"os"
 	"time"
 
+	"mcpintercept/auth"
 	"mcpintercept/config"
+	"mcpintercept/integrity"
 	"mcpintercept/federation"
 	"mcpintercept/intercept/upstream"
 	"mcpintercept/telemetry"
@@ -56,12 +58,26 @@ func (a *Appliance) federationOptions(cfg *config.Config) (federation.Options, e
 			}
 		}
 		var hs []federation.Header
-		for _, name := range d.HeaderOrder {
+		for _, name := range d.HeaderNames() {
 			h := d.Headers[name]
 			hs = append(hs, federation.Header{Name: name, Value: h.Value, File: h.File})
 		}
 		o.Downstreams = append(o.Downstreams, federation.NewDownstream(d.ID, d.URL, d.Timeout.Duration, hs,
 			&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, dial.DialContext))
+	}
+	if fedPins(cfg) {
+		o.Pins = a.tools.Load().Route(integrity.RouteOptions{Mode: integrity.Mode(f.ToolPins)})
+	}
+	if f.TokenAudience != config.Off {
+		tc, err := tokenChecker(cfg, config.Route{Name: "federation"})
+		if err != nil {
+			return o, err
+		}
+		if tc != nil {
+			o.Tokens = &federation.TokenCheck{Check: tc.(interface {
+				CheckRequest(ctx context.Context, cr auth.Credentials, canonical string) (auth.Result, error)
+			}), Identity: cfg.Tokens.RecordIdentity}
+		}
 	}
 	if f.RuleSet != "" {
 		o.Rules = a.sets[f.RuleSet]

@@ -105,7 +105,7 @@ func checkToolPins(cfg *config.Config, rt *engine.Routing) error {
 // openTools opens the tool-integrity guard when a route of rt pins definitions, and reads (or
 // makes) the admin token its mutating endpoints require. Called before the engine exists.
 func (a *Appliance) openTools(cfg *config.Config, rt *engine.Routing) error {
-	if !toolsPinned(rt) {
+	if !toolsPinned(rt) && !fedPins(cfg) {
 		return nil
 	}
 	ti := cfg.ToolIntegrity
@@ -232,4 +232,9 @@ func adminToken(dir string) (string, error) {
 		return "", fmt.Errorf("admin token %s: want one line of at least 32 characters (delete the file for a new one)", path)
 	}
 	return tok, nil
+}
+
+// fedPins reports whether the federation pins its downstreams' definitions.
+func fedPins(cfg *config.Config) bool {
+	return cfg.FederationOn() && (cfg.Federation.ToolPins == config.ToolPinsLearn || cfg.Federation.ToolPins == config.ToolPinsEnforce)
 }

@@ -31,6 +31,13 @@ type FederationConfig struct {
 	Refresh Duration `yaml:"refresh"`
 	// RuleSet names an entry of rule_sets judging list entries and calls ("" allows all).
 	RuleSet string `yaml:"rule_set"`
+	// ToolPins pins the downstreams' tool definitions (tool integrity): off (default), learn or
+	// enforce; a quarantined definition (changed since pinned, or unpinned under enforce) is not
+	// published.
+	ToolPins string `yaml:"tool_pins"`
+	// TokenAudience (on by default) refuses a bearer token whose audience is not the endpoint's
+	// canonical URI (or a tokens.issuers audience) with 401 before the request is read.
+	TokenAudience string `yaml:"token_audience"`
 	// Limits bound one downstream's catalog; AggregateLimits the published aggregate.
 	Limits          FederationLimits          `yaml:"limits"`
 	AggregateLimits FederationAggregateLimits `yaml:"aggregate_limits"`

@@ -34,7 +34,7 @@ rule_sets:
 
 func TestFederationDefaults(t *testing.T) {
 	defaults := FederationConfig{
-		Refresh: Duration{DefaultFederationRefresh},
+		Refresh: Duration{DefaultFederationRefresh}, ToolPins: Off, TokenAudience: On,
 		Limits: FederationLimits{Pages: DefaultFederationPages, Tools: DefaultFederationTools, Bytes: DefaultFederationBytes,
 			ResultBytes: DefaultFederationResultBytes, RequestBytes: DefaultFederationRequestBytes},
 		AggregateLimits: FederationAggregateLimits{Tools: DefaultFederationAggregate},
@@ -53,7 +53,7 @@ func TestFederationDefaults(t *testing.T) {
 		{"explicit values at the bounds are kept", minimal + "federation:\n" +
 			"  refresh: 1s\n  limits: {pages: 1000, tools: 1, bytes: 1KiB, result_bytes: 256MiB, request_bytes: 1024}\n" +
 			"  aggregate_limits: {tools: 1000000}\n  downstreams: [{id: a, url: 'http://a', timeout: 100ms}, {id: b, url: 'http://b', timeout: 10m}]\n",
-			FederationConfig{Refresh: Duration{time.Second},
+			FederationConfig{Refresh: Duration{time.Second}, ToolPins: Off, TokenAudience: On,
 				Limits:          FederationLimits{Pages: 1000, Tools: 1, Bytes: 1 << 10, ResultBytes: 256 << 20, RequestBytes: 1024},
 				AggregateLimits: FederationAggregateLimits{Tools: 1_000_000},
 				Downstreams: []FederationDownstream{
@@ -95,6 +95,8 @@ func TestFederationContract(t *testing.T) {
 			TLS:             FederationTLS{CertFile: p("a.pem"), KeyFile: p("a.key")},
 			Refresh:         Duration{time.Minute},
 			RuleSet:         "federation",
+			ToolPins:        Off,
+			TokenAudience:   On,
 			Limits:          FederationLimits{Pages: 8, Tools: 1000, Bytes: 4 << 20, ResultBytes: 4 << 20, RequestBytes: 1 << 20},
 			AggregateLimits: FederationAggregateLimits{Tools: 5000},
 			Downstreams: []FederationDownstream{{
@@ -287,7 +289,7 @@ func TestFederationErrors(t *testing.T) {
 		{"typo in a header's keys", ds("headers: {X-A: {vaule: a}}"), []string{
 			"test.yaml:9:17: federation.downstreams[0].headers.X-A: needs value or file: the header's value (not empty), or the file holding it, e.g. {file: /etc/mcpintercept/token}",
 			`test.yaml:9:23: federation.downstreams[0].headers.X-A.vaule: unknown key "vaule" (did you mean value? valid: value, file)`}},
-		{"unknown section key", sec("  listn: x\n"), []string{`test.yaml:5:3: federation.listn: unknown key "listn" (valid: listen, tls, development, refresh, rule_set, limits, aggregate_limits, downstreams)`}},
+		{"unknown section key", sec("  listn: x\n"), []string{`test.yaml:5:3: federation.listn: unknown key "listn" (valid: listen, tls, development, refresh, rule_set, tool_pins, token_audience, limits, aggregate_limits, downstreams)`}},
 
 		// rule_set.
 		{"rule_set typo", strings.Replace(fedOn, "  downstreams:", "  rule_set: federatoin\n  downstreams:", 1) + "rule_sets:\n  federation: []\n  other: []\n", []string{

@@ -56,6 +56,7 @@ func (c *Config) lintWarnings() []string {
 	if d := c.DefaultRoute; d != nil && d.Route != nil {
 		used[d.Route.RuleSet] = true
 	}
+	used[c.Federation.RuleSet] = true
 	for _, n := range c.ruleSetNames() {
 		if !used[n] {
 			out = append(out, fmt.Sprintf("rule_sets.%s: unused: no route (nor default_route) names it in rule_set", n))

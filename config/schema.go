@@ -219,6 +219,10 @@ var configTable = table[Config]{
 	key("federation.refresh", "how often every downstream's catalog is fetched again", func(c *Config) *Duration { return &c.Federation.Refresh }, duration).
 		def(Duration{DefaultFederationRefresh}).checked(durationBetween(minFederationRefresh, maxFederationRefresh)),
 	key("federation.rule_set", "the rule set judging list entries and calls (empty: allow all)", func(c *Config) *string { return &c.Federation.RuleSet }, str),
+	key("federation.tool_pins", "pins every downstream's tool definitions: off, learn or enforce (a quarantined tool is not published)", func(c *Config) *string { return &c.Federation.ToolPins }, scalar(parseToolPins)).
+		def(Off),
+	key("federation.token_audience", "checks a bearer token's audience (the endpoint's canonical URI) before reading a request: on or off", func(c *Config) *string { return &c.Federation.TokenAudience }, scalar(parseOnOff)).
+		def(On),
 	intKey("federation.limits.pages", "tools/list pages followed per downstream and refresh", func(c *Config) *int { return &c.Federation.Limits.Pages }, checkFederationPages).
 		def(DefaultFederationPages),
 	intKey("federation.limits.tools", "tools in one downstream's catalog", func(c *Config) *int { return &c.Federation.Limits.Tools }, checkFederationTools).

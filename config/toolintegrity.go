@@ -143,7 +143,8 @@ func (c *Config) ToolPinsOn() bool {
 			return true
 		}
 	}
-	return c.DefaultRoute != nil && !c.DefaultRoute.Close && c.DefaultRoute.Route != nil && c.DefaultRoute.Route.ToolPinsOn()
+	return c.DefaultRoute != nil && !c.DefaultRoute.Close && c.DefaultRoute.Route != nil && c.DefaultRoute.Route.ToolPinsOn() ||
+		c.FederationOn() && c.Federation.ToolPins != "" && c.Federation.ToolPins != Off
 }
 
 // toolsRoute relates a route's tool-integrity keys to its disposition, its level and the
