@@ -13,8 +13,8 @@ import (
 
 	"mcpintercept/auth"
 	"mcpintercept/config"
-	"mcpintercept/integrity"
 	"mcpintercept/federation"
+	"mcpintercept/integrity"
 	"mcpintercept/intercept/upstream"
 	"mcpintercept/telemetry"
 )
