@@ -101,27 +101,8 @@ func (d *Downstream) Refresh(ctx context.Context, lim Limits) (*Catalog, error) 
 			return nil, fmt.Errorf("tools/list: error %d: %s", resp.msg.Error.Code, clip(resp.msg.Error.Message))
 		}
 		res := resp.msg.Result
-		tools, ok := mcp.Member(res, "tools")
-		if !ok || len(tools) == 0 || tools[0] != '[' {
-			return nil, errors.New("tools/list: result has no tools array")
-		}
-		for _, span := range mcp.Elements(tools) {
-			def := tools[span[0]:span[1]]
-			name, ok := mcp.StringMember(def, "name")
-			if !mcp.IsObject(def) || !ok {
-				return nil, fmt.Errorf("tools/list: tool %d has no name", len(c.Tools))
-			}
-			if err := checkToolName(name); err != nil {
-				return nil, fmt.Errorf("tools/list: tool %s: %w", clip(name), err)
-			}
-			if seen[name] {
-				return nil, fmt.Errorf("tools/list: tool %s listed twice (collision)", clip(name))
-			}
-			seen[name] = true
-			c.Tools = append(c.Tools, CatalogTool{Name: name, Def: slices.Clone(def)})
-			if len(c.Tools) > lim.Tools {
-				return nil, fmt.Errorf("more than %d tools (limits.tools)", lim.Tools)
-			}
+		if err := c.addPage(res, seen, lim.Tools); err != nil {
+			return nil, err
 		}
 		next, ok := mcp.StringMember(res, "nextCursor")
 		if !ok || next == "" {
@@ -131,6 +112,37 @@ func (d *Downstream) Refresh(ctx context.Context, lim Limits) (*Catalog, error) 
 	}
 	c.Bytes = int(lim.Bytes - b.left)
 	return c, nil
+}
+
+// addPage adds the tools of one tools/list result to c: every entry an object with a valid,
+// unique name; more than maxTools in all fails.
+func (c *Catalog) addPage(res []byte, seen map[string]bool, maxTools int) error {
+	tools, ok := mcp.Member(res, "tools")
+	if !ok || len(tools) == 0 || tools[0] != '[' {
+		return errors.New("tools/list: result has no tools array")
+	}
+	for _, span := range mcp.Elements(tools) {
+		def := tools[span[0]:span[1]]
+		if !mcp.IsObject(def) {
+			return fmt.Errorf("tools/list: tool %d is not an object", len(c.Tools))
+		}
+		name, ok := mcp.StringMember(def, "name")
+		if !ok {
+			return fmt.Errorf("tools/list: tool %d has no name", len(c.Tools))
+		}
+		if err := checkToolName(name); err != nil {
+			return fmt.Errorf("tools/list: tool %s: %w", clip(name), err)
+		}
+		if seen[name] {
+			return fmt.Errorf("tools/list: tool %s listed twice (collision)", clip(name))
+		}
+		seen[name] = true
+		c.Tools = append(c.Tools, CatalogTool{Name: name, Def: slices.Clone(def)})
+		if len(c.Tools) > maxTools {
+			return fmt.Errorf("more than %d tools (limits.tools)", maxTools)
+		}
+	}
+	return nil
 }
 
 // checkToolName refuses a name a client could not send back exactly: empty, over 128 bytes, or
