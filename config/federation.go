@@ -301,7 +301,7 @@ var federationDownstreamTable = table[FederationDownstream]{
 var federationDownstreamsBlock = block[Config]{
 	path: "federation.downstreams", doc: "the MCP servers aggregated, each published under its id",
 	decodeFn: func(d *decoder, c *Config, v *yaml.Node, key string) bool {
-		out, ok := entriesSuggesting(d, v, key, "downstreams", federationDownstreamTable)
+		out, ok := entriesWith(d, v, key, "downstreams", federationDownstreamTable, func(*FederationDownstream, *yaml.Node) {}, d.mappingSuggesting)
 		c.Federation.Downstreams = out
 		return ok
 	},
@@ -331,30 +331,6 @@ var federationDownstreamsBlock = block[Config]{
 			}
 		}
 	},
-}
-
-// entriesSuggesting is entries for a list whose unknown keys get a "did you mean".
-func entriesSuggesting[T any](d *decoder, v *yaml.Node, key, what string, schema table[T]) ([]T, bool) {
-	if v.Kind != yaml.SequenceNode {
-		d.fail(v, key, "expected a list of "+what+", got "+describe(v))
-		return nil, false
-	}
-	if !d.count(v, key, len(v.Content)) {
-		return nil, false
-	}
-	if len(v.Content) == 0 {
-		return nil, true
-	}
-	out := make([]T, len(v.Content))
-	for i, it := range v.Content {
-		it = deref(it)
-		k := fmt.Sprintf("%s[%d]", key, i)
-		d.keys[k], d.vals[k] = it, it
-		if !d.mappingSuggesting(it, k, schema.fields(d, &out[i], "")) {
-			d.bad[k] = true
-		}
-	}
-	return out, true
 }
 
 // mappingSuggesting is mapping that names the valid key an unknown one is a typo of.

@@ -393,6 +393,12 @@ func (d *decoder) count(v *yaml.Node, key string, n int) bool {
 // every entry, usable or not, so that the others are still validated and
 // indexes match the file; Parse returns no config when any entry failed.
 func entries[T any](d *decoder, v *yaml.Node, key, what string, schema table[T], at func(*T, *yaml.Node)) ([]T, bool) {
+	return entriesWith(d, v, key, what, schema, at, d.mapping)
+}
+
+// entriesWith is entries with each entry's mapping decoded by mapping (d.mapping, or
+// d.mappingSuggesting for a "did you mean" on unknown keys).
+func entriesWith[T any](d *decoder, v *yaml.Node, key, what string, schema table[T], at func(*T, *yaml.Node), mapping func(*yaml.Node, string, []field) bool) ([]T, bool) {
 	if v.Kind != yaml.SequenceNode {
 		d.fail(v, key, "expected a list of "+what+", got "+describe(v))
 		return nil, false
@@ -409,7 +415,7 @@ func entries[T any](d *decoder, v *yaml.Node, key, what string, schema table[T],
 		k := fmt.Sprintf("%s[%d]", key, i)
 		d.keys[k], d.vals[k] = it, it
 		at(&out[i], it)
-		if !d.mapping(it, k, schema.fields(d, &out[i], "")) {
+		if !mapping(it, k, schema.fields(d, &out[i], "")) {
 			d.bad[k] = true
 		}
 	}

@@ -137,19 +137,7 @@ func TestAuditLevel2KillNine(t *testing.T) {
 			}
 		}()
 	}
-	// Kill once calls are flowing: the count is of calls, not of time.
-	for ok.Load() < 12 {
-		select {
-		case <-a.done:
-			t.Fatalf("the appliance exited under load:\n%s", a.stderr)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	a.stopped = true
-	a.cmd.Process.Signal(syscall.SIGKILL)
-	<-a.done
-	close(stop)
-	wg.Wait()
+	killUnderLoad(t, a, &ok, stop, &wg)
 	// What ExecStopPost does after a SIGKILL: the steering goes.
 	runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "cleanup")
 
@@ -257,4 +245,22 @@ func TestAuditLevel2DiskFull(t *testing.T) {
 	}
 	a.stopGracefully(t)
 	auditVerify(t, dir)
+}
+
+// killUnderLoad kills the appliance with SIGKILL once ok counts 12 successful calls (the count is
+// of calls, not of time), then stops the load (close(stop)) and waits for its goroutines.
+func killUnderLoad(t *testing.T, a *appliance, ok *atomic.Int64, stop chan struct{}, wg *sync.WaitGroup) {
+	t.Helper()
+	for ok.Load() < 12 {
+		select {
+		case <-a.done:
+			t.Fatalf("the appliance exited under load:\n%s", a.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	a.stopped = true
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+	close(stop)
+	wg.Wait()
 }

@@ -390,18 +390,7 @@ func TestFederationAuditKillNine(t *testing.T) {
 			}
 		}()
 	}
-	for ok.Load() < 12 {
-		select {
-		case <-a.done:
-			t.Fatalf("the appliance exited under load:\n%s", a.stderr)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	a.stopped = true
-	a.cmd.Process.Signal(syscall.SIGKILL)
-	<-a.done
-	close(stop)
-	wg.Wait()
+	killUnderLoad(t, a, &ok, stop, &wg)
 	executed := executedCalls(t, s.goLog)
 	if len(executed) < 12 {
 		t.Fatalf("the downstream executed %d calls, want at least 12", len(executed))

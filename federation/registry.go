@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"mcpintercept/mcp"
@@ -122,19 +123,9 @@ func Build(catalogs []*Catalog, rules *policy.Set, maxTools int) (*Generation, e
 			}
 		}
 	}
-	slices.SortFunc(g.Tools, func(a, b *Tool) int { return cmpString(a.Name, b.Name) })
+	slices.SortFunc(g.Tools, func(a, b *Tool) int { return strings.Compare(a.Name, b.Name) })
 	slices.Sort(g.Downstreams)
 	return g, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // deniedToAll asks the rules about a call of the tool with nothing known of the client: a deny
