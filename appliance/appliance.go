@@ -140,6 +140,7 @@ type Appliance struct {
 	serveCtx  context.Context // what listeners are served under, from Start to Stop
 	served    chan struct{}
 	extra     extraListeners // ServeSource's listeners (the node agent's pods)
+	inbound   *inbound       // Sidecar mode (nil when the inbound section is off)
 	ready     chan struct{}
 }
 
@@ -183,6 +184,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		if a.lns, err = intercept.Listen(ctx, cfg.Listen.Addresses, cfg.Listen.Port, intercept.Transparent(steering)); err != nil {
 			return nil, err
 		}
+	}
+
+	if err := a.openInbound(ctx, cfg); err != nil {
+		return nil, err
 	}
 
 	a.metrics = telemetry.NewMetrics()
@@ -381,6 +386,10 @@ func (a *Appliance) Start(ctx context.Context) error {
 			a.served <- struct{}{}
 		}(l)
 	}
+	if err := a.startInbound(ctx); err != nil {
+		a.removeInbound(context.WithoutCancel(ctx))
+		return err
+	}
 	if a.admin != nil && !a.opt.HoldReady {
 		a.admin.SetReady(true)
 	}
@@ -552,6 +561,7 @@ func (a *Appliance) Stop(ctx context.Context) error {
 		} else {
 			a.info("steering removed", "mechanism", a.mech.Name())
 		}
+		err = errors.Join(err, a.removeInbound(context.WithoutCancel(ctx)))
 	}
 	a.release()
 	return err
@@ -586,6 +596,7 @@ func (a *Appliance) release() {
 		a.admin = nil
 	}
 	a.closeListeners()
+	a.closeInbound()
 	if a.opened != nil {
 		if err := a.opened.Close(); err != nil {
 			a.log.Warn("close "+string(a.mech.Name()), "err", err)

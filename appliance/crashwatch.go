@@ -60,6 +60,8 @@ type childReport struct {
 	Mechanism origin.Mechanism
 	// Cgroups are the cgroups exec created.
 	Cgroups []string
+	// Inbound says Sidecar mode's steering was announced too ("steering nftables-inbound").
+	Inbound bool
 }
 
 // parseReport reads the data plane's lines until EOF, keeping the first maxReport bytes (and
@@ -77,7 +79,11 @@ func parseReport(r io.Reader) childReport {
 		}
 		switch verb {
 		case reportSteering:
-			rep.Mechanism = origin.Mechanism(strings.TrimSpace(arg))
+			if m := origin.Mechanism(strings.TrimSpace(arg)); m == origin.Inbound {
+				rep.Inbound = true
+			} else {
+				rep.Mechanism = m
+			}
 		case reportCgroup:
 			rep.Cgroups = append(rep.Cgroups, arg)
 		}

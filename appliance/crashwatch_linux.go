@@ -91,6 +91,10 @@ func removeAfterCrash(rep childReport, pid int, log *slog.Logger) {
 	// Narrowed to what that mechanism installs (the registry's sweeps for it), so that the
 	// cleanup never takes another instance's steering with it.
 	removed, err := intercept.CleanupFor(context.Background(), origin.Mechanism(rep.Mechanism))
+	if rep.Inbound {
+		r, ierr := intercept.CleanupInbound(context.Background())
+		removed, err = append(removed, r...), errors.Join(err, ierr)
+	}
 	for _, what := range removed {
 		log.Info("removed " + what)
 	}

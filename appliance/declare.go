@@ -6,6 +6,7 @@ import (
 
 	"mcpintercept/config"
 	"mcpintercept/intercept"
+	"mcpintercept/origin"
 	"mcpintercept/telemetry"
 )
 
@@ -35,8 +36,9 @@ func Declaration(cfg *config.Config) telemetry.Declaration {
 		d := telemetry.Declare(ms, telemetry.BuildCapabilities)
 		d.Authentication = authenticationOf(nil)
 		d.Tracing = TracingOf(nil)
-		d.ModeSet = append(d.ModeSet, "Federation")
+		d.ModeSet = append(d.ModeSet, "Federation", ModeSidecar)
 		d.Federation = telemetry.FederationStatement
+		d.Sidecar = telemetry.SidecarStatement
 		return d
 	}
 	ms := []telemetry.Interception{{Mechanism: string(cfg.Mechanism), OriginalDestination: intercept.Recovery(SteeringOptions(cfg)), InEffect: true}}
@@ -47,6 +49,12 @@ func Declaration(cfg *config.Config) telemetry.Declaration {
 	if cfg.FederationOn() {
 		d.ModeSet = append(d.ModeSet, "Federation")
 		d.Federation = telemetry.FederationStatement + fmt.Sprintf("; endpoint %s%s, %d downstream(s)", cfg.Federation.Listen, "/mcp", len(cfg.Federation.Downstreams))
+	}
+	if cfg.InboundOn() {
+		d.ModeSet = append(d.ModeSet, ModeSidecar)
+		d.Sidecar = telemetry.SidecarStatement + fmt.Sprintf("; ports %v, inbound listener port %d", cfg.Inbound.Ports, cfg.Inbound.ListenPort)
+		d.Interception = append(d.Interception, telemetry.Interception{Mechanism: string(origin.Inbound),
+			OriginalDestination: "nftables tproxy in prerouting for the co-located server's ports delivers the unmodified packet to a transparent listener; the accepted socket's local address is the original destination (the server's)", InEffect: true})
 	}
 	return d
 }

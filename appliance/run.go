@@ -49,6 +49,9 @@ func Run(cfg *config.Config, o RunOptions) error {
 
 	if o.Steering != nil {
 		o.Steering(origin.Mechanism(cfg.Mechanism))
+		if cfg.InboundOn() {
+			o.Steering(origin.Inbound)
+		}
 	}
 	app, err := New(ctx, cfg, Options{Stdout: o.Stdout, Log: o.Log})
 	if err != nil {

@@ -29,6 +29,11 @@ func (a *Appliance) ServeSource(ln *net.TCPListener, src engine.Source) (stop fu
 	if a.stopped || !a.installed {
 		return nil, errors.New("appliance not serving")
 	}
+	return a.serveSource(ln, src)
+}
+
+// serveSource is ServeSource under a.mu.
+func (a *Appliance) serveSource(ln *net.TCPListener, src engine.Source) (stop func(), err error) {
 	if src.Dialer == nil || src.Steering == nil {
 		return nil, errors.New("appliance: a source needs steering and a dialer")
 	}

@@ -232,6 +232,8 @@ type flowRecord struct {
 	Reason    string `json:"reason"`
 	BytesUp   int64  `json:"bytes_up"`
 	BytesDown int64  `json:"bytes_down"`
+	Mode      string `json:"mode"`
+	Point     string `json:"point"`
 }
 
 func parseFlowLog(t *testing.T, s string) []flowRecord {
@@ -264,6 +266,12 @@ func parseFlowLog(t *testing.T, s string) []flowRecord {
 // daemon did through netlink).
 func steeringState(t *testing.T) string {
 	t.Helper()
+	return steeringStateIn(t, nsAppliance)
+}
+
+// steeringStateIn is steeringState of namespace ns.
+func steeringStateIn(t *testing.T, ns string) string {
+	t.Helper()
 	var b strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -276,7 +284,7 @@ func steeringState(t *testing.T) string {
 		{"iptables-save", "-t", "nat"},
 		{"ip6tables-save", "-t", "nat"},
 	} {
-		out, _, _ := run(ctx, nsAppliance, c[0], c[1:]...)
+		out, _, _ := run(ctx, ns, c[0], c[1:]...)
 		// iptables-save prints a timestamp and packet counters; neither is state.
 		var keep []string
 		for _, l := range strings.Split(out, "\n") {

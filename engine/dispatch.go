@@ -235,7 +235,7 @@ func (e *Engine) connPolicy(f *flow, d Disposition) (_ outcome, refused bool, sh
 // dial opens the upstream TCP connection, which the flow's exit closes. On failure the client
 // gets a reset, as a direct connect would have given it.
 func (e *Engine) dial(ctx context.Context, f *flow, d Disposition) (*net.TCPConn, outcome, bool) {
-	dctx, cancel := context.WithTimeout(ctx, e.opt.Limits.ConnectTimeout)
+	dctx, cancel := context.WithTimeout(origin.WithSource(ctx, f.client), e.opt.Limits.ConnectTimeout)
 	uc, err := f.dialer().DialContext(dctx, "tcp", f.orig.String())
 	cancel()
 	if err != nil {
@@ -307,7 +307,7 @@ func (e *Engine) plainHTTP(ctx context.Context, f *flow, route *Route) outcome {
 // failed verification refuses the client's handshake before any certificate is presented.
 func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) outcome {
 	deny := func(reason string) outcome { return refusal(Terminate, route.Name, reason, "") }
-	if e.opt.TLS.Leaves == nil {
+	if e.opt.TLS.Leaves == nil && (f.src == nil || f.src.Certificate == nil) {
 		return deny("terminate route without a CA")
 	}
 	up, out, ok := e.dial(ctx, f, Terminate)
@@ -316,7 +316,11 @@ func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) outcome {
 	}
 	var upConn net.Conn = up
 	if !route.PlaintextUpstreamTrustedNetwork {
-		tup, err := tlsmitm.Originate(ctx, up, f.sniName, f.orig.Addr(), e.opt.TLS.Upstream)
+		upCfg := e.opt.TLS.Upstream
+		if f.src != nil && f.src.UpstreamRoots != nil {
+			upCfg.Roots = f.src.UpstreamRoots
+		}
+		tup, err := tlsmitm.Originate(ctx, up, f.sniName, f.orig.Addr(), upCfg)
 		if err != nil {
 			var ve *tlsmitm.VerifyError
 			if !errors.As(err, &ve) {
@@ -335,9 +339,15 @@ func (e *Engine) terminate(ctx context.Context, f *flow, route *Route) outcome {
 	if name == "" {
 		name = f.orig.Addr().String()
 	}
-	cert, err := e.opt.TLS.Leaves.Leaf(name)
-	if err != nil {
-		return deny("mint certificate: " + err.Error())
+	var cert *tls.Certificate
+	if f.src != nil && f.src.Certificate != nil {
+		// Sidecar mode: the co-located server's own certificate, as a reverse proxy holds it.
+		cert = f.src.Certificate
+	} else {
+		var err error
+		if cert, err = e.opt.TLS.Leaves.Leaf(name); err != nil {
+			return deny("mint certificate: " + err.Error())
+		}
 	}
 	// The hello is replayed through a wrapper that lets go of it once crypto/tls has read it:
 	// the tls.Conn keeps its connection for the life of the flow.

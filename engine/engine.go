@@ -8,6 +8,8 @@ package engine
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -160,6 +162,15 @@ type Source struct {
 	Dialer Dialer
 	// Pod is client.pod of every flow from the listener: built once, shared by all of them.
 	Pod *policy.Pod
+	// Mode is the draft's mode of the listener's flows when it is not Transparent ("Sidecar"):
+	// their records carry it, with the interceptor point of each (telemetry.FlowRecord.Point).
+	Mode string
+	// Certificate, when set, is presented to clients on terminate routes instead of a leaf minted
+	// by the local CA (Sidecar mode: the co-located server's own); UpstreamRoots, when set,
+	// verify the re-originated connection instead of upstream_tls (the server's certificate
+	// itself).
+	Certificate   *tls.Certificate
+	UpstreamRoots *x509.CertPool
 }
 
 // ServeWith is Serve for a listener whose flows come from src instead of Options.Steering and

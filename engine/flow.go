@@ -143,6 +143,9 @@ func (f *flow) record() telemetry.FlowRecord {
 	if p := f.origin.Pod; p != nil {
 		r.Pod = &telemetry.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount}
 	}
+	if f.src != nil {
+		r.Mode = f.src.Mode
+	}
 	return r
 }
 

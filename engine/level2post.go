@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"mcpintercept/exchange"
+	"mcpintercept/origin"
 	"mcpintercept/tlsmitm"
 )
 
@@ -22,7 +23,7 @@ import (
 // among them); nothing here logs them.
 func (e *Engine) level2Post(f *flow, route *Route, tlsMode Disposition) func(context.Context, string, []exchange.Header, []byte) error {
 	return func(ctx context.Context, target string, headers []exchange.Header, body []byte) error {
-		dctx, cancel := context.WithTimeout(ctx, e.opt.Limits.ConnectTimeout)
+		dctx, cancel := context.WithTimeout(origin.WithSource(ctx, f.client), e.opt.Limits.ConnectTimeout)
 		c, err := f.dialer().DialContext(dctx, "tcp", f.orig.String())
 		cancel()
 		if err != nil {
@@ -31,7 +32,11 @@ func (e *Engine) level2Post(f *flow, route *Route, tlsMode Disposition) func(con
 		defer c.Close()
 		var conn net.Conn = c
 		if tlsMode == Terminate && !route.PlaintextUpstreamTrustedNetwork {
-			tc, err := tlsmitm.Originate(ctx, c, f.sniName, f.orig.Addr(), e.opt.TLS.Upstream)
+			upCfg := e.opt.TLS.Upstream
+			if f.src != nil && f.src.UpstreamRoots != nil {
+				upCfg.Roots = f.src.UpstreamRoots
+			}
+			tc, err := tlsmitm.Originate(ctx, c, f.sniName, f.orig.Addr(), upCfg)
 			if err != nil {
 				return fmt.Errorf("tls: %w", err)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -58,7 +59,7 @@ func (n *nftablesTProxy) Install(ctx context.Context) error {
 
 func (n *nftablesTProxy) Remove(ctx context.Context) error {
 	var errs []error
-	if _, err := deleteNftTables(); err != nil {
+	if _, err := deleteNftTablesNamed(NftTableName); err != nil {
 		errs = append(errs, err)
 	}
 	if err := n.routing.remove(); err != nil {
@@ -173,8 +174,14 @@ func (n *nftablesTProxy) Beat() error {
 	return nil
 }
 
-// deleteNftTables removes every table named ours, in any family. It reports what it removed.
+// deleteNftTables removes every table named ours (egress and inbound), in any family. It reports
+// what it removed.
 func deleteNftTables() ([]string, error) {
+	return deleteNftTablesNamed(NftTableName, NftInboundTableName)
+}
+
+// deleteNftTablesNamed removes every table with one of names, in any family.
+func deleteNftTablesNamed(names ...string) ([]string, error) {
 	c, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
@@ -186,7 +193,7 @@ func deleteNftTables() ([]string, error) {
 	}
 	var removed []string
 	for _, t := range tables {
-		if t.Name == NftTableName {
+		if slices.Contains(names, t.Name) {
 			c.DelTable(t)
 			removed = append(removed, fmt.Sprintf("nftables table %s %s", familyName(t.Family), t.Name))
 		}

@@ -44,3 +44,11 @@ func CleanupEBPF() ([]string, error)     { return nil, nil }
 
 // CheckNftTable needs Linux.
 func CheckNftTable() error { return errNotLinux }
+
+func deleteNftTablesNamed(...string) ([]string, error) { return nil, nil }
+
+// Install needs Linux.
+func (in *Inbound) Install(context.Context) error { return errNotLinux }
+
+// Remove has nothing to remove off Linux.
+func (in *Inbound) Remove(context.Context) error { return nil }

@@ -33,3 +33,9 @@ func (m Mechanism) Known() bool {
 	}
 	return false
 }
+
+// Inbound is the contract name of Sidecar mode's steering (the inbound: section): nftables
+// tproxy of connections arriving for the co-located server's ports. It is not a `mechanism:`
+// value — it runs beside whichever mechanism steers the host's egress — but it names the flows it
+// steers in records, as the mechanisms do.
+const Inbound Mechanism = "nftables-inbound"

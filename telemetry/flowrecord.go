@@ -49,7 +49,22 @@ type FlowRecord struct {
 	// Pod is the Kubernetes pod the connection came from, when the node agent steered it;
 	// absent otherwise. Its labels are policy's (client.pod.labels), not the record's.
 	Pod *Pod `json:"pod,omitempty"`
+	// Mode is the draft's mode of the flow when it is not Transparent: "Sidecar" for a flow
+	// steered inbound to the co-located server. Absent for Transparent flows.
+	Mode string `json:"mode,omitempty"`
+	// Point is the draft's interceptor point the record was written at, on flows with a Mode:
+	// pre-request (a client message judged before it is forwarded), pre-response (a server
+	// message judged before it is delivered), post-response (the exchange's or the connection's
+	// record, after delivery).
+	Point string `json:"point,omitempty"`
 }
+
+// Interceptor points (the draft's Sidecar mode).
+const (
+	PointPreRequest   = "pre-request"
+	PointPreResponse  = "pre-response"
+	PointPostResponse = "post-response"
+)
 
 // Pod identifies the client pod (the node agent knows it from the pod's network namespace).
 type Pod struct {

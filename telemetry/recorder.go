@@ -77,6 +77,16 @@ func NewRecorder(m *Metrics, sinks ...Sink) *Recorder {
 func (r *Recorder) Metrics() *Metrics { return r.m }
 
 func (r *Recorder) write(k Kind, rec *FlowRecord) {
+	if rec.Mode != "" && rec.Point == "" {
+		switch {
+		case k == KindMessage && rec.Direction == ClientToServer:
+			rec.Point = PointPreRequest
+		case k == KindMessage:
+			rec.Point = PointPreResponse
+		default:
+			rec.Point = PointPostResponse
+		}
+	}
 	for _, s := range r.sinks {
 		s.Record(k, *rec)
 	}
