@@ -135,14 +135,16 @@ const (
 
 // Config is the whole appliance configuration.
 type Config struct {
-	Path      string         `yaml:"-"` // the file it was loaded from ("" when built in code)
-	Mechanism Mechanism      `yaml:"mechanism"`
-	Listen    Listen         `yaml:"listen"`
-	Intercept Intercept      `yaml:"intercept"`
-	Steering  Steering       `yaml:"steering"`
-	External  ExternalConfig `yaml:"external"`
-	EBPF      EBPFConfig     `yaml:"ebpf"`
-	DNS       DNSConfig      `yaml:"dns"`
+	Path      string    `yaml:"-"` // the file it was loaded from ("" when built in code)
+	Mechanism Mechanism `yaml:"mechanism"`
+	Listen    Listen    `yaml:"listen"`
+	Intercept Intercept `yaml:"intercept"`
+	// Inbound is Sidecar mode: connections from other hosts for the co-located server's ports.
+	Inbound  Inbound        `yaml:"inbound"`
+	Steering Steering       `yaml:"steering"`
+	External ExternalConfig `yaml:"external"`
+	EBPF     EBPFConfig     `yaml:"ebpf"`
+	DNS      DNSConfig      `yaml:"dns"`
 	// UpstreamDeny lists the prefixes the appliance never dials, whatever
 	// the mechanism (DNS rebinding, SSRF to the host or the cloud metadata
 	// service); DefaultUpstreamDeny when absent, nothing when [].

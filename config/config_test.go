@@ -642,7 +642,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "scanner error", src: minimal + "log:\n  level: a: b\n", want: []wantErr{{5, "", "mapping values are not allowed in this context"}}},
 
 		// Keys.
-		{name: "unknown top-level key", src: minimal + "listn: {}\n", want: []wantErr{{4, "listn", `unknown key "listn" (valid: mechanism, listen, intercept, steering, external, ebpf, dns, upstream_deny, ca, audit, tokens, tool_integrity, telemetry, upstream_tls, tls, http, routes, default_route, rule_sets, limits, admin, log, federation, node_agent)`}}},
+		{name: "unknown top-level key", src: minimal + "listn: {}\n", want: []wantErr{{4, "listn", `unknown key "listn" (valid: mechanism, listen, intercept, inbound, steering, external, ebpf, dns, upstream_deny, ca, audit, tokens, tool_integrity, telemetry, upstream_tls, tls, http, routes, default_route, rule_sets, limits, admin, log, federation, node_agent)`}}},
 		{name: "unknown nested key", src: minimal + "listen:\n  port: 1\n  adresses: []\n", want: []wantErr{{6, "listen.adresses", `unknown key "adresses" (valid: port, addresses)`}}},
 		{name: "duplicate top-level key", src: minimal + "log: {}\nlog: {}\n", want: []wantErr{{5, "log", `duplicate key "log" (first at line 4)`}}},
 		{name: "duplicate nested key", src: "intercept:\n  destinations: [10.0.0.0/8]\n  ports: [1]\n  ports: [2]\n", want: []wantErr{{4, "intercept.ports", "duplicate key"}}},
@@ -1348,6 +1348,10 @@ func TestFullExampleUsesEveryKey(t *testing.T) {
 	}{
 		{"mechanism", c.Mechanism, NftablesTProxy},
 		{"listen.port", c.Listen.Port, d.Listen.Port},
+		{"inbound.ports", c.Inbound.Ports, d.Inbound.Ports},
+		{"inbound.addresses", c.Inbound.Addresses, d.Inbound.Addresses},
+		{"inbound.listen_port", c.Inbound.ListenPort, d.Inbound.ListenPort},
+		{"inbound.tls", c.Inbound.TLS, d.Inbound.TLS},
 		{"intercept.local", *c.Intercept.Local, *d.Intercept.Local},
 		{"steering.mark", c.Steering.Mark, d.Steering.Mark},
 		{"steering.bypass_mark", c.Steering.BypassMark, d.Steering.BypassMark},

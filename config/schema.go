@@ -28,6 +28,18 @@ var configTable = table[Config]{
 	key("intercept.local", "whether the host's own processes are steered too", func(c *Config) **bool { return &c.Intercept.Local }, ptr(boolean)).
 		defBy(func(*Config) (*bool, bool) { t := true; return &t, true }),
 
+	// Sidecar mode (inbound.go); its relations to other sections are in validate.
+	key("inbound.ports", "the co-located server's ports (or ranges) whose connections from other hosts are steered (empty: inbound off)", func(c *Config) *[]PortRange { return &c.Inbound.Ports }, list(parsePortRange)).
+		checkedBy(each(checkPortRange)),
+	key("inbound.addresses", "the server's local addresses those connections arrive for (empty: any local address)", func(c *Config) *[]netip.Addr { return &c.Inbound.Addresses }, list(parseAddr)).
+		checkedBy(unique(checkInboundAddr, netip.Addr.String)),
+	intKey("inbound.listen_port", "port of the inbound transparent listener", func(c *Config) *uint16 { return &c.Inbound.ListenPort }, checkPort).
+		def(DefaultInboundPort),
+	key("inbound.tls.cert_file", "the server's own certificate (PEM), presented on terminate routes; relative to this file", func(c *Config) *string { return &c.Inbound.TLS.CertFile }, relFile).
+		checked(checkOptionalPath),
+	key("inbound.tls.key_file", "the certificate's private key (PEM); relative to this file", func(c *Config) *string { return &c.Inbound.TLS.KeyFile }, relFile).
+		checked(checkOptionalPath),
+
 	intKey("steering.mark", "firewall mark of intercepted flows", func(c *Config) *uint32 { return &c.Steering.Mark }, checkMark).
 		def(DefaultMark),
 	intKey("steering.bypass_mark", "firewall mark of the appliance's own upstream dials", func(c *Config) *uint32 { return &c.Steering.BypassMark }, checkMark).

@@ -59,12 +59,13 @@ func (c *Config) validate() Errors {
 	// The eBPF program sees every connect of its cgroup, so there empty
 	// means everything; the other mechanisms install rules per prefix and
 	// port, and steering a whole host by accident is not a default.
-	// A federation-only appliance (mechanism external, which installs nothing) steers nothing.
-	fedOnly := c.Mechanism == External && c.FederationOn()
-	if len(c.Intercept.Destinations) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS && !fedOnly {
+	// A federation-only or inbound-only appliance (mechanism external, which installs nothing)
+	// steers no outbound flows.
+	noOutbound := c.Mechanism == External && (c.FederationOn() || c.InboundOn())
+	if len(c.Intercept.Destinations) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS && !noOutbound {
 		v.check("intercept.destinations", "required: list the prefixes whose traffic is intercepted, e.g. [10.0.0.0/8]")
 	}
-	if len(c.Intercept.Ports) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS && !fedOnly {
+	if len(c.Intercept.Ports) == 0 && c.Mechanism != EBPF && c.Mechanism != DNS && !noOutbound {
 		v.check("intercept.ports", "required: list the ports to intercept, e.g. [80, 443, \"3000-3010\"]")
 	}
 
@@ -84,6 +85,7 @@ func (c *Config) validate() Errors {
 	v.ruleSets(c)
 	v.tokens(c)
 	v.federation(c)
+	v.inbound(c)
 
 	l := c.Limits
 	if l.MaxFlows >= 1 && l.MaxFlowsPerClient > l.MaxFlows {
