@@ -68,8 +68,12 @@ func (a *Appliance) openInbound(ctx context.Context, cfg *config.Config) error {
 
 // InboundOptions maps the inbound section onto the steering's options.
 func InboundOptions(cfg *config.Config) intercept.InboundOptions {
+	var ports []intercept.PortRange
+	for _, p := range cfg.Inbound.Ports {
+		ports = append(ports, intercept.PortRange{From: p.From, To: p.To})
+	}
 	return intercept.InboundOptions{
-		Ports: cfg.Inbound.Ports, Addresses: cfg.Inbound.Addresses,
+		Ports: ports, Addresses: cfg.Inbound.Addresses,
 		Listen: cfg.Listen.Addresses, ListenPort: cfg.Inbound.ListenPort,
 		Mark: cfg.Steering.Mark, BypassMark: cfg.Steering.BypassMark,
 		RouteTable: cfg.Steering.RouteTable, RulePriority: cfg.Steering.RulePriority,
