@@ -191,6 +191,12 @@ func (r *FlowRecord) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, '}')
 	}
+	if r.Mode != "" {
+		b = appendStringField(b, `,"mode":`, r.Mode)
+	}
+	if r.Point != "" {
+		b = appendStringField(b, `,"point":`, r.Point)
+	}
 	return append(b, '}')
 }
 
