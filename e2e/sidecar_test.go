@@ -156,6 +156,10 @@ func TestSidecar(t *testing.T) {
 		if err != nil || !strings.Contains(w.Text, u.client) {
 			t.Errorf("%s whoami through the sidecar: %+v %v (want the client's address %s)", u.name, w, err, u.client)
 		}
+		// Server messages (progress notifications) pass the pre-response point.
+		if p, err := callTool(t, u.url, u.ca, "progress", `{"steps":2}`); err != nil || p.ProgressNotifications != 2 {
+			t.Errorf("%s progress through the sidecar: %+v %v", u.name, p, err)
+		}
 		// A Level 2 deny: answered by the appliance, never executed.
 		d, err := callTool(t, u.url, u.ca, "echo", `{"text":"sidecar-forbidden"}`)
 		if err == nil && !d.IsError && d.TransportError == "" {
