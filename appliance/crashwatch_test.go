@@ -27,6 +27,7 @@ func TestReport(t *testing.T) {
 			want: childReport{Mechanism: origin.EBPF, Cgroups: []string{"/sys/fs/cgroup/mcpintercept-7-1"}}},
 		{name: "a line cut by the crash", in: "steering iptables-redirect", want: childReport{Mechanism: origin.IptablesRedirect}},
 		{name: "CRLF", in: "steering dns\r\n", want: childReport{Mechanism: origin.DNS}},
+		{name: "sidecar beside the mechanism", in: "steering external\nsteering nftables-inbound\n", want: childReport{Mechanism: origin.External, Inbound: true}},
 		{name: "unknown lines ignored", in: "hello\nsteering dns\n\n", want: childReport{Mechanism: origin.DNS}},
 		{name: "empty values ignored", in: "steering \ncgroup\n", want: childReport{}},
 		{name: "bounded", in: "steering dns\n" + strings.Repeat("x", 2*maxReport) + "\nsteering ebpf\n", want: childReport{Mechanism: origin.DNS}},
@@ -34,7 +35,7 @@ func TestReport(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := parseReport(strings.NewReader(tt.in))
-			if got.Mechanism != tt.want.Mechanism || !slices.Equal(got.Cgroups, tt.want.Cgroups) {
+			if got.Mechanism != tt.want.Mechanism || got.Inbound != tt.want.Inbound || !slices.Equal(got.Cgroups, tt.want.Cgroups) {
 				t.Fatalf("parseReport(%.60q) = %+v, want %+v", tt.in, got, tt.want)
 			}
 		})

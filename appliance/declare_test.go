@@ -124,3 +124,25 @@ func TestDeclareFederation(t *testing.T) {
 		t.Fatalf("the build does not declare Federation: %v", b.ModeSet)
 	}
 }
+
+// TestDeclareSidecar: Sidecar is in the mode set, with its statement and the inbound mechanism,
+// exactly when the inbound section is on (draft: an intermediary declares its modes).
+func TestDeclareSidecar(t *testing.T) {
+	cfg := &config.Config{Path: "x.yaml", Mechanism: config.External}
+	if d := Declaration(cfg); slices.Contains(d.ModeSet, ModeSidecar) || d.Sidecar != "" {
+		t.Fatalf("sidecar declared while off: %v", d.ModeSet)
+	}
+	cfg.Inbound.Ports = []config.PortRange{{From: 3001, To: 3001}}
+	cfg.Inbound.ListenPort = 15006
+	d := Declaration(cfg)
+	if !slices.Equal(d.ModeSet, []string{"Transparent", ModeSidecar}) || !strings.Contains(d.Sidecar, "pre-request") ||
+		!strings.Contains(d.Sidecar, "ports [3001]") {
+		t.Fatalf("mode set %v, sidecar %q", d.ModeSet, d.Sidecar)
+	}
+	if !slices.ContainsFunc(d.Interception, func(i telemetry.Interception) bool { return i.Mechanism == "nftables-inbound" && i.InEffect }) {
+		t.Fatalf("the inbound mechanism is not declared: %+v", d.Interception)
+	}
+	if b := Declaration(nil); !slices.Contains(b.ModeSet, ModeSidecar) || b.Sidecar == "" {
+		t.Fatalf("the build does not declare Sidecar: %v", b.ModeSet)
+	}
+}
