@@ -159,6 +159,10 @@ func (f *flow) clientVars() *policy.Client {
 	if f.src != nil {
 		c.Pod = f.src.Pod
 	}
+	if p := f.origin.Pod; c.Pod == nil && p != nil {
+		// An inbound (Sidecar) flow: the client pod the steering found by its address.
+		c.Pod = &policy.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount, Labels: p.Labels}
+	}
 	return c
 }
 

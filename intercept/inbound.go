@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"time"
 
 	"mcpintercept/origin"
 )
@@ -27,6 +28,10 @@ type InboundOptions struct {
 	// packet local through the policy routing rule; BypassMark is on the appliance's dials.
 	Mark, BypassMark         uint32
 	RouteTable, RulePriority int
+	// Heartbeat, when positive, makes the steering fail open as nftables-tproxy's does
+	// (Options.Heartbeat): connections are steered only while the set "alive" holds an element,
+	// which Install adds and Beat refreshes with this timeout (the node agent's failure: open).
+	Heartbeat time.Duration
 }
 
 // Inbound is Sidecar mode's steering. Its Origin is TPROXY's: the accepted socket's local address

@@ -78,6 +78,16 @@ func (in *Inbound) installTable(v4, v6 netip.Addr) error {
 	in6 := c.AddChain(&nftables.Chain{Name: "in6", Table: t})
 	add(pre, cat(iifname("lo"), ret)...)
 	add(pre, cat(markMatch(o.BypassMark), ret)...)
+	if o.Heartbeat > 0 {
+		alive := &nftables.Set{Table: t, Name: aliveSet, KeyType: nftables.TypeInetService, HasTimeout: true}
+		if err := c.AddSet(alive, []nftables.SetElement{{Key: be16(o.ListenPort), Timeout: o.Heartbeat}}); err != nil {
+			return fmt.Errorf("add set %s: %w", aliveSet, err)
+		}
+		// Fail open: without a live heartbeat element nothing is steered, so clients reach the
+		// server directly.
+		add(pre, cat([]expr.Any{&expr.Immediate{Register: 1, Data: be16(o.ListenPort)},
+			&expr.Lookup{SourceRegister: 1, SetName: alive.Name, SetID: alive.ID, Invert: true}}, ret)...)
+	}
 	if len(o.Addresses) == 0 {
 		if v4.IsValid() {
 			add(pre, cat(tcpOnly(), nfproto(unix.NFPROTO_IPV4), fibDaddrLocal(), jump(in4))...)
@@ -157,4 +167,13 @@ func ctMarkSet(mark uint32) []expr.Any {
 
 func (in *Inbound) routing() *policyRouting {
 	return &policyRouting{mark: in.o.Mark, table: in.o.RouteTable, priority: in.o.RulePriority}
+}
+
+// Beat refreshes the heartbeat element (InboundOptions.Heartbeat). It acts in the calling
+// thread's network namespace.
+func (in *Inbound) Beat() error {
+	if in.o.Heartbeat <= 0 {
+		return nil
+	}
+	return beat(NftInboundTableName, in.o.ListenPort, in.o.Heartbeat)
 }

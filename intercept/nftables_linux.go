@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -154,18 +155,23 @@ func (n *nftablesTProxy) Beat() error {
 	if n.o.Heartbeat <= 0 || !n.o.Local {
 		return nil
 	}
+	return beat(NftTableName, n.o.Port, n.o.Heartbeat)
+}
+
+// beat flushes table's heartbeat set and adds port again with timeout, in one transaction.
+func beat(table string, port uint16, timeout time.Duration) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	defer c.CloseLasting()
-	t := &nftables.Table{Name: NftTableName, Family: nftables.TableFamilyINet}
+	t := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
 	set, err := c.GetSetByName(t, aliveSet)
 	if err != nil {
 		return fmt.Errorf("nftables: heartbeat set: %w", err)
 	}
 	c.FlushSet(set)
-	if err := c.SetAddElements(set, []nftables.SetElement{{Key: be16(n.o.Port), Timeout: n.o.Heartbeat}}); err != nil {
+	if err := c.SetAddElements(set, []nftables.SetElement{{Key: be16(port), Timeout: timeout}}); err != nil {
 		return fmt.Errorf("nftables: heartbeat: %w", err)
 	}
 	if err := c.Flush(); err != nil {

@@ -52,3 +52,6 @@ func (in *Inbound) Install(context.Context) error { return errNotLinux }
 
 // Remove has nothing to remove off Linux.
 func (in *Inbound) Remove(context.Context) error { return nil }
+
+// Beat has nothing to refresh off Linux.
+func (in *Inbound) Beat() error { return nil }

@@ -55,6 +55,9 @@ type Settings struct {
 	Steering intercept.Options
 	// ConnectTimeout bounds each upstream dial (limits.connect_timeout).
 	ConnectTimeout time.Duration
+	// InboundPort is the inbound transparent listener's port inside a pod that carries
+	// InboundPortsAnnotation (inbound.listen_port; 0: config.DefaultInboundPort).
+	InboundPort uint16
 }
 
 // Agent is one running node agent.
@@ -71,6 +74,12 @@ type Agent struct {
 	// pods are the pods the agent knows a network namespace of (a CNI ADD, the state file),
 	// enrolled or not, by namespace/name.
 	pods map[string]*podState
+
+	// byIP is this node's pods by address (the pod list's status.podIPs), the client pods of
+	// inbound flows; read at most once a second, on a miss.
+	ipMu   sync.Mutex
+	byIP   map[netip.Addr]*origin.Pod
+	byIPAt time.Time
 }
 
 // podState is one pod with a known network namespace.
@@ -82,6 +91,8 @@ type podState struct {
 	ns   *NS
 	mech intercept.Mechanism
 	stop []func()
+	// inbound is the pod's Sidecar steering, when it carries InboundPortsAnnotation.
+	inbound *intercept.Inbound
 }
 
 func (p *podState) enrolled() bool { return p.mech != nil }
@@ -340,8 +351,126 @@ func (a *Agent) enrol(ctx context.Context, p *podState) error {
 		}
 		p.stop = append(p.stop, stop)
 	}
-	a.log.Info("pod enrolled", "pod", p.pod.Key(), "netns", p.netns, "took", time.Since(start).Round(time.Microsecond))
+	if err := a.enrolInbound(ctx, p); err != nil {
+		a.release(p, true)
+		return fmt.Errorf("pod %s: inbound: %w", p.pod.Key(), err)
+	}
+	a.log.Info("pod enrolled", "pod", p.pod.Key(), "netns", p.netns, "inbound", p.inbound != nil, "took", time.Since(start).Round(time.Microsecond))
 	return nil
+}
+
+// enrolInbound intercepts the connections arriving for the ports of p's InboundPortsAnnotation
+// in p's namespace (Sidecar mode): a transparent listener on loopback, the inbound table, and a
+// source whose dialer reaches the pod's server from the client's own address and whose Origin
+// names the client pod (by its address in the pod list). A malformed annotation is logged and
+// the pod served without it. Called with a.mu held, p.ns open.
+func (a *Agent) enrolInbound(ctx context.Context, p *podState) error {
+	ports, err := p.pod.InboundPorts()
+	if err != nil {
+		a.log.Warn("pod served without inbound interception", "pod", p.pod.Key(), "err", err)
+		return nil
+	}
+	if len(ports) == 0 {
+		return nil
+	}
+	port := a.na.InboundPort
+	if port == 0 {
+		port = 15006
+	}
+	var lns []*net.TCPListener
+	var in *intercept.Inbound
+	err = p.ns.Do(func() error {
+		v4, err := intercept.Listen(ctx, []netip.Addr{netip.MustParseAddr("127.0.0.1")}, port, true)
+		if err != nil {
+			return err
+		}
+		lns = v4
+		if v6, err := intercept.Listen(ctx, []netip.Addr{netip.IPv6Loopback()}, port, true); err == nil {
+			lns = append(lns, v6...)
+		}
+		o := intercept.InboundOptions{Ports: ports, ListenPort: port,
+			Mark: a.na.Steering.Mark, BypassMark: a.na.Steering.BypassMark,
+			RouteTable: a.na.Steering.RouteTable, RulePriority: a.na.Steering.RulePriority}
+		for _, l := range lns {
+			if ap, err := origin.AddrPortOf(l.Addr()); err == nil {
+				o.Listen = append(o.Listen, ap.Addr())
+			}
+		}
+		if a.na.FailOpen {
+			o.Heartbeat = a.na.Heartbeat
+		}
+		in = intercept.NewInbound(o)
+		return in.Install(ctx)
+	})
+	if err != nil {
+		for _, l := range lns {
+			l.Close()
+		}
+		return err
+	}
+	p.inbound = in
+	src := engine.Source{
+		Steering: inboundSteering{in: in, clientPod: a.podByIP},
+		Dialer:   &nsDialer{ns: p.ns, base: upstream.TransparentDialer(a.na.Steering.BypassMark, a.na.ConnectTimeout)},
+		Mode:     appliance.ModeSidecar,
+	}
+	for _, l := range lns {
+		stop, err := a.app.ServeSource(l, src)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("serve: %w", err)
+		}
+		p.stop = append(p.stop, stop)
+	}
+	return nil
+}
+
+// podByIP is the pod of this node whose address is ip, as the pod list says (nil: none known).
+// The list is read again on a miss, at most once a second.
+func (a *Agent) podByIP(ip netip.Addr) *origin.Pod {
+	ip = ip.Unmap()
+	a.ipMu.Lock()
+	defer a.ipMu.Unlock()
+	if p, ok := a.byIP[ip]; ok {
+		return p
+	}
+	if time.Since(a.byIPAt) < time.Second {
+		return nil
+	}
+	a.byIPAt = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pods, err := a.src.Pods(ctx)
+	if err != nil && len(pods) == 0 {
+		a.log.Warn("pod list for inbound clients", "err", err)
+		return nil
+	}
+	a.byIP = map[netip.Addr]*origin.Pod{}
+	for _, p := range pods {
+		op := &origin.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ServiceAccount: p.ServiceAccount, Labels: p.Labels}
+		for _, a2 := range p.IPs {
+			a.byIP[a2] = op
+		}
+	}
+	return a.byIP[ip]
+}
+
+// inboundSteering is an inbound flow's Origin: the server's address the client connected to, and
+// the client pod when the pod list has its address.
+type inboundSteering struct {
+	in        *intercept.Inbound
+	clientPod func(netip.Addr) *origin.Pod
+}
+
+func (s inboundSteering) Origin(c *net.TCPConn) (origin.Origin, error) {
+	o, err := s.in.Origin(c)
+	if err != nil {
+		return o, err
+	}
+	if ra, err := origin.AddrPortOf(c.RemoteAddr()); err == nil {
+		o.Pod = s.clientPod(ra.Addr())
+	}
+	return o, nil
 }
 
 // release closes p's listeners and, when unsteer is set, removes its steering from its
@@ -356,10 +485,15 @@ func (a *Agent) release(p *podState, unsteer bool) {
 			a.log.Warn("remove a pod's steering", "pod", p.pod.Key(), "netns", p.netns, "err", err)
 		}
 	}
+	if unsteer && p.inbound != nil && p.ns != nil {
+		if err := p.ns.Do(func() error { return p.inbound.Remove(context.Background()) }); err != nil {
+			a.log.Warn("remove a pod's inbound steering", "pod", p.pod.Key(), "netns", p.netns, "err", err)
+		}
+	}
 	if p.ns != nil {
 		p.ns.Close()
 	}
-	p.ns, p.mech = nil, nil
+	p.ns, p.mech, p.inbound = nil, nil, nil
 }
 
 // scrub removes whatever steering of ours p's namespace has, for a pod the agent does not
@@ -376,7 +510,8 @@ func (a *Agent) scrub(p *podState) {
 		if err != nil {
 			return err
 		}
-		return mech.Remove(context.Background())
+		_, ierr := intercept.CleanupInbound(context.Background())
+		return errors.Join(mech.Remove(context.Background()), ierr)
 	})
 	if err != nil {
 		a.log.Warn("remove a pod's leftover steering", "pod", p.pod.Key(), "netns", p.netns, "err", err)
@@ -504,6 +639,11 @@ func (a *Agent) heartbeats(ctx context.Context) {
 			}
 			if err := p.ns.Do(b.Beat); err != nil {
 				a.log.Warn("heartbeat", "pod", p.pod.Key(), "err", err)
+			}
+			if p.inbound != nil {
+				if err := p.ns.Do(p.inbound.Beat); err != nil {
+					a.log.Warn("inbound heartbeat", "pod", p.pod.Key(), "err", err)
+				}
 			}
 		}
 		a.mu.Unlock()

@@ -8,6 +8,8 @@ import (
 	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"mcpintercept/intercept/upstream"
 )
 
 // NS is an open network namespace (a pod's): holding the file keeps the namespace alive, so its
@@ -80,7 +82,7 @@ func (n *NS) Do(fn func() error) error {
 // pod, with the pod's address, as the client's own connection would have.
 type nsDialer struct {
 	ns   *NS
-	base *net.Dialer
+	base upstream.ContextDialer
 }
 
 func (d *nsDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {

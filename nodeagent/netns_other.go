@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"net"
+
+	"mcpintercept/intercept/upstream"
 )
 
 var errNotLinux = errors.New("node agent: network namespaces need Linux")
@@ -22,7 +24,7 @@ func (n *NS) Do(func() error) error { return errNotLinux }
 
 type nsDialer struct {
 	ns   *NS
-	base *net.Dialer
+	base upstream.ContextDialer
 }
 
 func (d *nsDialer) DialContext(context.Context, string, string) (net.Conn, error) {

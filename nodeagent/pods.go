@@ -5,12 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"mcpintercept/origin"
 )
 
 // Pod is what the agent needs of a Kubernetes pod.
@@ -19,6 +24,40 @@ type Pod struct {
 	ServiceAccount       string
 	NodeName             string
 	Labels, Annotations  map[string]string
+	// IPs are the pod's addresses (status.podIPs): how an inbound flow's client pod is found.
+	IPs []netip.Addr
+}
+
+// InboundPortsAnnotation on an enrolled pod lists its server ports ("3001,8080-8081") whose
+// incoming connections are intercepted in the pod's network namespace (Sidecar mode).
+const InboundPortsAnnotation = "mcpintercept.io/inbound-ports"
+
+// InboundPorts parses p's InboundPortsAnnotation: none when it is absent or empty; an error for a
+// malformed list (the pod is then served without inbound interception, and the agent says why).
+func (p *Pod) InboundPorts() ([]origin.PortRange, error) {
+	v := strings.TrimSpace(p.Annotations[InboundPortsAnnotation])
+	if v == "" {
+		return nil, nil
+	}
+	var out []origin.PortRange
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		lo, hi, isRange := strings.Cut(f, "-")
+		from, err1 := strconv.ParseUint(lo, 10, 16)
+		to := from
+		var err2 error
+		if isRange {
+			to, err2 = strconv.ParseUint(hi, 10, 16)
+		}
+		if err1 != nil || err2 != nil || from == 0 || to < from {
+			return nil, fmt.Errorf("annotation %s: %q is not a port or a range of ports (e.g. 3001,8080-8081)", InboundPortsAnnotation, f)
+		}
+		out = append(out, origin.PortRange{From: uint16(from), To: uint16(to)})
+	}
+	if len(out) > 64 {
+		return nil, fmt.Errorf("annotation %s: %d ranges, at most 64", InboundPortsAnnotation, len(out))
+	}
+	return out, nil
 }
 
 // Key is namespace/name.
@@ -236,6 +275,16 @@ func PodOf(p *corev1.Pod) *Pod {
 	if sa == "" {
 		sa = p.Spec.DeprecatedServiceAccount
 	}
-	return &Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), ServiceAccount: sa,
+	out := &Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), ServiceAccount: sa,
 		NodeName: p.Spec.NodeName, Labels: maps.Clone(p.Labels), Annotations: maps.Clone(p.Annotations)}
+	ips := []string{p.Status.PodIP}
+	for _, ip := range p.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil && !slices.Contains(out.IPs, a.Unmap()) {
+			out.IPs = append(out.IPs, a.Unmap())
+		}
+	}
+	return out
 }

@@ -68,5 +68,6 @@ func nodeAgentSettings(cfg *config.Config) nodeagent.Settings {
 		PodsDir: na.PodsDir, Kubeconfig: na.Kubeconfig, NodeName: na.NodeName,
 		Selector: nodeagent.SelectorOf(na.NamespaceLabel, na.PodAnnotation, na.AllowPodOptOut),
 		Port:     na.Port, Failure: na.Failure, FailOpen: na.Failure == config.FailOpen, Heartbeat: na.Heartbeat.Duration,
-		Steering: appliance.SteeringOptions(cfg), ConnectTimeout: cfg.Limits.ConnectTimeout.Duration}
+		Steering: appliance.SteeringOptions(cfg), ConnectTimeout: cfg.Limits.ConnectTimeout.Duration,
+		InboundPort: cfg.Inbound.ListenPort}
 }
