@@ -17,6 +17,12 @@
 #                                          without `level` is Level 1 (config.LevelOrDefault)
 #   Level 1 plaintext, terminate + Level 1 level 1 routes, one deny rule, flow log on (/dev/null)
 #   Level 2 plaintext / terminate          only when `mcpintercept check` accepts `level: 2`
+#   sidecar Level 2 plaintext              Sidecar mode: the appliance in mcpi-server (mechanism
+#                                          external, `inbound:` port 3041, Level 2 plaintext, the
+#                                          same rule set) tproxies the clients' connections to the
+#                                          origin's port 3041 and delivers them from the client's
+#                                          address; x direct: against direct (the same origin
+#                                          process, port 8080) in the same rounds
 #   PATH + audit                           each Level 1 / Level 2 path (plaintext and terminate)
 #                                          on its own route with the durable audit on (issue 18)
 #   PATH + tracing                         each Level 1 / Level 2 path in a second appliance run
@@ -100,6 +106,7 @@ STEERED=
 
 stop_proxy() {
 	ADMIN=
+	ADMIN_NS=mcpi-appliance
 	if [ -n "$PROXY_PID" ]; then
 		kill -TERM "$PROXY_PID" 2>/dev/null || true
 		wait "$PROXY_PID" 2>/dev/null || true
@@ -110,6 +117,8 @@ finish() {
 	stop_proxy
 	[ -n "$STEERED" ] && bench_unsteer
 	ip netns exec mcpi-appliance "$MCPI" cleanup >/dev/null 2>&1 || true
+	# The sidecar row's inbound table (mcpintercept_inbound) in the server's namespace.
+	ip netns exec mcpi-server "$MCPI" cleanup >/dev/null 2>&1 || true
 	for p in $(jobs -p); do kill "$p" 2>/dev/null || true; kill -CONT "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	scripts/lab.sh down >/dev/null 2>&1 || true
@@ -130,17 +139,18 @@ PKI=$ROOT/.lab/pki
 CLK_TCK=$(getconf CLK_TCK)
 
 # The origin: plaintext on 8080 (direct, relays, opaque), 8081 (Level 1), 8082 (Level 2), 8083
-# (Level 1 + audit), 8084 (Level 2 + audit); TLS with the lab server certificate on 8443 (direct
-# TLS, relays, terminate + Level 1), 8444 (terminate + Level 2), 8445 (terminate + Level 2 +
-# audit), 8446 (terminate + Level 1 + audit), 9443 (passthrough).
-ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8080,10.200.2.2:8081,10.200.2.2:8082,10.200.2.2:8083,10.200.2.2:8084 >"$WORK/origin.out" 2>&1 &
+# (Level 1 + audit), 8084 (Level 2 + audit), 3041 (sidecar: not in intercept.ports, only the
+# sidecar steers it); TLS with the lab server certificate on 8443 (direct TLS, relays, terminate +
+# Level 1), 8444 (terminate + Level 2), 8445 (terminate + Level 2 + audit), 8446 (terminate + Level
+# 1 + audit), 9443 (passthrough).
+ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8080,10.200.2.2:8081,10.200.2.2:8082,10.200.2.2:8083,10.200.2.2:8084,10.200.2.2:3041 >"$WORK/origin.out" 2>&1 &
 ip netns exec mcpi-server bin/fastorigin -listen 10.200.2.2:8443,10.200.2.2:8444,10.200.2.2:8445,10.200.2.2:8446,10.200.2.2:9443 \
 	-tls-cert "$PKI/server.pem" -tls-key "$PKI/server-key.pem" >"$WORK/tlsorigin.out" 2>&1 &
 # The OTLP receiver of the tracing rows, beside the appliance (its exports go to loopback).
 ip netns exec mcpi-appliance bin/otlpsink -listen 127.0.0.1:4318 >"$WORK/otlpsink.out" 2>&1 &
 SINK_PID=$!
 for i in $(seq 1 100); do
-	[ "$(grep -cs READY "$WORK/origin.out")" = 5 ] && [ "$(grep -cs READY "$WORK/tlsorigin.out")" = 5 ] &&
+	[ "$(grep -cs READY "$WORK/origin.out")" = 6 ] && [ "$(grep -cs READY "$WORK/tlsorigin.out")" = 5 ] &&
 		grep -qs READY "$WORK/otlpsink.out" && break
 	sleep 0.1
 done
@@ -270,16 +280,40 @@ mcpi_config "$MCPI" ""
 L2_base=0
 [ -n "${MCPINTERCEPT_BASELINE:-}" ] && mcpi_config "$MCPINTERCEPT_BASELINE" _base
 
+# Sidecar mode: the appliance in the server's namespace, nothing steered on egress (mechanism
+# external), inbound connections to 3041 tproxied into it: the Level 2 plaintext route of the
+# rows above on the sidecar's own port. SIDECAR=0 (row skipped) when the binary's check refuses it.
+SIDECAR_ADMIN=http://127.0.0.1:9474
+cat >"$WORK/sidecar.yaml" <<YAML
+mechanism: external
+listen: {addresses: [127.0.0.1, "::1"], port: 15101}
+inbound:
+  ports: [3041]
+  listen_port: 15106
+admin: {listen: "${SIDECAR_ADMIN#http://}"}
+log: {flows: "$FLOWS"}
+ca: {dir: $WORK/ca_sidecar}
+routes:
+  - {name: sidecar-l2-plain, match: {ports: [3041]}, tls: plaintext, level: 2, development: true, rule_set: bench}
+$RULES
+YAML
+SIDECAR=1
+if ! "$MCPI" check --config "$WORK/sidecar.yaml" >"$WORK/sidecarcheck.out" 2>&1; then
+	SIDECAR=0
+	echo "bench: $MCPI: sidecar row skipped: $(head -n1 "$WORK/sidecarcheck.out")" >&2
+fi
+
 # --- one row ---
 RESULTS=$WORK/results.jsonl
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # The running appliance's admin listener (empty for the reference proxies): its Go runtime's
 # allocation count (go_memstats_mallocs_total) before and after a row gives allocations per request.
 ADMIN=
+ADMIN_NS=mcpi-appliance # the namespace of its admin listener (mcpi-server for the sidecar)
 mallocs() {
 	[ -n "$ADMIN" ] || { echo null; return; }
 	local m
-	m=$(ip netns exec mcpi-appliance curl -s --max-time 5 "$ADMIN/metrics" | awk '$1 == "go_memstats_mallocs_total" {printf "%.0f", $2}')
+	m=$(ip netns exec "$ADMIN_NS" curl -s --max-time 5 "$ADMIN/metrics" | awk '$1 == "go_memstats_mallocs_total" {printf "%.0f", $2}')
 	echo "${m:-null}"
 }
 # row ROUND GROUP LABEL URL [loadgen args]: one loadgen run, its JSON line plus the proxy's CPU.
@@ -472,6 +506,20 @@ mcpi_observe_rows() {
 	stop_proxy
 }
 
+# sidecar_rows ROUND: the sidecar appliance in mcpi-server ($WORK/sidecar.yaml), Level 2 plaintext
+# on port 3041, closed loop and open loop; stopped (SIGTERM: its nft table goes) before the next row.
+sidecar_rows() {
+	local round=$1 group label="sidecar Level 2 plaintext"
+	[ "$SIDECAR" = 1 ] && want "$label" || return 0
+	start_proxy "$WORK/sidecar.log" msg=ready ip netns exec mcpi-server "$MCPI" run --config "$WORK/sidecar.yaml"
+	ADMIN=$SIDECAR_ADMIN
+	ADMIN_NS=mcpi-server
+	for group in plain rate-plain; do
+		row "$round" $group "$label" "$PLAIN:3041/mcp"
+	done
+	stop_proxy
+}
+
 PLAIN=http://10.200.2.2
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 TLSURL=https://10.200.2.2
@@ -500,6 +548,7 @@ for round in $(seq 1 "$ROUNDS"); do
 
 	mcpi_rows "$round" "$MCPI" "" ""
 	if [ -n "${MCPINTERCEPT_BASELINE:-}" ]; then mcpi_rows "$round" "$MCPINTERCEPT_BASELINE" _base " [baseline]"; fi
+	sidecar_rows "$round"
 done
 # The sink prints what it received when it stops.
 kill -TERM "$SINK_PID" 2>/dev/null || true
