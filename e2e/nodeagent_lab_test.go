@@ -212,13 +212,16 @@ func (l *naLab) pod(name, namespace string, labels map[string]string) *naPod {
 func (l *naLab) repod(p *naPod, annotations map[string]string) {
 	l.t.Helper()
 	p.Annotations = annotations
+	p.UID = ""
 	l.writePod(p)
 }
 
 func (l *naLab) writePod(p *naPod) {
 	l.t.Helper()
-	l.uids++
-	p.UID = fmt.Sprintf("4f1c0de0-0000-4000-8000-%012d", l.uids)
+	if p.UID == "" {
+		l.uids++
+		p.UID = fmt.Sprintf("4f1c0de0-0000-4000-8000-%012d", l.uids)
+	}
 	meta := map[string]any{"name": p.Name, "namespace": p.Namespace, "uid": p.UID, "labels": p.Labels}
 	if p.Annotations != nil {
 		meta["annotations"] = p.Annotations
@@ -226,6 +229,10 @@ func (l *naLab) writePod(p *naPod) {
 	obj := map[string]any{
 		"apiVersion": "v1", "kind": "Pod", "metadata": meta,
 		"spec": map[string]any{"serviceAccountName": p.ServiceAccount, "containers": []any{map[string]any{"name": "main", "image": "none"}}},
+	}
+	if p.ip != "" {
+		// What kubelet reports once the sandbox has its address.
+		obj["status"] = map[string]any{"podIP": p.ip, "podIPs": []any{map[string]any{"ip": p.ip}}}
 	}
 	b, _ := json.MarshalIndent(obj, "", "  ")
 	// Written whole then renamed: the agent never reads half a pod.
