@@ -57,7 +57,7 @@ var provenance = map[string]Provenance{
 
 // provenanceNote says, where it is not obvious, where exactly a field is read from.
 var provenanceNote = map[string]string{
-	"client.pod":      "the node agent's record of the pod (Kubernetes API); its labels are written by the workload's owner",
+	"client.pod":      "the node agent's record of the pod (Kubernetes API): the enrolled pod for its own egress; for an inbound (Sidecar) flow the pod whose status.podIPs holds the connection's source address; its labels are written by the workload's owner",
 	"conn.sni":        "the client's ClientHello",
 	"http.headers":    "the client's request head (for a server→client message: the request that opened the exchange)",
 	"mcp.version":     "MCP-Protocol-Version or _meta protocolVersion of the client's request; else its session's, negotiated by its initialize (the answer the client accepted); never a server→client message",
