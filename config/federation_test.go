@@ -310,20 +310,7 @@ func TestFederationErrors(t *testing.T) {
 			`test.yaml:5:22: federation.downstreams[0].id: invalid id "a.b": '.' separates the id from the tool name in published names (<id>.<tool>), so an id cannot contain one; use '-' or '_'`,
 			`test.yaml:5:32: federation.downstreams[0].url: must be an absolute http or https URL such as https://files.example/mcp, got "ftp://x"`}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("test.yaml", []byte(tt.src), Overrides{})
-			var errs Errors
-			if !errors.As(err, &errs) {
-				t.Fatalf("error %v; want %q\ninput:\n%s", err, tt.want, tt.src)
-			}
-			var got []string
-			for _, e := range errs {
-				got = append(got, e.Error())
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("got\n%s\nwant\n%s\ninput:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"), tt.src)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseErrors(t, tt.src, tt.want) })
 	}
 }
 
@@ -493,5 +480,22 @@ func TestClosest(t *testing.T) {
 		if got := closest(tt.in, keys); got != tt.want {
 			t.Errorf("closest(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// wantParseErrors parses src as test.yaml and wants exactly the errors want, in order.
+func wantParseErrors(t *testing.T, src string, want []string) {
+	t.Helper()
+	_, err := Parse("test.yaml", []byte(src), Overrides{})
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("error %v; want %q\ninput:\n%s", err, want, src)
+	}
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Error())
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s\ninput:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), src)
 	}
 }

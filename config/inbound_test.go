@@ -6,12 +6,10 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -188,20 +186,7 @@ func TestInboundErrors(t *testing.T) {
 		{"unknown key", sec("  prots: [8443]\n"), []string{
 			`test.yaml:5:3: inbound.prots: unknown key "prots" (valid: ports, addresses, listen_port, tls)`}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("test.yaml", []byte(tt.src), Overrides{})
-			var errs Errors
-			if !errors.As(err, &errs) {
-				t.Fatalf("error %v; want %q\ninput:\n%s", err, tt.want, tt.src)
-			}
-			var got []string
-			for _, e := range errs {
-				got = append(got, e.Error())
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("got\n%s\nwant\n%s\ninput:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"), tt.src)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseErrors(t, tt.src, tt.want) })
 	}
 }
 
