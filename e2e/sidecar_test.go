@@ -42,7 +42,7 @@ routes:
 rule_sets:
   sidecar:
     - name: no-forbidden-echo
-      when: 'mcp.method == "tools/call" && mcp.name == "echo" && mcp.arguments.text == "sidecar-forbidden"'
+      when: 'conn.mechanism == "nftables-inbound" && mcp.method == "tools/call" && mcp.name == "echo" && mcp.arguments.text == "sidecar-forbidden"'
       action: deny
 `, labPKI("server.pem"), labPKI("server-key.pem"), filepath.Join(t.TempDir(), "ca"))
 }

@@ -168,8 +168,12 @@ func (f *flow) clientVars() *policy.Client {
 
 // connVars is policy's `conn` variable for f under disposition d.
 func (f *flow) connVars(d Disposition) *policy.Conn {
+	mech := f.origin.Mechanism // the listener's own steering (nftables-inbound for a Sidecar flow)
+	if mech == "" {
+		mech = f.e.opt.Mechanism
+	}
 	return &policy.Conn{OrigDst: f.orig.String(), OrigIP: f.orig.Addr().String(), OrigPort: f.orig.Port(),
-		Mechanism: f.e.opt.Mechanism, TLS: string(d), Hello: f.isHello, SNI: f.sniName}
+		Mechanism: mech, TLS: string(d), Hello: f.isHello, SNI: f.sniName}
 }
 
 // seenTLS names what the bytes read so far were, for the record of a flow that is refused or
