@@ -52,6 +52,7 @@ enum {
 };
 
 #define BPF_ANY 0
+#define BPF_NOEXIST 1
 #define BPF_F_NO_PREALLOC (1U << 0)
 #define BPF_SK_STORAGE_GET_F_CREATE (1ULL << 0)
 

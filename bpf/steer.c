@@ -22,7 +22,13 @@ char __license[] SEC("license") = "Dual MIT/GPL";
 
 #define CFG_V4 (1U << 0)      /* an IPv4 listener exists: redirect IPv4 and IPv4-mapped */
 #define CFG_V6 (1U << 1)      /* an IPv6 listener exists: redirect IPv6 */
-#define CFG_ALL_DST (1U << 2) /* no destination set: every non-loopback destination */
+#define CFG_ALL_DST (1U << 2) /* no destination set: every destination (loopback only with CFG_LOOPBACK) */
+#define CFG_LOOPBACK (1U << 3) /* loopback destinations are steered too (exec: development servers on localhost) */
+
+/* Why a connect of a steered process was left alone (mcpi_skipped), for `exec` to say. */
+#define SKIP_LOOPBACK 1 /* a loopback destination without CFG_LOOPBACK */
+#define SKIP_PORT 2     /* a port outside the steered set */
+#define SKIP_DST 3      /* a destination outside the steered set */
 
 #define REC_CLIENT (1U << 0)   /* on the connecting socket, set by connect4/6 */
 #define REC_ACCEPTED (1U << 1) /* on the appliance's accepted socket, set by sockops */
@@ -131,6 +137,34 @@ struct {
 	__type(value, struct orig_rec);
 } mcpi_by_tuple SEC(".maps");
 
+/* Connects of steered processes that were left alone, by destination and reason: a bounded count
+ * that `exec` prints when nothing was intercepted. */
+struct skip_key {
+	__u32 addr[4]; /* network order; IPv4 as ::ffff:a.b.c.d */
+	__u16 port;    /* host order */
+	__u8 reason;   /* SKIP_* */
+	__u8 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct skip_key);
+	__type(value, __u64);
+} mcpi_skipped SEC(".maps");
+
+static __always_inline void note_skip(__u32 a0, __u32 a1, __u32 a2, __u32 a3, __u16 port, __u8 reason)
+{
+	struct skip_key k = {.addr = {a0, a1, a2, a3}, .port = port, .reason = reason, ._pad = 0};
+	__u64 *n = bpf_map_lookup_elem(&mcpi_skipped, &k);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	__u64 one = 1;
+	bpf_map_update_elem(&mcpi_skipped, &k, &one, BPF_NOEXIST);
+}
+
 static __always_inline struct config *get_config(void)
 {
 	__u32 zero = 0;
@@ -164,10 +198,9 @@ static __always_inline int skip_socket(struct bpf_sock_addr *ctx, struct config 
 	return 0;
 }
 
-static __always_inline int v4_local(__u32 addr)
+static __always_inline int v4_loopback(__u32 addr)
 {
-	__u32 h = bpf_ntohl(addr);
-	return (h >> 24) == 127 || h == 0;
+	return (bpf_ntohl(addr) >> 24) == 127;
 }
 
 static __always_inline int v4_wanted(struct config *cfg, __u32 addr)
@@ -200,12 +233,27 @@ int mcpi_connect4(struct bpf_sock_addr *ctx)
 		return 1;
 	__u32 dst = ctx->user_ip4;
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
-	if (v4_local(dst) || port == 0)
+	if (dst == 0 || port == 0)
 		return 1;
 	if (skip_socket(ctx, cfg))
 		return 1;
-	if (!v4_wanted(cfg, dst) || !port_wanted(port))
+	__u32 m2 = bpf_htonl(0xffff);
+	if (v4_loopback(dst)) {
+		if (dst == cfg->listen_ip4 && port == cfg->listen_port4)
+			return 1; /* the appliance's own listener */
+		if (!(cfg->flags & CFG_LOOPBACK)) {
+			note_skip(0, 0, m2, dst, port, SKIP_LOOPBACK);
+			return 1;
+		}
+	}
+	if (!v4_wanted(cfg, dst)) {
+		note_skip(0, 0, m2, dst, port, SKIP_DST);
 		return 1;
+	}
+	if (!port_wanted(port)) {
+		note_skip(0, 0, m2, dst, port, SKIP_PORT);
+		return 1;
+	}
 
 	struct orig_rec *r = bpf_sk_storage_get(&mcpi_sk_orig, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!r)
@@ -239,27 +287,45 @@ int mcpi_connect6(struct bpf_sock_addr *ctx)
 	if (port == 0)
 		return 1;
 	int mapped = a0 == 0 && a1 == 0 && a2 == bpf_htonl(0xffff);
+	int loop;
 	if (mapped) {
-		if (!(cfg->flags & CFG_V4) || v4_local(a3))
+		if (!(cfg->flags & CFG_V4) || a3 == 0)
 			return 1;
+		loop = v4_loopback(a3);
+		if (loop && a3 == cfg->listen_ip4 && port == cfg->listen_port4)
+			return 1; /* the appliance's own listener */
 	} else {
 		if (!(cfg->flags & CFG_V6))
 			return 1;
-		if (a0 == 0 && a1 == 0 && a2 == 0 && (a3 == 0 || a3 == bpf_htonl(1)))
-			return 1; /* :: and ::1 */
+		if (a0 == 0 && a1 == 0 && a2 == 0 && a3 == 0)
+			return 1; /* :: */
+		loop = a0 == 0 && a1 == 0 && a2 == 0 && a3 == bpf_htonl(1); /* ::1 */
+		if (loop && port == cfg->listen_port6 && cfg->listen_ip6[0] == a0 && cfg->listen_ip6[1] == a1 &&
+		    cfg->listen_ip6[2] == a2 && cfg->listen_ip6[3] == a3)
+			return 1; /* the appliance's own listener */
 	}
 	if (skip_socket(ctx, cfg))
 		return 1;
+	if (loop && !(cfg->flags & CFG_LOOPBACK)) {
+		note_skip(a0, a1, a2, a3, port, SKIP_LOOPBACK);
+		return 1;
+	}
 	if (mapped) {
-		if (!v4_wanted(cfg, a3))
+		if (!v4_wanted(cfg, a3)) {
+			note_skip(a0, a1, a2, a3, port, SKIP_DST);
 			return 1;
+		}
 	} else if (!(cfg->flags & CFG_ALL_DST)) {
 		struct lpm6_key k = {.prefixlen = 128, .addr = {a0, a1, a2, a3}};
-		if (!bpf_map_lookup_elem(&mcpi_dst6, &k))
+		if (!bpf_map_lookup_elem(&mcpi_dst6, &k)) {
+			note_skip(a0, a1, a2, a3, port, SKIP_DST);
 			return 1;
+		}
 	}
-	if (!port_wanted(port))
+	if (!port_wanted(port)) {
+		note_skip(a0, a1, a2, a3, port, SKIP_PORT);
 		return 1;
+	}
 
 	struct orig_rec *r = bpf_sk_storage_get(&mcpi_sk_orig, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!r)

@@ -60,6 +60,14 @@ type SteerPortSet struct {
 	Bits [8192]uint8
 }
 
+type SteerSkipKey struct {
+	_      structs.HostLayout
+	Addr   [4]uint32
+	Port   uint16
+	Reason uint8
+	Pad    uint8
+}
+
 type SteerTupleKey struct {
 	_            structs.HostLayout
 	NetnsCookie  uint64
@@ -80,6 +88,7 @@ const (
 	SteerMapMcpiDst6       = "mcpi_dst6"
 	SteerMapMcpiPorts      = "mcpi_ports"
 	SteerMapMcpiSkOrig     = "mcpi_sk_orig"
+	SteerMapMcpiSkipped    = "mcpi_skipped"
 	SteerProgMcpiConnect4  = "mcpi_connect4"
 	SteerProgMcpiConnect6  = "mcpi_connect6"
 	SteerProgMcpiGetpeer4  = "mcpi_getpeer4"
@@ -148,6 +157,7 @@ type SteerMapSpecs struct {
 	McpiDst6    *ebpf.MapSpec `ebpf:"mcpi_dst6"`
 	McpiPorts   *ebpf.MapSpec `ebpf:"mcpi_ports"`
 	McpiSkOrig  *ebpf.MapSpec `ebpf:"mcpi_sk_orig"`
+	McpiSkipped *ebpf.MapSpec `ebpf:"mcpi_skipped"`
 }
 
 // SteerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -182,6 +192,7 @@ type SteerMaps struct {
 	McpiDst6    *ebpf.Map `ebpf:"mcpi_dst6"`
 	McpiPorts   *ebpf.Map `ebpf:"mcpi_ports"`
 	McpiSkOrig  *ebpf.Map `ebpf:"mcpi_sk_orig"`
+	McpiSkipped *ebpf.Map `ebpf:"mcpi_skipped"`
 }
 
 func (m *SteerMaps) Close() error {
@@ -192,6 +203,7 @@ func (m *SteerMaps) Close() error {
 		m.McpiDst6,
 		m.McpiPorts,
 		m.McpiSkOrig,
+		m.McpiSkipped,
 	)
 }
 

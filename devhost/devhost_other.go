@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 
 	"mcpintercept/appliance"
 	"mcpintercept/intercept"
@@ -27,7 +28,12 @@ type Options struct {
 	Log          *slog.Logger
 	// CgroupCreated is told the command's cgroup (Linux only).
 	CgroupCreated func(path string)
+	// NoLoopback leaves loopback destinations alone (Linux only).
+	NoLoopback bool
 }
+
+// AllowLoopback is deny unchanged off Linux (nothing is steered there).
+func AllowLoopback(deny []netip.Prefix) []netip.Prefix { return deny }
 
 // ResolveUser needs Linux.
 func ResolveUser(string, bool) (User, error) {

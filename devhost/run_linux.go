@@ -44,9 +44,25 @@ type Options struct {
 	// CgroupCreated, when set, is told the command's cgroup as soon as it exists (the watchdog of
 	// `mcpintercept exec` removes it should this process crash).
 	CgroupCreated func(path string)
+	// NoLoopback leaves the command's connects to loopback destinations alone (--no-loopback);
+	// by default they are steered like any other (development servers listen on localhost).
+	NoLoopback bool
 }
 
-// ZeroConfigRouting is exec's route when no configuration is given: everything but loopback, TLS
+// AllowLoopback is upstream_deny without its loopback entries (127.0.0.0/8, ::1/128): with
+// loopback steering, exec dials the command's localhost servers for it. Nothing else is dropped.
+func AllowLoopback(deny []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range deny {
+		if p.Addr().Unmap().IsLoopback() && p.Bits() >= p.Addr().BitLen()-24 {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// ZeroConfigRouting is exec's route when no configuration is given: everything (loopback too, unless --no-loopback), TLS
 // terminated when the client speaks TLS, HTTP read at level (2 by default: every JSON-RPC message
 // is read, so each line names its method and tool whatever headers the client sends), the rest
 // opaque.
@@ -123,7 +139,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	mech, err := newMechanism(o.Steering, cg, lns)
+	steer := o.Steering
+	steer.Loopback = !o.NoLoopback
+	mech, err := newMechanism(steer, cg, lns)
 	if err != nil {
 		for _, l := range lns {
 			l.Close()
@@ -197,9 +215,14 @@ func Run(ctx context.Context, o Options) (int, error) {
 		}
 	}
 
-	// The command is gone: let its last flows finish, then stop and summarise.
+	// The command is gone: let its last flows finish, then stop and summarise. What the command
+	// connected to that was left alone is read before the programs go.
+	skipped, serr := mech.Skipped()
 	stop()
 	sink.summary.WriteTable(o.Stderr)
+	if sink.summary.Len() == 0 {
+		writeSkipped(o.Stderr, skipped, serr)
+	}
 
 	var ee *exec.ExitError
 	if errors.As(werr, &ee) {
@@ -219,7 +242,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 // newMechanism is eBPF steering of the cgroup cg to the listeners lns, limited to the
 // configuration's destinations and ports (steer).
 func newMechanism(steer intercept.Options, cg string, lns []*net.TCPListener) (*intercept.EBPF, error) {
-	opts := intercept.EBPFOptions{CgroupPath: cg, Destinations: steer.Destinations, Ports: steer.Ports, BypassMark: steer.BypassMark}
+	opts := intercept.EBPFOptions{CgroupPath: cg, Destinations: steer.Destinations, Ports: steer.Ports, BypassMark: steer.BypassMark, Loopback: steer.Loopback}
 	for _, l := range lns {
 		ap := l.Addr().(*net.TCPAddr).AddrPort()
 		if ap.Addr().Is4() {
@@ -253,4 +276,25 @@ func addrList(addrs []netip.AddrPort) string {
 		s = append(s, a.String())
 	}
 	return strings.Join(s, ", ")
+}
+
+// writeSkipped says why nothing was intercepted: the command's connects that were seen and left
+// alone (at most 10 destinations), or that none was seen at all.
+func writeSkipped(w io.Writer, skipped []intercept.SkippedConnect, err error) {
+	if err != nil {
+		fmt.Fprintf(w, "mcpintercept: could not read the connects left alone: %v\n", err)
+		return
+	}
+	if len(skipped) == 0 {
+		fmt.Fprintln(w, "mcpintercept: the command made no TCP connect that exec could steer (none seen; a UDP, Unix-socket or stdio MCP server is not intercepted)")
+		return
+	}
+	fmt.Fprintln(w, "mcpintercept: connects seen and left alone:")
+	for i, s := range skipped {
+		if i == 10 {
+			fmt.Fprintf(w, "  ... and %d more destinations\n", len(skipped)-10)
+			break
+		}
+		fmt.Fprintf(w, "  %s x%d: %s\n", s.Dst, s.Count, s.Reason)
+	}
 }

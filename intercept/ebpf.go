@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"context"
+	"net/netip"
 
 	"mcpintercept/origin"
 )
@@ -16,3 +17,18 @@ func init() {
 		Sweeps: []Sweep{{Name: "ebpf", Run: func(context.Context) ([]string, error) { return CleanupEBPF() }}},
 	})
 }
+
+// SkippedConnect is a destination the steered processes connected to that was left alone, how
+// often and why (EBPF.Skipped).
+type SkippedConnect struct {
+	Dst    netip.AddrPort
+	Reason string // SkipLoopback, SkipPort or SkipDestination
+	Count  uint64
+}
+
+// Why a connect was left alone.
+const (
+	SkipLoopback    = "loopback destination (--no-loopback)"
+	SkipPort        = "port not in the steered set"
+	SkipDestination = "destination not in the steered set"
+)

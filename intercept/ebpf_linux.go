@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +40,8 @@ const (
 	cfgV4     = 1 << 0
 	cfgV6     = 1 << 1
 	cfgAllDst = 1 << 2
+	// cfgLoopback steers loopback destinations too (EBPFOptions.Loopback).
+	cfgLoopback = 1 << 3
 
 	recClient   = 1 << 0
 	recAccepted = 1 << 1
@@ -67,6 +71,9 @@ type EBPFOptions struct {
 	// every TCP connection accepted in it: one hash lookup). Default: this process's cgroup,
 	// from /proc/self/cgroup.
 	ApplianceCgroup string
+	// Loopback steers connects to loopback destinations too (127.0.0.0/8, ::1), except the
+	// listeners themselves; off, they go direct and are counted (Skipped).
+	Loopback bool
 	// PinDir is accepted for configuration compatibility only: the mechanism deliberately pins
 	// nothing, so it never needs bpffs (see EBPF). Default DefaultBPFPinDir.
 	PinDir string
@@ -240,6 +247,9 @@ func (e *EBPF) fillMaps(objs *bpf.SteerObjects, cookie uint64) error {
 	}
 	if len(e.opts.Destinations) == 0 {
 		cfg.Flags |= cfgAllDst
+	}
+	if e.opts.Loopback {
+		cfg.Flags |= cfgLoopback
 	}
 	for _, p := range e.opts.Destinations {
 		p = p.Masked()
@@ -666,7 +676,7 @@ func unmountUnusedFallback() ([]string, error) {
 // newEBPFFromOptions steers o.Cgroup: the destination set (empty: everything but loopback) and
 // the first listen address per family.
 func newEBPFFromOptions(o Options) (Mechanism, error) {
-	e := EBPFOptions{CgroupPath: o.Cgroup, Destinations: o.Destinations, Ports: o.Ports, BypassMark: o.BypassMark}
+	e := EBPFOptions{CgroupPath: o.Cgroup, Destinations: o.Destinations, Ports: o.Ports, BypassMark: o.BypassMark, Loopback: o.Loopback}
 	v4, v6 := o.listenTargets()
 	if v4.IsValid() {
 		e.ListenV4 = netip.AddrPortFrom(v4, o.Port)
@@ -676,3 +686,38 @@ func newEBPFFromOptions(o Options) (Mechanism, error) {
 	}
 	return NewEBPF(e)
 }
+
+// Skipped lists the connects of steered processes that were left alone since Install, by
+// destination and reason, most frequent first (at most 1024 destinations are remembered).
+func (e *EBPF) Skipped() ([]SkippedConnect, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.objs == nil {
+		return nil, nil
+	}
+	var out []SkippedConnect
+	var k bpf.SteerSkipKey
+	var n uint64
+	it := e.objs.McpiSkipped.Iterate()
+	for it.Next(&k, &n) {
+		var b [16]byte
+		for i, w := range k.Addr {
+			binary.NativeEndian.PutUint32(b[4*i:], w)
+		}
+		a := netip.AddrFrom16(b).Unmap()
+		out = append(out, SkippedConnect{Dst: netip.AddrPortFrom(a, k.Port), Reason: skipReasons[k.Reason], Count: n})
+	}
+	if err := it.Err(); err != nil {
+		return out, fmt.Errorf("ebpf: skipped connects: %w", err)
+	}
+	slices.SortFunc(out, func(x, y SkippedConnect) int {
+		if x.Count != y.Count {
+			return cmp.Compare(y.Count, x.Count)
+		}
+		return cmp.Compare(x.Dst.String(), y.Dst.String())
+	})
+	return out, nil
+}
+
+// skipReasons name bpf/steer.c's SKIP_* codes.
+var skipReasons = map[uint8]string{1: SkipLoopback, 2: SkipPort, 3: SkipDestination}

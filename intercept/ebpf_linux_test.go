@@ -592,6 +592,29 @@ func TestEBPFSteering(t *testing.T) {
 		})
 	}
 
+	// exec says why nothing was intercepted from what the programs counted.
+	t.Run("connects left alone are counted by reason", func(t *testing.T) {
+		skipped, err := lab.mech.Skipped()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{
+			fmt.Sprintf("127.0.0.1:%d", lab.loopPort): SkipLoopback,
+			fmt.Sprintf("[::1]:%d", lab.loopPort):     SkipLoopback,
+			labOutside4 + ":80":                       SkipDestination,
+			"[" + labOutside6 + "]:80":                SkipDestination,
+			labDst4 + ":81":                           SkipPort,
+		}
+		for _, s := range skipped {
+			if r, ok := want[s.Dst.String()]; ok && r == s.Reason && s.Count >= 1 {
+				delete(want, s.Dst.String())
+			}
+		}
+		if len(want) > 0 {
+			t.Errorf("not counted: %v; counted: %+v", want, skipped)
+		}
+	})
+
 	t.Run("V6ONLY socket keeps refusing IPv4-mapped destinations", func(t *testing.T) {
 		r := lab.runClient(t, true, helperReq{Mode: "dial", Family: "mapped-v6only", Addr: "[::ffff:" + labDst4 + "]:80"})
 		if r.Errno != int(unix.ENETUNREACH) {
@@ -659,6 +682,31 @@ func TestEBPFSteering(t *testing.T) {
 			t.Error("Lookup after Remove succeeded")
 		}
 	})
+}
+
+// TestEBPFLoopback: with Loopback (exec's default) connects to loopback servers are steered like
+// any other, in both families and IPv4-mapped, while a connect to the appliance's own listener
+// is never redirected to itself.
+func TestEBPFLoopback(t *testing.T) {
+	lab := newEBPFLab(t, EBPFOptions{Loopback: true})
+	for _, tt := range []struct{ family, addr, wantDst string }{
+		{"tcp4", fmt.Sprintf("127.0.0.1:%d", lab.loopPort), fmt.Sprintf("127.0.0.1:%d", lab.loopPort)},
+		{"tcp6", fmt.Sprintf("[::1]:%d", lab.loopPort), fmt.Sprintf("[::1]:%d", lab.loopPort)},
+		{"mapped", fmt.Sprintf("[::ffff:127.0.0.1]:%d", lab.loopPort), fmt.Sprintf("127.0.0.1:%d", lab.loopPort)},
+	} {
+		lab.drain()
+		lab.runClient(t, true, helperReq{Mode: "dial", Family: tt.family, Addr: tt.addr})
+		a := lab.nextAccept(t)
+		if a.err != nil || a.dst.String() != tt.wantDst {
+			t.Errorf("%s %s: accepted with dst %s err %v, want %s", tt.family, tt.addr, a.dst, a.err, tt.wantDst)
+		}
+	}
+	// The listener itself: reached directly, so the appliance finds no record of a redirect.
+	lab.drain()
+	lab.runClient(t, true, helperReq{Mode: "dial", Family: "tcp4", Addr: lab.ln4.Addr().String()})
+	if a := lab.nextAccept(t); a.err == nil {
+		t.Errorf("a connect to the listener itself was redirected (dst %s): a loop", a.dst)
+	}
 }
 
 // TestEBPFApplianceCrash runs the appliance as its own process, inside the steered cgroup (so its

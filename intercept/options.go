@@ -21,6 +21,9 @@ type Options struct {
 	Ports        []PortRange
 	// Local steers the host's own processes too (an output chain).
 	Local bool
+	// Loopback (ebpf) steers connects to loopback destinations too: `exec`'s development servers
+	// on localhost. Off, they are left alone (and counted: EBPF.Skipped).
+	Loopback bool
 	// Heartbeat, when positive, makes nftables-tproxy's output steering fail open: it marks
 	// flows only while an element of the table's set "alive" lives, which Install adds and Beat
 	// refreshes with this timeout. A process that dies without removing its steering (SIGKILL)

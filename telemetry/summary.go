@@ -97,6 +97,13 @@ func (s *Summary) Add(r FlowRecord) {
 	row.total += time.Duration(r.DurationMS) * time.Millisecond
 }
 
+// Len is the number of rows (0: nothing was intercepted).
+func (s *Summary) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.rows)
+}
+
 // WriteTable prints the table, sorted by process, method and tool.
 func (s *Summary) WriteTable(w io.Writer) {
 	s.mu.Lock()
