@@ -12,6 +12,7 @@ import (
 
 	"mcpintercept/config"
 	"mcpintercept/engine"
+	"mcpintercept/mcp"
 	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 )
@@ -80,8 +81,11 @@ func NewReplayer(cfg *config.Config, fixed string) (*Replayer, error) {
 const (
 	VerdictAgree    = "agree"
 	VerdictDisagree = "disagree"
-	VerdictUnknown  = "unknown" // a rule reached before the decision reads what the record lacks
-	VerdictSkipped  = "skipped" // not a decision of the rules (see ReplayResult.Note)
+	// VerdictUnknown: the replayed decision is the recorded one only if a rule reached before the
+	// decision, whose outcome depends on a field the record does not carry, went as the record
+	// says (see Replay); with VerdictDisagree no value of those fields gives the recorded one.
+	VerdictUnknown = "unknown"
+	VerdictSkipped = "skipped" // not a decision of the rules (see ReplayResult.Note)
 )
 
 // ReplayResult is one record's line of the report.
@@ -158,7 +162,17 @@ func (rp *Replayer) Replay(line int, rec *telemetry.FlowRecord) ReplayResult {
 		return res
 	}
 	in, known := InputFromRecord(rec, client, dst)
-	ex := set.Explain(in, known)
+	// A rule whose outcome depends on a field the record lacks is taken as the record says it
+	// went (matched when the record names it): the replay then reproduces the recorded
+	// decision whenever some value of the missing fields would, and a decision that still
+	// differs differs whatever they held.
+	named := func(rule string) bool {
+		if rule == res.Recorded.Rule {
+			return true
+		}
+		return slices.Contains(res.Recorded.Shadow, "would_deny:"+rule) || slices.Contains(res.Recorded.Shadow, "would_rate_limit:"+rule)
+	}
+	ex := set.ExplainAssuming(in, known, named)
 	d := ex.Decision
 	got := ReplayDecision{Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason}
 	for _, h := range d.Shadow {
@@ -170,18 +184,38 @@ func (rp *Replayer) Replay(line int, rec *telemetry.FlowRecord) ReplayResult {
 	}
 	res.Replayed, res.Rules = &got, ex.Rules
 	switch {
-	case got.Decision == res.Recorded.Decision && got.Rule == res.Recorded.Rule && slices.Equal(got.Shadow, res.Recorded.Shadow):
-		res.Verdict = VerdictAgree
+	case got.Decision != res.Recorded.Decision || got.Rule != res.Recorded.Rule || !slices.Equal(got.Shadow, res.Recorded.Shadow):
+		res.Verdict = VerdictDisagree
 		if ex.Unknown {
-			res.Note = "agrees, though a rule reached before the decision could not be evaluated"
+			res.Note = "it differs whatever the fields the record does not carry held"
 		}
 	case ex.Unknown:
 		res.Verdict = VerdictUnknown
-		res.Note = "a rule reached before the decision reads a field the record does not carry"
+		res.Note = unknownNote(ex.Rules)
 	default:
-		res.Verdict = VerdictDisagree
+		res.Verdict = VerdictAgree
 	}
 	return res
+}
+
+// unknownNote says what a record that agrees only under assumptions depends on: the rules
+// reached before the decision whose outcome reads a field the record does not carry.
+func unknownNote(rules []policy.RuleOutcome) string {
+	var parts []string
+	for _, o := range rules {
+		if o.Outcome != policy.OutcomeUnknown || o.Assumed == "" {
+			continue
+		}
+		how := "did not match"
+		switch o.Assumed {
+		case policy.OutcomeMatch:
+			how = "matched"
+		case policy.OutcomeLimited:
+			how = "ran out of tokens"
+		}
+		parts = append(parts, o.Rule+" "+how+" (it reads "+strings.Join(o.Unknown, ", ")+")")
+	}
+	return "the decision is the recorded one if " + strings.Join(parts, " and ") + "; the record cannot tell"
 }
 
 // NotJudged says why a record is not a decision of its rule set ("" when it is).
@@ -235,15 +269,7 @@ func InputFromRecord(rec *telemetry.FlowRecord, client, dst netip.AddrPort) (*po
 		m := &policy.Message{Version: rec.MCPVersion, Method: rec.MCPMethod, Name: rec.MCPName}
 		if rec.Level >= 2 {
 			m.ID, m.Direction = rec.JSONRPCID, rec.Direction
-			switch {
-			case rec.MCPMethod != "" && rec.JSONRPCID != "":
-				m.Kind = "request"
-			case rec.MCPMethod != "":
-				m.Kind = "notification"
-			default:
-				// A response or an error: which one, the record does not say.
-				kindKnown = false
-			}
+			m.Kind, kindKnown = recordKind(rec)
 			in.ServerMessage = rec.Direction == "server_to_client"
 		}
 		in.Vars.MCP = m
@@ -256,6 +282,27 @@ func InputFromRecord(rec *telemetry.FlowRecord, client, dst netip.AddrPort) (*po
 		return recordFields[f] || rec.Level == 0 && (strings.HasPrefix(f, "http") || strings.HasPrefix(f, "mcp"))
 	}
 	return in, known
+}
+
+// recordKind is mcp.kind of a Level 2 record, when the record tells it. A response carries the
+// method and name of the request it answers (and its id), so a record with an id is a request
+// only when its direction sends that method as a request and not as an answer: a server sends
+// sampling, elicitation and roots requests and answers the rest; a client sends the rest and
+// answers those; ping goes both ways. A response or an error: which one, no record says.
+func recordKind(rec *telemetry.FlowRecord) (string, bool) {
+	switch {
+	case rec.MCPMethod == "":
+		return "", false
+	case rec.JSONRPCID == "":
+		return "notification", true
+	case rec.MCPMethod == mcp.MethodPing:
+		return "", false
+	}
+	serverRequest := mcp.Methods[rec.MCPMethod].Capability != ""
+	if serverRequest == (rec.Direction == "server_to_client") {
+		return "request", true
+	}
+	return "", false
 }
 
 // ReplaySummary counts the verdicts and lists the records that were not reproduced.

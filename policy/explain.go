@@ -1,12 +1,18 @@
 package policy
 
-import "cel.dev/cel-go/common/types"
+import (
+	"sync"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/interpreter"
+)
 
 // What one rule made of a request, in Explain.
 const (
 	OutcomeMatch       = "match"        // its `when` is true
 	OutcomeNoMatch     = "no_match"     // its `when` is false, or reads a field the request lacked
-	OutcomeUnknown     = "unknown"      // it reads a field the input cannot supply (see Explain)
+	OutcomeUnknown     = "unknown"      // its outcome depends on a field the input cannot supply (see Explain)
 	OutcomeError       = "error"        // it failed to evaluate
 	OutcomeSkipped     = "skipped"      // a server message, and the rule judges none
 	OutcomeWithinLimit = "within_limit" // a rate limit that matched and had a token
@@ -24,6 +30,10 @@ type RuleOutcome struct {
 	Unknown []string `json:"unknown,omitempty"`
 	Absent  []string `json:"absent,omitempty"`
 	Err     string   `json:"error,omitempty"`
+	// Assumed is, for an OutcomeUnknown rule reached before the decision, how the decision
+	// took it: OutcomeNoMatch, OutcomeMatch, or OutcomeLimited for a rate limit (see
+	// ExplainAssuming).
+	Assumed string `json:"assumed,omitempty"`
 	// Decided: this rule made the decision.
 	Decided bool `json:"decided,omitempty"`
 }
@@ -45,9 +55,10 @@ func (s *Set) HasRule(name string) bool {
 type Explanation struct {
 	Decision Decision
 	Rules    []RuleOutcome
-	// Unknown says a rule reached before the decision could not be evaluated: Decision is what
-	// the rules that could be evaluated decide, and the decision with every field known may
-	// differ.
+	// Unknown says a rule reached before the decision could not be evaluated: its outcome
+	// depends on a field the input cannot supply. Decision is what the rules decide with each
+	// such rule taken as the assume function of ExplainAssuming said (as not matching, in
+	// Explain); with every field known the decision may differ.
 	Unknown bool
 }
 
@@ -55,11 +66,23 @@ type Explanation struct {
 // deciding one included (they are evaluated, but a rate limit past the decision spends no token,
 // as in Evaluate). known reports whether the input can supply a field, named as rules write it
 // ("mcp.arguments", "http.headers", or a variable alone, "mcp", for a rule that uses it as a
-// whole); a rule reading a field known refuses is OutcomeUnknown and is not evaluated. An
-// offline replay (mcpintercept policy test) passes known for what a flow log record carries and
-// compiles the set WithClock, set to each record's time, so that rate limits meter the records
-// as the live set metered the requests.
+// whole). A rule that reads a field known refuses is evaluated partially (CEL partial
+// evaluation, the field an unknown attribute): when the rest of the expression decides it
+// anyway (mcp.method == "tools/call" && mcp.arguments.x == 1 on a tools/list), that is its
+// outcome; only a rule whose outcome depends on the missing field is OutcomeUnknown, and is
+// taken as not matching. An offline replay (mcpintercept policy test) passes known for what a
+// flow log record carries and compiles the set WithClock, set to each record's time, so that rate
+// limits meter the records as the live set metered the requests.
 func (s *Set) Explain(in *Input, known func(field string) bool) Explanation {
+	return s.ExplainAssuming(in, known, nil)
+}
+
+// ExplainAssuming is Explain, with assume saying how to take a rule whose outcome is unknown
+// (reached before the decision): true takes it as having matched (a rate limit: as having run
+// out of tokens; it spends none), false or a nil assume as not. A replay passes "the record
+// names this rule": the decision is then the recorded one whenever some outcome of the unknown
+// rules gives it, and one that still differs differs whatever the missing fields held.
+func (s *Set) ExplainAssuming(in *Input, known func(field string) bool, assume func(rule string) bool) Explanation {
 	var ex Explanation
 	d := &ex.Decision
 	if s == nil {
@@ -71,6 +94,7 @@ func (s *Set) Explain(in *Input, known func(field string) bool) Explanation {
 	}
 	in.lazy.done, in.lazy.tags = 0, [scalarWays]uint8{}
 	act := activation{in: in}
+	var partial interpreter.PartialActivation // built on first use: the fields known refuses
 	decided := false
 	for _, r := range s.rules {
 		o := RuleOutcome{Rule: r.name, Action: r.action, Mode: ModeEnforce}
@@ -82,24 +106,35 @@ func (s *Set) Explain(in *Input, known func(field string) bool) Explanation {
 			ex.Rules = append(ex.Rules, o)
 			continue
 		}
+		var unknown []string
 		if known != nil {
 			for _, u := range r.uses {
 				if name := u.name(); !known(name) {
-					appendUnique(&o.Unknown, name)
+					appendUnique(&unknown, name)
 				}
 			}
 		}
-		if len(o.Unknown) > 0 {
-			o.Outcome = OutcomeUnknown
-			ex.Unknown = ex.Unknown || !decided
-			ex.Rules = append(ex.Rules, o)
-			continue
+		when, key, eact := r.when, cel.Program(nil), interpreter.Activation(act)
+		isUnknown := false
+		if len(unknown) > 0 {
+			if partial == nil {
+				partial = partialActivation(act, s.rules, known)
+			}
+			p := r.partialPrograms()
+			if p.err != nil || partial == nil {
+				// Cannot happen (the same checked expression was planned at Compile); if it
+				// did, the rule is not evaluated.
+				isUnknown = true
+			}
+			when, key, eact = p.when, p.key, partial
 		}
 		var scratch Decision
 		matched, errMsg := true, ""
-		if r.when != nil {
-			out, _, err := r.when.Eval(act)
+		if when != nil && !isUnknown {
+			out, _, err := when.Eval(eact)
 			switch {
+			case types.IsUnknown(out):
+				isUnknown = true
 			case err != nil:
 				matched = false
 				if msg, failed := s.noteError(&scratch, r, in, err); failed {
@@ -113,6 +148,29 @@ func (s *Set) Explain(in *Input, known func(field string) bool) Explanation {
 					matched = bool(b)
 				}
 			}
+		}
+		if !isUnknown && matched && key != nil {
+			// A key that reads a missing field leaves the bucket, and so the outcome, unknown.
+			if out, _, _ := key.Eval(eact); types.IsUnknown(out) {
+				isUnknown = true
+			}
+		}
+		if isUnknown {
+			o.Outcome, o.Unknown = OutcomeUnknown, unknown
+			if !decided {
+				ex.Unknown = true
+				o.Assumed = OutcomeNoMatch
+				if assume != nil && assume(r.name) {
+					o.Assumed = OutcomeMatch
+					if r.action == RuleRateLimit {
+						o.Assumed = OutcomeLimited
+					}
+					decided = assumeHit(d, r)
+					o.Decided = decided
+				}
+			}
+			ex.Rules = append(ex.Rules, o)
+			continue
 		}
 		if matched && r.action == RuleRateLimit {
 			key, kerr := s.bucketKey(&scratch, r, in, act)
@@ -179,4 +237,105 @@ func (s *Set) Explain(in *Input, known func(field string) bool) Explanation {
 		d.Reason += "; " + h.String()
 	}
 	return ex
+}
+
+// assumeHit applies a rule whose outcome is unknown as having matched (a rate limit: as limited)
+// and reports whether that decides.
+func assumeHit(d *Decision, r *rule) bool {
+	switch r.action {
+	case RuleAllow:
+		d.Action, d.Rule, d.Reason = ActionAllow, r.name, r.reason
+		return true
+	case RuleDeny:
+		if r.shadow {
+			d.Shadow = append(d.Shadow, ShadowHit{Rule: r.name, Would: ActionDeny, Reason: r.reason})
+			return false
+		}
+		d.Action, d.Rule, d.Reason = ActionDeny, r.name, r.reason
+		return true
+	case RuleRateLimit:
+		if r.shadow {
+			d.Shadow = append(d.Shadow, ShadowHit{Rule: r.name, Would: ActionRateLimited, Reason: r.reason})
+			return false
+		}
+		d.Action, d.Rule, d.Reason = ActionRateLimited, r.name, r.reason
+		return true
+	case RuleRedact:
+		d.Redactions = append(d.Redactions, r.redact)
+	}
+	return false
+}
+
+// partialPrograms are a rule's expressions planned for partial evaluation (Explain), once.
+type partialPrograms struct {
+	once      sync.Once
+	when, key cel.Program
+	err       error
+}
+
+func (r *rule) partialPrograms() *partialPrograms {
+	p := &r.partial
+	p.once.Do(func() {
+		env, err := celEnv()
+		if err != nil {
+			p.err = err
+			return
+		}
+		opt := cel.EvalOptions(cel.OptPartialEval)
+		if r.whenAST != nil {
+			if p.when, err = env.Program(r.whenAST, opt); err != nil {
+				p.err = err
+				return
+			}
+		}
+		if r.keyAST != nil {
+			p.key, p.err = env.Program(r.keyAST, opt)
+		}
+	})
+	return p
+}
+
+// partialActivation is act with every field some rule reads and known refuses as an unknown
+// attribute (mcp.arguments: the pattern mcp.arguments, which matches mcp.arguments.path, a
+// presence test of it, and the whole variable mcp as in size(mcp) or mcp[k]). A rule that uses a
+// variable as a whole marks each of its fields known refuses.
+func partialActivation(act activation, rules []*rule, known func(string) bool) interpreter.PartialActivation {
+	var pats []*interpreter.AttributePattern
+	seen := map[string]bool{}
+	add := func(root, field string) {
+		if seen[root+"."+field] {
+			return
+		}
+		seen[root+"."+field] = true
+		p := interpreter.NewAttributePattern(root)
+		if field != "" {
+			p = p.QualString(field)
+		}
+		pats = append(pats, p)
+	}
+	for _, r := range rules {
+		for _, u := range r.uses {
+			if known(u.name()) {
+				continue
+			}
+			if u.field != nil {
+				add(u.root.varName, u.field.name)
+				continue
+			}
+			some := false
+			for _, f := range u.root.fields {
+				if !known(u.root.varName + "." + f.name) {
+					add(u.root.varName, f.name)
+					some = true
+				}
+			}
+			if !some {
+				add(u.root.varName, "")
+			}
+		}
+	}
+	// NewActivation takes an Activation as it is: no error. A nil answer leaves every rule
+	// that reads a missing field unknown.
+	pa, _ := interpreter.NewPartialActivation(act, pats...)
+	return pa
 }

@@ -210,6 +210,10 @@ type rule struct {
 	argPaths [][]string
 	// uses are the fields the rule reads, with their positions (see Needs, CheckLevel).
 	uses []fieldUse
+	// whenAST and keyAST are the checked expressions, kept for Explain, which plans them again
+	// for partial evaluation (see partialPrograms) the first time it needs them.
+	whenAST, keyAST *cel.Ast
+	partial         partialPrograms
 }
 
 type rateRule struct {
@@ -387,7 +391,7 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 			prg, ast, kerrs := compileExpr(env, rl.Key, spec.KeyPos, label, "rate_limit key", keyTypeOK)
 			errs = append(errs, kerrs...)
 			if prg != nil {
-				r.rl.key = prg
+				r.rl.key, r.keyAST = prg, ast
 				errs = append(errs, r.addUses(ast, spec.KeyPos, label, "rate_limit key")...)
 				r.paths = appendPaths(r.paths, ast)
 				r.argPaths = appendArgPaths(r.argPaths, ast)
@@ -407,7 +411,7 @@ func compileRule(env *cel.Env, spec *RuleSpec, label string) (*rule, CompileErro
 		prg, ast, werrs := compileExpr(env, spec.When, spec.Pos, label, "when", whenTypeOK)
 		errs = append(errs, werrs...)
 		if prg != nil {
-			r.when = prg
+			r.when, r.whenAST = prg, ast
 			errs = append(errs, r.addUses(ast, spec.Pos, label, "when")...)
 			r.paths = appendPaths(r.paths, ast)
 			r.argPaths = appendArgPaths(r.argPaths, ast)

@@ -83,10 +83,14 @@ namespace and serve its flows with the pod as the client identity (client.pod.* 
 records). A restarted agent adopts the pods it had enrolled. SIGINT/SIGTERM stop it: with
 node_agent.failure: open every pod's steering is removed (traffic goes direct), with closed it
 stays. Needs Linux, CAP_NET_ADMIN, CAP_SYS_ADMIN (setns) and the host's /proc and netns paths.`,
-	"policy": `usage: mcpintercept policy test --config FILE --input RECORDS.jsonl [--rule-set NAME] [-o json]
+	"policy": `usage: mcpintercept policy test --config FILE --input RECORDS.jsonl [--rule-set NAME] [--only-differences] [--fail-on-unknown] [-o json]
 
 Evaluate recorded requests (flow log lines) against the configuration's rule sets offline and
-print what each rule decides.`,
+print what each rule decides. --only-differences prints only the records whose replayed decision
+differs from the recorded one, then the summary. A record whose decision depends on a field the
+flow log does not carry (mcp.arguments, http.headers, auth.*) is "unknown". Exit 0: no decision
+differs (unknowns are reported); 1: one differs, or with --fail-on-unknown one is unknown;
+2: usage or an unreadable line.`,
 	"tools": `usage: mcpintercept tools list|diff|approve|pin [flags]
 
 The running appliance's tool-integrity state over its admin listener.`,

@@ -16,14 +16,17 @@ import (
 )
 
 // cmdPolicy is `mcpintercept policy test --config F --input RECORDS.jsonl [--rule-set NAME]
-// [-o json]`: a dry run of the configuration's rule sets over recorded requests (flow log lines).
-// Exit 0 when every recorded decision is reproduced, 1 when one is not (or could not be
-// evaluated), 2 on a usage or input error.
+// [--only-differences] [--fail-on-unknown] [-o json]`: a dry run of the configuration's rule sets
+// over recorded requests (flow log lines). Exit 0 when no replayed decision differs from the
+// recorded one, 1 when one does (or, with --fail-on-unknown, when one depends on a field the
+// record does not carry), 2 on a usage or input error. Unknowns are reported, not failed, by
+// default: a rule set that reads arguments or headers always has some, and a test that can
+// never pass tests nothing.
 func cmdPolicy(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "test" {
 		args = args[1:]
 	} else if len(args) == 0 || !strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(stderr, "usage: mcpintercept policy test --config FILE --input RECORDS.jsonl [--rule-set NAME] [-o json]")
+		fmt.Fprintln(stderr, "usage: "+policyTestUsage)
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("policy test", flag.ContinueOnError)
@@ -32,6 +35,8 @@ func cmdPolicy(args []string, stdout, stderr io.Writer) int {
 	input := fs.String("input", "", "flow log (JSON lines) of the requests to replay; - reads stdin")
 	ruleSet := fs.String("rule-set", "", "evaluate every record with this rule set (default: the set of the route each record matches)")
 	output := fs.String("o", "text", "output: text or json (one object per record, then a summary)")
+	onlyDiff := fs.Bool("only-differences", false, "print only the records whose replayed decision differs from the recorded one (and, with --fail-on-unknown, the unknown ones), then the summary")
+	failUnknown := fs.Bool("fail-on-unknown", false, "exit 1 also when a record's decision depends on a field the flow log does not carry (default: reported, exit 0)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -69,9 +74,14 @@ func cmdPolicy(args []string, stdout, stderr io.Writer) int {
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	var sum appliance.ReplaySummary
+	printed := 0
 	err = telemetry.ReadFlowRecords(in, func(line int, rec *telemetry.FlowRecord) error {
 		res := rp.Replay(line, rec)
 		sum.Add(&res)
+		if *onlyDiff && res.Verdict != appliance.VerdictDisagree && (!*failUnknown || res.Verdict != appliance.VerdictUnknown) {
+			return nil
+		}
+		printed++
 		if *output == "json" {
 			b, _ := json.Marshal(res)
 			out.Write(append(b, '\n'))
@@ -91,13 +101,18 @@ func cmdPolicy(args []string, stdout, stderr io.Writer) int {
 		}{&sum})
 		out.Write(append(b, '\n'))
 	} else {
+		if printed > 0 {
+			fmt.Fprintln(out)
+		}
 		writeSummaryText(out, &sum)
 	}
-	if sum.Disagree > 0 || sum.Unknown > 0 {
+	if sum.Disagree > 0 || *failUnknown && sum.Unknown > 0 {
 		return exitRuntime
 	}
 	return exitOK
 }
+
+const policyTestUsage = "mcpintercept policy test --config FILE --input RECORDS.jsonl [--rule-set NAME] [--only-differences] [--fail-on-unknown] [-o json]"
 
 // writeReplayText prints one replayed record.
 func writeReplayText(w io.Writer, r *appliance.ReplayResult) {
@@ -117,8 +132,11 @@ func writeReplayText(w io.Writer, r *appliance.ReplayResult) {
 		}
 		detail := ""
 		switch {
-		case len(o.Unknown) > 0:
+		case o.Outcome == policy.OutcomeUnknown:
 			detail = "  reads " + strings.Join(o.Unknown, ", ") + ": not in the record"
+			if o.Assumed != "" {
+				detail += "; taken as " + o.Assumed
+			}
 		case o.Err != "":
 			detail = "  " + o.Err
 		case len(o.Absent) > 0:
@@ -154,7 +172,7 @@ func decisionText(d appliance.ReplayDecision) string {
 
 // writeSummaryText prints the summary after the records.
 func writeSummaryText(w io.Writer, s *appliance.ReplaySummary) {
-	fmt.Fprintf(w, "\n%d records: %d agree, %d disagree, %d unknown (rules read fields the flow log does not carry), %d skipped (not rule decisions)\n",
+	fmt.Fprintf(w, "%d records: %d agree, %d disagree, %d unknown (agree only if rules that read fields the flow log does not carry went as recorded), %d skipped (not rule decisions)\n",
 		s.Records, s.Agree, s.Disagree, s.Unknown, s.Skipped)
 	if len(s.Disagreements) > 0 {
 		fmt.Fprintf(w, "disagreements at lines %s\n", joinInts(s.Disagreements))

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -120,7 +121,7 @@ func TestPolicyTest(t *testing.T) {
 	}
 	goodIn := write("good.jsonl", good)
 	badIn := write("bad.jsonl", good+rec(t, noMark)+rec(t, wrong))
-	argsIn := write("args.jsonl", rec(t, echo))
+	argsIn := write("args.jsonl", rec(t, noMark))
 
 	run := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
@@ -163,10 +164,14 @@ func TestPolicyTest(t *testing.T) {
 		t.Fatalf("last record %+v", last)
 	}
 
-	// A rule that reads the arguments cannot be judged from the flow log: unknown, exit 1.
+	// A rule that reads the arguments cannot be judged from the flow log: unknown, reported
+	// (exit 0), and a failure with --fail-on-unknown.
 	code, out, _ = run("--config", cfg, "--input", argsIn, "--rule-set", "args")
-	if code != 1 || !strings.Contains(out, "reads mcp.arguments: not in the record") || !strings.Contains(out, "=> UNKNOWN") {
-		t.Fatalf("exit %d, want 1 and the rule unknown:\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "reads mcp.arguments: not in the record; taken as no_match") || !strings.Contains(out, "=> UNKNOWN") {
+		t.Fatalf("exit %d, want 0 and the rule unknown:\n%s", code, out)
+	}
+	if code, out, _ = run("--config", cfg, "--input", argsIn, "--rule-set", "args", "--fail-on-unknown"); code != 1 || !strings.Contains(out, "1 unknown") {
+		t.Fatalf("--fail-on-unknown: exit %d, want 1:\n%s", code, out)
 	}
 
 	for _, tt := range []struct {
@@ -232,4 +237,107 @@ func FuzzReadRecords(f *testing.F) {
 			t.Fatalf("error without a line: %v", err)
 		}
 	})
+}
+
+// TestPolicyTestLab replays a flow log of the lab (testdata/lab-flows.jsonl: Level 2 sessions
+// with initialize, notifications, tools/list, calls, denied calls, a sampling request and the
+// route's own refusals; Level 1 requests with and without Mcp-* headers; Level 0 flows) through
+// examples/lab.yaml. Every decision is reproduced: exit 0. The rules that read mcp.arguments or
+// mcp.client_info are decided by their other conditions wherever those decide (a tools/list, a
+// call of another tool), so only the echo calls and the sampling request stay unknown. A changed
+// rule makes it exit 1, and --only-differences prints the records it changes and nothing else.
+func TestPolicyTestLab(t *testing.T) {
+	const flows = "testdata/lab-flows.jsonl"
+	lab, err := os.ReadFile("../../examples/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := realMain(append([]string{"policy", "test"}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	results := func(out string) (res []appliance.ReplayResult, sum appliance.ReplaySummary) {
+		t.Helper()
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		for _, l := range lines[:len(lines)-1] {
+			var r appliance.ReplayResult
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("%v: %s", err, l)
+			}
+			res = append(res, r)
+		}
+		var s struct{ Summary appliance.ReplaySummary }
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
+			t.Fatal(err)
+		}
+		return res, s.Summary
+	}
+
+	code, out, errs := run("--config", "../../examples/lab.yaml", "--input", flows, "-o", "json")
+	if code != 0 {
+		t.Fatalf("lab config over its own flows: exit %d, want 0\n%s%s", code, out, errs)
+	}
+	res, sum := results(out)
+	if sum.Disagree != 0 || sum.Agree < 40 || sum.Skipped == 0 || sum.Records != len(res) {
+		t.Fatalf("summary %+v", sum)
+	}
+	denied := map[int]bool{} // the records deny-denied-tools decided
+	for _, r := range res {
+		if r.Recorded.Rule == "deny-denied-tools" {
+			denied[r.Line] = true
+		}
+		if r.Verdict != appliance.VerdictUnknown {
+			continue
+		}
+		if !(r.Method == "tools/call" && r.Name == "echo" && r.RuleSet == "lab-level2") && r.Method != "sampling/createMessage" {
+			t.Errorf("line %d (%s %s, rule set %s) is unknown; only the echo calls and the sampling request depend on what the record lacks: %+v",
+				r.Line, r.Method, r.Name, r.RuleSet, r.Rules)
+		}
+	}
+	if sum.Unknown != 5 {
+		t.Errorf("%d unknown, want 5 (three echo calls at Level 2, the denied echo, the sampling request): lines %v", sum.Unknown, sum.Unknowns)
+	}
+	if len(denied) != 6 {
+		t.Fatalf("the fixture has %d records denied by deny-denied-tools, want 6", len(denied))
+	}
+
+	// Nothing differs: --only-differences prints the summary alone.
+	code, out, _ = run("--config", "../../examples/lab.yaml", "--input", flows, "--only-differences")
+	if code != 0 || strings.Contains(out, "line ") || !strings.Contains(out, "0 disagree, 5 unknown") {
+		t.Fatalf("--only-differences with none: exit %d\n%s", code, out)
+	}
+	// --fail-on-unknown fails on the unknowns and prints them.
+	code, out, _ = run("--config", "../../examples/lab.yaml", "--input", flows, "--only-differences", "--fail-on-unknown")
+	if code != 1 || strings.Count(out, "=> UNKNOWN") != 5 || strings.Contains(out, "=> AGREE") {
+		t.Fatalf("--fail-on-unknown: exit %d\n%s", code, out)
+	}
+
+	// The deny rule renamed to another prefix: the records it denied are now allowed.
+	changed := strings.ReplaceAll(string(lab), `mcp.name.startsWith("denied_")`, `mcp.name.startsWith("blocked_")`)
+	if changed == string(lab) {
+		t.Fatal("examples/lab.yaml no longer has the denied_ rule this test changes")
+	}
+	cfg := filepath.Join(t.TempDir(), "lab.yaml")
+	if err := os.WriteFile(cfg, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = run("--config", cfg, "--input", flows, "--only-differences", "-o", "json")
+	if code != 1 {
+		t.Fatalf("changed rule: exit %d, want 1\n%s", code, out)
+	}
+	res, sum = results(out)
+	if sum.Disagree != len(denied) || len(res) != len(denied) || sum.Records <= len(res) {
+		t.Fatalf("changed rule: %d records printed, summary %+v; want the %d denied ones", len(res), sum, len(denied))
+	}
+	for _, r := range res {
+		if !denied[r.Line] || r.Verdict != appliance.VerdictDisagree || r.Replayed == nil || r.Replayed.Decision != "allow" {
+			t.Errorf("printed line %d: %+v", r.Line, r)
+		}
+	}
+	code, out, _ = run("--config", cfg, "--input", flows, "--only-differences")
+	if code != 1 || strings.Count(out, "\nline ")+strings.Count(out[:min(len(out), 5)], "line ") != len(denied) ||
+		!strings.Contains(out, fmt.Sprintf("%d disagree", len(denied))) || strings.Contains(out, "=> AGREE") || strings.Contains(out, "=> UNKNOWN") {
+		t.Fatalf("changed rule, text: exit %d\n%s", code, out)
+	}
 }
