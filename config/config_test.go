@@ -637,7 +637,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "tab indentation", src: "listen:\n\tport: 1\n", want: []wantErr{{2, "", "invalid YAML"}}},
 		{name: "second document", src: minimal + "---\nlog: {level: debug}\n", want: []wantErr{{5, "", "one YAML document"}}},
 		{name: "unknown anchor", src: minimal + "listen: {port: *nope}\n", want: []wantErr{{4, "", "unknown anchor 'nope' referenced"}}},
-		{name: "unclosed flow mapping on line 1", src: "{intercept: {destinations: [10.0.0.0/8], ports: [1]}\n", want: []wantErr{{2, "", "did not find expected ',' or '}'"}}},
+		{name: "unclosed flow mapping on line 1", src: "{intercept: {destinations: [10.0.0.0/8], ports: [1]}\n", want: []wantErr{{1, "", "did not find expected ',' or '}'"}}},
 		{name: "bad indentation in a block mapping", src: "listen:\n  port: 1\n addresses: []\n", want: []wantErr{{3, "", "did not find expected key"}}},
 		{name: "scanner error", src: minimal + "log:\n  level: a: b\n", want: []wantErr{{5, "", "mapping values are not allowed in this context"}}},
 

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -153,54 +152,6 @@ const maxEntries = 100000
 
 func (d *decoder) fail(n *yaml.Node, key, msg string) {
 	d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Column: n.Column, Key: key, Msg: msg})
-}
-
-// yaml.v3 reports syntax errors as "yaml: line N: problem" without a column.
-var syntaxLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
-
-// parserProblems are the messages of yaml.v3's parser, as opposed to its
-// scanner. For these it prints the 0-based line of the enclosing construct
-// (go-yaml/yaml#205) and drops the line entirely when that is the first one,
-// so one is added back. TestParseErrors pins this: if the library is fixed,
-// the syntax error cases will fail instead of silently pointing a line low.
-var parserProblems = map[string]bool{
-	"did not find expected <stream-start>":   true,
-	"did not find expected <document start>": true,
-	"did not find expected node content":     true,
-	"did not find expected '-' indicator":    true,
-	"did not find expected key":              true,
-	"did not find expected ',' or ']'":       true,
-	"did not find expected ',' or '}'":       true,
-	"found undefined tag handle":             true,
-	"found duplicate %YAML directive":        true,
-	"found duplicate %TAG directive":         true,
-	"found incompatible YAML document":       true,
-}
-
-// unknownAnchor has no position in yaml.v3's message; the first use of the
-// alias in the text is where the user has to look.
-var unknownAnchor = regexp.MustCompile(`^unknown anchor '(.*)' referenced$`)
-
-func (d *decoder) syntax(err error, data []byte) {
-	// One error per output line is part of the format, whatever the
-	// library's message holds.
-	text := strings.NewReplacer("\n", " ", "\r", " ").Replace(err.Error())
-	e := &Error{File: d.file, Msg: "invalid YAML: " + text}
-	if m := syntaxLine.FindStringSubmatch(text); m != nil {
-		e.Msg = "invalid YAML: " + m[2]
-		e.Line, _ = strconv.Atoi(m[1])
-		if parserProblems[m[2]] {
-			e.Line++
-		}
-		if a := unknownAnchor.FindStringSubmatch(m[2]); a != nil && e.Line == 0 {
-			if i := bytes.Index(data, []byte("*"+a[1])); i >= 0 {
-				before := data[:i]
-				e.Line = bytes.Count(before, []byte("\n")) + 1
-				e.Column = utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
-			}
-		}
-	}
-	d.errs = append(d.errs, e)
 }
 
 // decodeNode keeps a panic inside the YAML library from taking down `check`
