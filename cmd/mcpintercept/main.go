@@ -186,18 +186,23 @@ func parseFlags(name string, args []string, stderr io.Writer, needConfig bool) (
 func loadConfig(cf *commonFlags, stderr io.Writer) (*config.Config, bool) {
 	cfg, err := config.Load(cf.config, config.Overrides{Mechanism: config.Mechanism(cf.mechanism)})
 	if err != nil {
-		var errs config.Errors
-		if errors.As(err, &errs) {
-			fmt.Fprintf(stderr, "mcpintercept: invalid configuration (%d problem(s)); nothing was installed:\n", len(errs))
-			for _, e := range errs {
-				fmt.Fprintf(stderr, "  %s\n", e)
-			}
-		} else {
-			fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
-		}
+		reportConfigError(stderr, err)
 		return nil, false
 	}
 	return cfg, true
+}
+
+// reportConfigError prints a configuration that did not load: each problem on a line.
+func reportConfigError(stderr io.Writer, err error) {
+	var errs config.Errors
+	if errors.As(err, &errs) {
+		fmt.Fprintf(stderr, "mcpintercept: invalid configuration (%d problem(s)); nothing was installed:\n", len(errs))
+		for _, e := range errs {
+			fmt.Fprintf(stderr, "  %s\n", e)
+		}
+		return
+	}
+	fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
 }
 
 func reportRuleErrors(stderr io.Writer, err error) {
