@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mcpintercept/auth"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -99,7 +100,10 @@ type Appliance struct {
 	opt  Options
 	log  *slog.Logger
 	mech intercept.Mechanism
-	lns  []*net.TCPListener
+	// jwksLog is every route's token checks' (and kept across reloads): an issuer whose keys
+	// cannot be read is logged once a minute, not once per route.
+	jwksLog *auth.JWKSLog
+	lns     []*net.TCPListener
 
 	metrics  *telemetry.Metrics
 	admin    *admin.Server
@@ -155,7 +159,8 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Appliance{cfg: cfg, opt: opt, log: log, lns: opt.Listeners, ready: make(chan struct{})}
+	a := &Appliance{cfg: cfg, opt: opt, log: log, lns: opt.Listeners, ready: make(chan struct{}),
+		jwksLog: auth.NewJWKSLog(log.With("component", "tokens"))}
 	defer func() {
 		if err != nil {
 			a.release()
@@ -164,7 +169,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 
 	routing := opt.Routing
 	if routing == nil {
-		if routing, a.sets, err = RoutingFromConfig(cfg, nil); err != nil {
+		if routing, a.sets, err = routingFromConfig(cfg, nil, a.jwksLog); err != nil {
 			return nil, &ConfigError{Err: err}
 		}
 	}
@@ -475,7 +480,7 @@ func (a *Appliance) Reload(path string) error {
 		a.log.Error("reload refused: invalid configuration; keeping the running one", "err", err)
 		return fmt.Errorf("reload refused: invalid configuration: %w", err)
 	}
-	routing, sets, err := RoutingFromConfig(next, a.sets)
+	routing, sets, err := routingFromConfig(next, a.sets, a.jwksLog)
 	if err != nil {
 		a.log.Error("reload refused: invalid policy; keeping the running one", "err", err)
 		return fmt.Errorf("reload refused: invalid policy: %w", err)

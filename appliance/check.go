@@ -117,7 +117,7 @@ func CheckAll(cfg *config.Config, preflight []error) []error {
 	}
 	routes := declaredRoutes(cfg)
 	for _, r := range routes {
-		_, err := tokenChecker(cfg, r)
+		_, err := tokenChecker(cfg, r, nil)
 		add(err)
 	}
 	full := &engine.Routing{Routes: rt.Routes, Default: rt.Default}

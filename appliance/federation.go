@@ -69,7 +69,7 @@ func (a *Appliance) federationOptions(cfg *config.Config) (federation.Options, e
 		o.Pins = a.tools.Load().Route(integrity.RouteOptions{Mode: integrity.Mode(f.ToolPins)})
 	}
 	if f.TokenAudience != config.Off {
-		tc, err := tokenChecker(cfg, config.Route{Name: "federation"})
+		tc, err := tokenChecker(cfg, config.Route{Name: "federation"}, a.jwksLog)
 		if err != nil {
 			return o, err
 		}

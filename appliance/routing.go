@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"errors"
+	"mcpintercept/auth"
 
 	"mcpintercept/audit/auditstage"
 	"mcpintercept/auth/tokenstage"
@@ -23,6 +24,12 @@ type CompiledRuleSets map[string]*policy.Set
 // RoutingFromConfig compiles the configuration's rule sets and converts its routes. Every compile
 // error of every set is returned (policy.CompileErrors, with file, line and column).
 func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*engine.Routing, CompiledRuleSets, error) {
+	return routingFromConfig(cfg, prev, nil)
+}
+
+// routingFromConfig is RoutingFromConfig whose token checks log why an issuer's keys could not
+// be read to jwksLog (nil: not logged).
+func routingFromConfig(cfg *config.Config, prev CompiledRuleSets, jwksLog *auth.JWKSLog) (*engine.Routing, CompiledRuleSets, error) {
 	sets, err := compileRuleSets(cfg, prev)
 	if err != nil {
 		return nil, nil, err
@@ -32,7 +39,7 @@ func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*engine.Routi
 		rt.RuleSets[n] = s
 	}
 	for i := range cfg.Routes {
-		r, err := routeWithTokens(cfg, cfg.Routes[i])
+		r, err := routeWithTokens(cfg, cfg.Routes[i], jwksLog)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -43,7 +50,7 @@ func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*engine.Routi
 	case d.Close:
 		rt.DefaultClose = true
 	case d.Route != nil:
-		if rt.Default, err = routeWithTokens(cfg, *d.Route); err != nil {
+		if rt.Default, err = routeWithTokens(cfg, *d.Route, jwksLog); err != nil {
 			return nil, nil, err
 		}
 		rt.Default.Name = engine.DefaultRouteName
@@ -138,9 +145,9 @@ func ruleSpec(r config.Rule) policy.RuleSpec {
 }
 
 // routeWithTokens is routeFromConfig with the route's token check built.
-func routeWithTokens(cfg *config.Config, r config.Route) (*engine.Route, error) {
+func routeWithTokens(cfg *config.Config, r config.Route, jwksLog *auth.JWKSLog) (*engine.Route, error) {
 	route := routeFromConfig(cfg, r)
-	tc, err := tokenChecker(cfg, r.WithDefaults())
+	tc, err := tokenChecker(cfg, r.WithDefaults(), jwksLog)
 	if err != nil {
 		return nil, err
 	}

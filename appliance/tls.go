@@ -73,3 +73,7 @@ func NewLoggerFormat(level, format string, w io.Writer) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(w, o))
 }
+
+// UpstreamRoots is the pool upstream certificates are verified against: the system roots plus
+// upstream_tls.extra_cas (and exec's --upstream-ca, which adds to them).
+func UpstreamRoots(cfg *config.Config) (*x509.CertPool, error) { return upstreamRoots(cfg) }

@@ -14,7 +14,7 @@ import (
 // tokenChecker builds the route's token check from the tokens section: nil when the route reads
 // no HTTP or has token_audience: off. JWKS URLs and the introspection endpoint are reached through
 // the bypass dialer, so the appliance never intercepts its own fetches.
-func tokenChecker(cfg *config.Config, r config.Route) (tokenstage.Checker, error) {
+func tokenChecker(cfg *config.Config, r config.Route, jwksLog *auth.JWKSLog) (tokenstage.Checker, error) {
 	if !r.TokenAudienceOn() {
 		return nil, nil
 	}
@@ -29,6 +29,7 @@ func tokenChecker(cfg *config.Config, r config.Route) (tokenstage.Checker, error
 		Opaque:    opaque,
 		MaxHeader: int(t.MaxHeader),
 		Dial:      upstream.BypassDialer(cfg.Steering.BypassMark, cfg.Limits.ConnectTimeout.Duration).DialContext,
+		JWKSLog:   jwksLog,
 	}
 	for _, is := range t.Issuers {
 		o.Issuers = append(o.Issuers, auth.Issuer{Issuer: is.Issuer, JWKSFile: is.JWKSFile, JWKSURL: is.JWKSURL, Audiences: is.Audiences})

@@ -52,6 +52,9 @@ type Options struct {
 	// Dial reaches JWKS URLs and the introspection endpoint (the bypass
 	// dialer, so the appliance does not intercept its own fetches).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// JWKSLog receives why an issuer's keys could not be read when a token needed them
+	// (nil: not logged); share one across Checkers so each issuer is logged once an interval.
+	JWKSLog *JWKSLog
 }
 
 // Issuer is a trusted token issuer and where its keys are.
@@ -136,7 +139,7 @@ func newChecker(o Options, roots *x509.CertPool) (*Checker, error) {
 	}
 	c.audiences = canonicalAll(o.Audiences)
 	client := newHTTPClient(o.Dial, roots)
-	issuers, err := newIssuers(o.Issuers, client, c.clock)
+	issuers, err := newIssuers(o.Issuers, client, c.clock, o.JWKSLog)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,10 @@ import (
 // issuer is a configured issuer with its key set, refreshed when a token
 // names a key it does not hold (key rotation), at most once a minute.
 type issuer struct {
+	name      string
+	source    string // the JWKS URL or file, for the log
 	audiences []string
+	log       *JWKSLog // nil: failures are not logged
 	load      func(ctx context.Context) (*jose.JSONWebKeySet, error)
 	clock     func() time.Time
 
@@ -28,7 +31,7 @@ type issuer struct {
 	loadErr error     // of the last load attempt
 }
 
-func newIssuers(cfg []Issuer, client *http.Client, clock func() time.Time) (map[string]*issuer, error) {
+func newIssuers(cfg []Issuer, client *http.Client, clock func() time.Time, log *JWKSLog) (map[string]*issuer, error) {
 	out := make(map[string]*issuer, len(cfg))
 	for _, ic := range cfg {
 		if _, dup := out[ic.Issuer]; dup {
@@ -38,6 +41,7 @@ func newIssuers(cfg []Issuer, client *http.Client, clock func() time.Time) (map[
 		if err != nil {
 			return nil, fmt.Errorf("issuer %q: %w", ic.Issuer, err)
 		}
+		iss.log = log
 		out[ic.Issuer] = iss
 	}
 	return out, nil
@@ -47,7 +51,10 @@ func newIssuer(ic Issuer, client *http.Client, clock func() time.Time) (*issuer,
 	if ic.Issuer == "" {
 		return nil, errors.New("no issuer identifier")
 	}
-	iss := &issuer{audiences: canonicalAll(ic.Audiences), clock: clock}
+	iss := &issuer{name: ic.Issuer, source: ic.JWKSURL, audiences: canonicalAll(ic.Audiences), clock: clock}
+	if ic.JWKSFile != "" {
+		iss.source = ic.JWKSFile
+	}
 	switch {
 	case (ic.JWKSFile == "") == (ic.JWKSURL == ""):
 		return nil, errors.New("want exactly one of a JWKS file and a JWKS URL")
@@ -63,6 +70,7 @@ func newIssuer(ic Issuer, client *http.Client, clock func() time.Time) (*issuer,
 		if err != nil || u.Scheme != "https" || u.Host == "" {
 			return nil, fmt.Errorf("jwks url %q: want an https URL", ic.JWKSURL)
 		}
+		iss.source = u.Redacted() // a password in the URL stays out of the log
 		iss.load = func(ctx context.Context) (*jose.JSONWebKeySet, error) { return fetchJWKS(ctx, client, ic.JWKSURL) }
 	}
 	return iss, nil
@@ -172,6 +180,13 @@ func (iss *issuer) refresh() (*jose.JSONWebKeySet, error) {
 		keys, err := iss.load(ctx)
 		if err == nil {
 			iss.keys = keys
+		} else {
+			held := 0
+			if iss.keys != nil {
+				held = len(iss.keys.Keys)
+			}
+			// Only a request needing the keys gets here, at most once a refresh interval.
+			iss.log.failed(now, iss.name, iss.source, err, held)
 		}
 		iss.loadErr = err
 	}

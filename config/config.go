@@ -546,6 +546,9 @@ var LogLevels = []string{"debug", "info", "warn", "error"}
 // Overrides come from the command line and win over the file.
 type Overrides struct {
 	Mechanism Mechanism // "" keeps the file's value
+	// Exec loads a file for `mcpintercept exec`, which steers a cgroup of its own with eBPF: a
+	// file without `mechanism` is read as ebpf, and ebpf.cgroup is not required.
+	Exec bool
 }
 
 // Default returns a config with every default applied for mechanism m.

@@ -96,6 +96,10 @@ func parse(name string, data []byte, o Overrides) (*Config, Errors) {
 			d.errs = append(d.errs, &Error{File: "--mechanism", Msg: msg})
 		}
 	}
+	if o.Exec && o.Mechanism == "" && !d.set["mechanism"] {
+		c.Mechanism = EBPF
+		d.set["mechanism"] = true
+	}
 	applyDefaults(c, func(key string) bool { return d.set[key] })
 	if name != "" {
 		c.resolvePaths(filepath.Dir(name))
@@ -104,6 +108,9 @@ func parse(name string, data []byte, o Overrides) (*Config, Errors) {
 		for _, e := range c.validate() {
 			if (o.Mechanism != "" && e.Key == "mechanism") || d.suppressed(e) {
 				continue
+			}
+			if o.Exec && e.Key == "ebpf.cgroup" && c.EBPF.Cgroup == "" {
+				continue // exec's cgroup is its own
 			}
 			if o.Mechanism != "" && e.alt == "mechanism" {
 				// The file's mechanism line is not the one in effect.

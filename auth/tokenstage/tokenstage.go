@@ -204,7 +204,11 @@ func quoteHost(s string) string {
 
 // refuse answers before anything is forwarded: 401 with the RFC 6750 challenge (a client reads
 // error_description), and at Level 2 a JSON-RPC error naming the appliance, as its denials are.
-// Level 1 writes no JSON-RPC body.
+// Level 1 writes no JSON-RPC body. The JSON-RPC id is null: the token is judged from the head,
+// before any byte of the body is read (a refused request's body is never read, held or judged by
+// a later stage), and JSON-RPC 2.0 answers null when the id was not determined. Deferring the
+// answer to read the id would run every later stage's RequestHead (rules, rate limits) on a
+// request already refused; clients act on the status (401, 421, 503), never 200 here.
 func (s *tokenStage) refuse(x *exchange.Exchange, status int, reason string) exchange.Result {
 	var headers []exchange.Header
 	if status != http.StatusMisdirectedRequest {

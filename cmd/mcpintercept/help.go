@@ -24,7 +24,8 @@ see, the CA directory and key permissions, every file the configuration names, t
 the appliance writes, and with --ports whether the listen ports are free. Settings that can never
 take effect (a route shadowed by an earlier one, a route on a port intercept.ports does not steer,
 sni on a plaintext route, an unknown allow_upgrade protocol, an unused rule set) are warnings.
-Exit 0: valid (warnings allowed unless --strict); 2: invalid.`,
+--strict also fetches each tokens.issuers[].jwks_url once (5 s, 1 MiB) and refuses one that does
+not serve a signing key. Exit 0: valid (warnings allowed unless --strict); 2: invalid.`,
 	"cleanup": `usage: mcpintercept cleanup
 
 Remove every rule, route, table, eBPF link and cgroup mcpintercept could have installed, whatever
@@ -49,13 +50,14 @@ are the certificate itself; p12 is a PKCS#12 trust store holding only the certif
 Windows and macOS certificate stores: password "changeit" (the file holds nothing secret; the
 macOS keychain refuses an empty one), legacy 3DES/SHA-1 encoding, which both read. Redirect it to
 a file: mcpintercept ca export --format p12 > mcpintercept-ca.p12`,
-	"exec": `usage: mcpintercept exec [--config FILE] [--level 1|2] [--user NAME|UID] -- CMD [ARGS...]
+	"exec": `usage: mcpintercept exec [--config FILE] [--level 1|2] [--user NAME|UID] [--upstream-ca FILE]... -- CMD [ARGS...]
 
 Run CMD with every TCP connect of it and its children steered through the appliance (eBPF on a
 cgroup of its own); a line per request on stderr, a summary at exit, CMD's exit code. Zero-config
 (without --config): TLS terminated with the appliance CA, HTTP read at Level 2 (every JSON-RPC
 message; --level 1: headers only), the rest forwarded opaque. Needs Linux and root; CMD runs as
-the user who ran sudo.`,
+the user who ran sudo. --upstream-ca FILE (repeatable) also trusts that PEM file's CAs for upstream
+servers (as upstream_tls.extra_cas).`,
 	"audit": `usage: mcpintercept audit verify DIR [--pubkey FILE] [--checkpoint FILE]
        mcpintercept audit show DIR [--client IP[:PORT]] [--tool T] [--decision D] [--since RFC3339] [--until RFC3339] [--json]
 

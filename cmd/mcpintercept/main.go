@@ -186,18 +186,23 @@ func parseFlags(name string, args []string, stderr io.Writer, needConfig bool) (
 func loadConfig(cf *commonFlags, stderr io.Writer) (*config.Config, bool) {
 	cfg, err := config.Load(cf.config, config.Overrides{Mechanism: config.Mechanism(cf.mechanism)})
 	if err != nil {
-		var errs config.Errors
-		if errors.As(err, &errs) {
-			fmt.Fprintf(stderr, "mcpintercept: invalid configuration (%d problem(s)); nothing was installed:\n", len(errs))
-			for _, e := range errs {
-				fmt.Fprintf(stderr, "  %s\n", e)
-			}
-		} else {
-			fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
-		}
+		reportConfigError(stderr, err)
 		return nil, false
 	}
 	return cfg, true
+}
+
+// reportConfigError prints a configuration that did not load: each problem on a line.
+func reportConfigError(stderr io.Writer, err error) {
+	var errs config.Errors
+	if errors.As(err, &errs) {
+		fmt.Fprintf(stderr, "mcpintercept: invalid configuration (%d problem(s)); nothing was installed:\n", len(errs))
+		for _, e := range errs {
+			fmt.Fprintf(stderr, "  %s\n", e)
+		}
+		return
+	}
+	fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
 }
 
 func reportRuleErrors(stderr io.Writer, err error) {
@@ -221,7 +226,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	var cf commonFlags
 	fs.StringVar(&cf.config, "config", "", "configuration file (YAML)")
 	fs.StringVar(&cf.mechanism, "mechanism", "", "override the file's mechanism: "+mechanismList())
-	strict := fs.Bool("strict", false, "treat warnings as errors (exit 2)")
+	strict := fs.Bool("strict", false, "treat warnings as errors (exit 2), and fetch each tokens.issuers[].jwks_url once (a URL that does not serve keys: exit 2)")
 	ports := fs.Bool("ports", false, "also check that the listen, admin and dns ports are free (binds each once)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -265,9 +270,31 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mcpintercept check: %d warning(s), refused under --strict\n", len(warnings))
 		return exitUsage
 	}
+	if *strict && !checkJWKS(appliance.ProbeJWKS(context.Background(), cfg), cf.config, stdout, stderr) {
+		return exitUsage
+	}
 	fmt.Fprintf(stdout, "%s: ok (mechanism %s, %d destination prefix(es), %d port range(s), %d route(s), %d rule(s) compiled)\n",
 		cf.config, cfg.Mechanism, len(cfg.Intercept.Destinations), len(cfg.Intercept.Ports), len(cfg.Routes), nrules)
 	return exitOK
+}
+
+// checkJWKS reports what --strict found at each tokens.issuers[].jwks_url: "ok: N key(s)" on
+// stdout, a URL that could not be used on stderr (false: the check fails).
+func checkJWKS(probes []appliance.JWKSProbe, path string, stdout, stderr io.Writer) bool {
+	bad := 0
+	for _, p := range probes {
+		if p.Err != nil {
+			bad++
+			fmt.Fprintf(stderr, "%s: %s\n", path, p)
+		} else {
+			fmt.Fprintf(stdout, "%s: %s\n", path, p)
+		}
+	}
+	if bad > 0 {
+		fmt.Fprintf(stderr, "mcpintercept check: %d JWKS URL(s) unusable: every request with a token of that issuer would be answered 503\n", bad)
+		return false
+	}
+	return true
 }
 
 // preflight refuses what appliance.Preflight finds (run, exec --config): reported like a
