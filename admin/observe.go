@@ -78,18 +78,23 @@ type ObserveFilter struct {
 	Client string
 	// Tool is the record's mcp_name (the tool of a tools/call, a prompt's or resource's name).
 	Tool string
-	// Decisions are the decisions passed (allow, deny, rate_limit, …); empty: all.
+	// Decisions are the decisions passed (allow, deny, rate_limited, would_deny,
+	// would_rate_limit: telemetry.ParseDecisions' values); empty: all.
 	Decisions []string
 	// Route is the name of the route the record's connection takes under the routing now.
 	Route string
 	// Since passes records from that time on (and replays the recent ones, see liveHistory).
 	Since time.Time
+	// Until passes records before that time only (a flow log read back; a live stream's records
+	// are all later).
+	Until time.Time
 	// Kinds are the record kinds passed (flow, exchange, message); empty: all.
 	Kinds []string
 }
 
-// ParseObserveQuery reads the filter from a query (client, tool, decision, route, since, kind);
-// since is RFC 3339 or a duration back from now.
+// ParseObserveQuery reads the filter from a query (client, tool, decision, route, since, until,
+// kind); since and until are RFC 3339 or a duration back from now. A value outside a key's set
+// (decision dney) is an error naming the valid ones.
 func ParseObserveQuery(q url.Values, now time.Time) (ObserveFilter, error) {
 	f := ObserveFilter{Client: q.Get("client"), Tool: q.Get("tool"), Route: q.Get("route")}
 	split := func(s string) []string {
@@ -101,7 +106,10 @@ func ParseObserveQuery(q url.Values, now time.Time) (ObserveFilter, error) {
 		}
 		return out
 	}
-	f.Decisions = split(q.Get("decision"))
+	var err error
+	if f.Decisions, err = telemetry.ParseDecisions(q.Get("decision")); err != nil {
+		return f, err
+	}
 	f.Kinds = split(q.Get("kind"))
 	for _, k := range f.Kinds {
 		if k != "flow" && k != "exchange" && k != "message" {
@@ -114,6 +122,13 @@ func ParseObserveQuery(q url.Values, now time.Time) (ObserveFilter, error) {
 			return f, err
 		}
 		f.Since = t
+	}
+	if s := q.Get("until"); s != "" {
+		t, err := ParseSince(s, now)
+		if err != nil {
+			return f, fmt.Errorf("until %s", strings.TrimPrefix(err.Error(), "since "))
+		}
+		f.Until = t
 	}
 	if f.Client != "" && strings.Contains(f.Client, "/") {
 		if _, err := netip.ParsePrefix(f.Client); err != nil {
@@ -135,17 +150,26 @@ func ParseSince(s string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
-// matchRecord says whether f passes the record; route is the name of the route its connection
-// takes (computed only when f asks for one).
+// matchRecord says whether f passes the live record; route is the name of the route its
+// connection takes (computed only when f asks for one).
 func (f *ObserveFilter) matchRecord(l *telemetry.Live, route func() string) bool {
-	r := &l.Record
+	return f.Match(&l.Record, l.Kind, route)
+}
+
+// Match says whether f passes record r of kind k (telemetry.KindOf for a record read back from a
+// flow log); route is the name of the route its connection takes, asked only when f names one
+// (nil: a filter naming a route passes nothing).
+func (f *ObserveFilter) Match(r *telemetry.FlowRecord, k telemetry.Kind, route func() string) bool {
 	if !f.Since.IsZero() && r.Time.Before(f.Since) {
 		return false
 	}
-	if len(f.Kinds) > 0 && !contains(f.Kinds, l.Kind.String()) {
+	if !f.Until.IsZero() && !r.Time.Before(f.Until) {
 		return false
 	}
-	if len(f.Decisions) > 0 && !contains(f.Decisions, r.Decision) {
+	if len(f.Kinds) > 0 && !contains(f.Kinds, k.String()) {
+		return false
+	}
+	if !telemetry.MatchDecision(f.Decisions, r) {
 		return false
 	}
 	if f.Tool != "" && r.MCPName != f.Tool {
@@ -154,7 +178,7 @@ func (f *ObserveFilter) matchRecord(l *telemetry.Live, route func() string) bool
 	if f.Client != "" && !matchClient(f.Client, r) {
 		return false
 	}
-	if f.Route != "" && route() != f.Route {
+	if f.Route != "" && (route == nil || route() != f.Route) {
 		return false
 	}
 	return true

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,10 @@ func TestObserveFilter(t *testing.T) {
 		{"kind=message,flow", true},
 		{"route=r1", true},
 		{"route=r2", false},
+		{"until=30s", true},
+		{"until=2m", false},
+		{"decision=DENY", true},
+		{"decision=would_deny", false},
 	} {
 		q, _ := url.ParseQuery(c.q)
 		f, err := ParseObserveQuery(q, now)
@@ -43,11 +48,54 @@ func TestObserveFilter(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.q, got, c.want)
 		}
 	}
-	for _, bad := range []string{"since=-1m", "since=x", "kind=call", "client=10.0.0.0/99"} {
+	for _, bad := range []string{"since=-1m", "since=x", "until=x", "kind=call", "client=10.0.0.0/99", "decision=dney", "decision=allow,ratelimit"} {
 		q, _ := url.ParseQuery(bad)
 		if _, err := ParseObserveQuery(q, now); err == nil {
 			t.Errorf("%s: accepted", bad)
 		}
+	}
+}
+
+// TestObserveDecisions: the rate-limit spellings all select the flow record's rate_limited, the
+// shadow values select by the reason, and a wrong value names the valid ones.
+func TestObserveDecisions(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	limited := telemetry.FlowRecord{Decision: "rate_limited"}
+	shadow := telemetry.FlowRecord{Decision: "allow", Reason: "no rule matched; would_deny by no-delete (shadow): deletes"}
+	for _, c := range []struct {
+		q       string
+		rec     *telemetry.FlowRecord
+		want    bool
+		decided []string
+	}{
+		{"decision=rate_limited", &limited, true, []string{"rate_limited"}},
+		{"decision=rate_limit", &limited, true, []string{"rate_limited"}},
+		{"decision=ratelimited", &limited, true, []string{"rate_limited"}},
+		{"decision=deny", &limited, false, []string{"deny"}},
+		{"decision=would_deny", &shadow, true, []string{"would_deny"}},
+		{"decision=would_rate_limit", &shadow, false, []string{"would_rate_limit"}},
+		{"decision=allow", &shadow, true, []string{"allow"}},
+	} {
+		q, _ := url.ParseQuery(c.q)
+		f, err := ParseObserveQuery(q, now)
+		if err != nil {
+			t.Fatalf("%s: %v", c.q, err)
+		}
+		if len(f.Decisions) != len(c.decided) || f.Decisions[0] != c.decided[0] {
+			t.Errorf("%s: decisions %v, want %v", c.q, f.Decisions, c.decided)
+		}
+		if got := f.Match(c.rec, telemetry.KindMessage, nil); got != c.want {
+			t.Errorf("%s on %+v: %v, want %v", c.q, c.rec, got, c.want)
+		}
+	}
+	_, err := ParseObserveQuery(url.Values{"decision": {"dney"}}, now)
+	if err == nil || !strings.Contains(err.Error(), `"dney"`) || !strings.Contains(err.Error(), "allow, deny, rate_limited") {
+		t.Errorf("decision=dney: %v", err)
+	}
+	// a filter naming a route passes nothing when no route can be computed (a flow log)
+	f, _ := ParseObserveQuery(url.Values{"route": {"r1"}}, now)
+	if f.Match(&limited, telemetry.KindMessage, nil) {
+		t.Error("route filter without routing matched")
 	}
 }
 

@@ -25,6 +25,8 @@ package audit
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -61,12 +63,34 @@ func (c Config) withDefaults() Config {
 // Decision is the policy verdict an authorization record carries.
 type Decision string
 
-// The decisions a record may carry.
+// The decisions a record may carry, spelled as the flow log's (and policy's) are.
 const (
 	Allow       Decision = "allow"
 	Deny        Decision = "deny"
-	RateLimited Decision = "ratelimited"
+	RateLimited Decision = "rate_limited"
 )
+
+// LegacyRateLimited is how records written before the one spelling carry RateLimited; Canonical
+// reads it as RateLimited, so a filter selects both.
+const LegacyRateLimited Decision = "ratelimited"
+
+// Canonical is d in its one spelling (LegacyRateLimited and rate_limit are RateLimited).
+func (d Decision) Canonical() Decision {
+	if d == LegacyRateLimited || d == "rate_limit" {
+		return RateLimited
+	}
+	return d
+}
+
+// ParseDecision reads a --decision value: allow, deny or rate_limited (rate_limit and ratelimited
+// taken for it); anything else is an error naming the valid values.
+func ParseDecision(s string) (Decision, error) {
+	switch d := Decision(strings.ToLower(strings.TrimSpace(s))).Canonical(); d {
+	case Allow, Deny, RateLimited:
+		return d, nil
+	}
+	return "", fmt.Errorf("decision %q: want allow, deny or rate_limited", s)
+}
 
 // The kinds of record.
 const (

@@ -28,7 +28,7 @@ func (f Filter) match(r *Record) bool {
 	}
 	switch {
 	case f.Tool != "" && r.Tool != f.Tool,
-		f.Decision != "" && r.Decision != f.Decision,
+		f.Decision != "" && r.Decision.Canonical() != f.Decision.Canonical(),
 		!f.Since.IsZero() && r.Time.Before(f.Since),
 		!f.Until.IsZero() && !r.Time.Before(f.Until):
 		return false

@@ -122,6 +122,22 @@ func TestObserve(t *testing.T) {
 		t.Errorf("observe --decision deny: %v, want %v\n%s", gotDenials, wantDenials, denials.stderr)
 	}
 
+	// --no-follow (issue 34 item 3): the same denials from the records the appliance keeps, then
+	// exit 0 (runT fails the test on a hang or another exit code).
+	snap := runT(t, 30*time.Second, nsAppliance, bin("mcpintercept"), "observe", "--admin", admin, "--token-file", tokFile,
+		"--since", "10m", "--decision", "deny", "--no-follow", "-o", "json")
+	var snapped []string
+	for _, line := range strings.Split(strings.TrimSpace(snap), "\n") {
+		var r flowRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("observe --no-follow line %q: %v", line, err)
+		}
+		snapped = append(snapped, r.MCPName)
+	}
+	if len(snapped) < len(wantDenials) || fmt.Sprint(snapped[len(snapped)-len(wantDenials):]) != fmt.Sprint(wantDenials) {
+		t.Errorf("observe --no-follow --decision deny: %v, want it to end with %v", snapped, wantDenials)
+	}
+
 	// --top: per tool, calls and denials; the allowed ones are what the server logged.
 	got := map[string][2]int{}
 	allowed := 0

@@ -40,7 +40,7 @@ func (s *CallCounts) Add(r *FlowRecord) {
 		s.rows[k] = row
 	}
 	row.calls++
-	if r.Decision == "deny" || r.Decision == "rate_limit" {
+	if Denied(r.Decision) {
 		row.denied++
 	}
 	row.ms = append(row.ms, r.DurationMS)

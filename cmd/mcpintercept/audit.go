@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"mcpintercept/admin"
 	"mcpintercept/audit"
 )
 
@@ -31,7 +32,7 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintln(stderr, "usage: mcpintercept audit verify DIR [--pubkey FILE] [--checkpoint FILE]\n"+
-		"       mcpintercept audit show DIR [--client IP[:PORT]] [--tool T] [--decision D] [--since RFC3339] [--until RFC3339] [--json]")
+		"       mcpintercept audit show DIR [--client IP[:PORT]] [--tool T] [--decision D] [--since DUR|RFC3339] [--until DUR|RFC3339] [--json]")
 	return exitUsage
 }
 
@@ -137,15 +138,23 @@ func cmdAuditShow(args []string, stdout, stderr io.Writer) int {
 	var f audit.Filter
 	fs.StringVar(&f.Client, "client", "", "client ip or ip:port")
 	fs.StringVar(&f.Tool, "tool", "", "tool, prompt or resource")
-	decision := fs.String("decision", "", "allow, deny or ratelimited")
-	since := fs.String("since", "", "records at or after this time (RFC 3339)")
-	until := fs.String("until", "", "records before this time (RFC 3339)")
+	decision := fs.String("decision", "", "allow, deny or rate_limited (rate_limit and ratelimited taken for it)")
+	since := fs.String("since", "", "records at or after this time: a duration back from now (10m) or an RFC 3339 time")
+	until := fs.String("until", "", "records before this time: a duration back from now (10m) or an RFC 3339 time")
 	asJSON := fs.Bool("json", false, "print the records as JSON lines")
 	dir, ok := parseWithDir(fs, args, stderr)
 	if !ok {
 		return exitUsage
 	}
-	f.Decision = audit.Decision(*decision)
+	if *decision != "" {
+		d, err := audit.ParseDecision(*decision)
+		if err != nil {
+			fmt.Fprintf(stderr, "mcpintercept audit show: --%v\n", err)
+			return exitUsage
+		}
+		f.Decision = d
+	}
+	now := time.Now()
 	for _, t := range []struct {
 		flag string
 		val  string
@@ -154,9 +163,9 @@ func cmdAuditShow(args []string, stdout, stderr io.Writer) int {
 		if t.val == "" {
 			continue
 		}
-		v, err := time.Parse(time.RFC3339, t.val)
+		v, err := admin.ParseSince(t.val, now)
 		if err != nil {
-			fmt.Fprintf(stderr, "mcpintercept audit show: --%s: %v\n", t.flag, err)
+			fmt.Fprintf(stderr, "mcpintercept audit show: --%s %q: want an RFC 3339 time or a duration such as 10m\n", t.flag, t.val)
 			return exitUsage
 		}
 		*t.dst = v
@@ -173,6 +182,7 @@ func showJSON(dir string, f audit.Filter, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "mcpintercept audit show: %v\n", err)
 			return exitRuntime
 		}
+		r.Decision = r.Decision.Canonical()
 		line, _ := r.MarshalJSON()
 		fmt.Fprintf(stdout, "%s\n", line)
 	}
@@ -194,8 +204,12 @@ func showTable(dir string, f audit.Filter, stdout, stderr io.Writer) int {
 		} else if r.ErrorCode != 0 {
 			outcome += " (" + strconv.FormatInt(r.ErrorCode, 10) + ")"
 		}
+		server := r.Server
+		if server == "" {
+			server = r.Destination // no SNI or Host: the address it went to
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.Format("2006-01-02T15:04:05.000Z"),
-			r.Kind, dash(r.Client), dash(r.Server), dash(r.Method), dash(r.Tool), dash(string(r.Decision)), dash(outcome), dash(r.Rule))
+			r.Kind, dash(r.Client), dash(server), dash(r.Method), dash(r.Tool), dash(string(r.Decision.Canonical())), dash(outcome), dash(r.Rule))
 	}
 	tw.Flush()
 	return exitOK

@@ -232,3 +232,54 @@ func TestVerifyCoverageSaysStrayBytes(t *testing.T) {
 		t.Errorf("stray bytes reported where there are none:\n%s", b.String())
 	}
 }
+
+// TestAuditShowWords (issue 34 item 10): --since takes a duration, the rate-limit decision has
+// the flow log's spelling whichever one a record (or the flag) uses, SERVER falls back to the
+// destination, and a wrong --decision is an error naming the valid values.
+func TestAuditShowWords(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "audit")
+	s, err := audit.Open(audit.Config{Dir: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []audit.Record{
+		{Kind: audit.KindAuthorization, Client: "10.0.0.1:5000", Destination: "10.200.2.2:3012", Level: 2, Method: "tools/call", Tool: "old", Decision: audit.LegacyRateLimited, Rule: "rl"},
+		{Kind: audit.KindAuthorization, Client: "10.0.0.1:5001", Server: "mcp.example", Destination: "10.200.2.3:443", Level: 2, Method: "tools/call", Tool: "new", Decision: audit.RateLimited, Rule: "rl"},
+		{Kind: audit.KindAuthorization, Client: "10.0.0.1:5002", Server: "mcp.example", Level: 2, Method: "tools/call", Tool: "ok", Decision: audit.Allow},
+	} {
+		if _, err := s.Append(context.Background(), &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"rate_limited", "rate_limit", "ratelimited", "RATE_LIMITED"} {
+		code, out, errOut := runCLI("audit", "show", dir, "--decision", d, "--since", "24h")
+		rows := strings.Split(strings.TrimSpace(out), "\n")
+		if code != 0 || len(rows) != 3 {
+			t.Fatalf("--decision %s: exit %d, %s\n%s", d, code, errOut, out)
+		}
+		old := strings.Fields(rows[1])
+		if len(old) < 8 || old[4] != "10.200.2.2:3012" || old[7] != "rate_limited" || strings.Contains(out, "ratelimited") {
+			t.Errorf("--decision %s: the legacy record's row %q (want SERVER from the destination, DECISION rate_limited)", d, rows[1])
+		}
+		if f := strings.Fields(rows[2]); len(f) < 8 || f[4] != "mcp.example" {
+			t.Errorf("the server name is not preferred: %q", rows[2])
+		}
+	}
+	code, out, _ := runCLI("audit", "show", dir, "--json", "--decision", "rate_limited")
+	if code != 0 || strings.Count(out, `"decision":"rate_limited"`) != 2 || strings.Contains(out, "ratelimited") {
+		t.Errorf("--json: exit %d\n%s", code, out)
+	}
+	if code, out, _ := runCLI("audit", "show", dir, "--until", "24h"); code != 0 || strings.Count(out, "\n") != 1 {
+		t.Errorf("--until 24h (before a day ago): exit %d\n%s", code, out)
+	}
+	code, out, errOut := runCLI("audit", "show", dir, "--decision", "dney")
+	if code != 2 || out != "" || !strings.Contains(errOut, `"dney"`) || !strings.Contains(errOut, "allow, deny or rate_limited") {
+		t.Errorf("--decision dney: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, _, errOut := runCLI("audit", "show", dir, "--since", "-5m"); code != 2 || !strings.Contains(errOut, "--since") {
+		t.Errorf("--since -5m: exit %d, %q", code, errOut)
+	}
+}

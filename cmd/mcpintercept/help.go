@@ -59,7 +59,7 @@ message; --level 1: headers only), the rest forwarded opaque. Needs Linux and ro
 the user who ran sudo. --upstream-ca FILE (repeatable) also trusts that PEM file's CAs for upstream
 servers (as upstream_tls.extra_cas).`,
 	"audit": `usage: mcpintercept audit verify DIR [--pubkey FILE] [--checkpoint FILE]
-       mcpintercept audit show DIR [--client IP[:PORT]] [--tool T] [--decision D] [--since RFC3339] [--until RFC3339] [--json]
+       mcpintercept audit show DIR [--client IP[:PORT]] [--tool T] [--decision D] [--since DUR|RFC3339] [--until DUR|RFC3339] [--json]
 
 Check or list the durable audit log in DIR (audit.dir).`,
 	"audit verify": `usage: mcpintercept audit verify DIR [--pubkey FILE] [--checkpoint FILE]
@@ -68,13 +68,19 @@ Check the audit log's hash chain and its signed checkpoints. Every record from t
 --checkpoint (else the newest checkpoint in DIR) commits to, up to the last record any checkpoint
 covers, must be present; records no checkpoint covers yet are counted. Exit 0: intact; 1:
 tampered; 2: usage or unreadable.`,
-	"audit show": `usage: mcpintercept audit show DIR [--client IP[:PORT]] [--tool T] [--decision D] [--since RFC3339] [--until RFC3339] [--json]
+	"audit show": `usage: mcpintercept audit show DIR [--client IP[:PORT]] [--tool T] [--decision D] [--since DUR|RFC3339] [--until DUR|RFC3339] [--json]
 
-List the audit log's records, filtered.`,
-	"observe": `usage: mcpintercept observe [--config FILE | --admin URL --token-file FILE] [filters] [-o text|json] [--top]
+List the audit log's records, filtered. --since and --until take a duration back from now (10m)
+or an RFC 3339 time; --decision allow, deny or rate_limited (the flow log's spelling, which the
+table and --json print; records written as ratelimited match it). SERVER is the server name
+(SNI/Host), else the destination address.`,
+	"observe": `usage: mcpintercept observe [--config FILE | --admin URL --token-file FILE] [filters] [-o text|json] [--top] [--no-follow | --last N | --for DUR]
 
 Follow a running appliance's decisions live over its admin listener: one line per MCP message, or
 with --top a summary of calls per client and tool.`,
+	"log": `usage: mcpintercept log [filters] [--until DUR|RFC3339] [-o text|json] [--top] [--last N] FILE...
+
+Read flow log files (plain, rotated or gzip; - for stdin) with observe's filters and outputs.`,
 	"node-agent": `usage: mcpintercept node-agent --config FILE
 
 Run as a Kubernetes node agent (one per node, a DaemonSet): learn of pods from the chained CNI

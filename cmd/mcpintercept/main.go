@@ -9,6 +9,7 @@
 //	mcpintercept ca init|export [--config FILE | --dir DIR]
 //	mcpintercept exec [--config FILE] [--level 1|2] [--user NAME|UID] -- CMD [ARGS...]
 //	mcpintercept observe [flags]
+//	mcpintercept log [flags] FILE...
 //	mcpintercept policy test --config FILE --input RECORDS.jsonl
 //	mcpintercept version | --version
 //	mcpintercept audit verify|show DIR [flags]
@@ -88,7 +89,10 @@ commands:
                                            run CMD with its TCP connects steered through the appliance
                                            (eBPF; zero-config: TLS terminated, JSON-RPC bodies read at Level 2)
   observe [--config FILE | --admin URL --token-file FILE] [--client C] [--tool T] [--decision D] [-o json] [--top]
+          [--no-follow | --last N | --for DUR]
                                            follow a running appliance's decisions live (admin listener)
+  log [--client C] [--tool T] [--decision D] [--since S] [--until S] [-o json] [--top] [--last N] FILE...
+                                           read flow log files (plain, rotated, gzip) with observe's filters
   policy test --config FILE --input RECORDS.jsonl
                                            evaluate recorded requests against the rule sets offline
   audit verify|show DIR [flags]            check the audit log's chain and signed checkpoints (exit 0 intact, 1 tampered) or list its records
@@ -124,6 +128,7 @@ var commands = map[string]func(args []string, stdout, stderr io.Writer) int{
 	"audit":   cmdAudit,
 	"tools":   cmdTools,
 	"observe": cmdObserve,
+	"log":     cmdLog,
 	"policy":  cmdPolicy,
 	"version": cmdVersion,
 

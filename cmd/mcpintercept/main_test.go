@@ -96,6 +96,7 @@ func TestCLI(t *testing.T) {
 		{name: "tools --help", args: []string{"tools", "--help"}, code: 0, stdout: "usage: mcpintercept tools list"},
 		{name: "tools diff --help", args: []string{"tools", "diff", "--help"}, code: 0, stdout: "What is not pinned", stdoutHas: []string{"--token-file FILE"}},
 		{name: "observe --help", args: []string{"observe", "--help"}, code: 0, stdout: "mcpintercept observe"},
+		{name: "help log", args: []string{"help", "log"}, code: 0, stdout: "mcpintercept log", stdoutHas: []string{"--until", "--last N"}},
 		{name: "policy --help", args: []string{"policy", "--help"}, code: 0, stdout: "mcpintercept policy test"},
 		{name: "version --help", args: []string{"version", "--help"}, code: 0, stdout: "Print the build's version"},
 		{name: "check without --config", args: []string{"check"}, code: 2, stderr: "--config FILE is required"},

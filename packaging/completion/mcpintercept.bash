@@ -6,7 +6,7 @@ _mcpintercept() {
 	prev=${COMP_WORDS[COMP_CWORD-1]}
 	cmd=${COMP_WORDS[1]}
 	sub=${COMP_WORDS[2]}
-	local commands="run check cleanup declare ca exec observe policy audit tools node-agent version help"
+	local commands="run check cleanup declare ca exec observe log policy audit tools node-agent version help"
 	local mechanisms="nftables-tproxy iptables-redirect ebpf dns external"
 
 	if [ "$COMP_CWORD" -eq 1 ]; then
@@ -46,6 +46,10 @@ _mcpintercept() {
 		COMPREPLY=($(compgen -W "tool prompt template" -- "$cur"))
 		return
 		;;
+	--decision)
+		COMPREPLY=($(compgen -W "allow deny rate_limited would_deny would_rate_limit" -- "$cur"))
+		return
+		;;
 	esac
 	case $cmd in
 	run | declare) flags="--config --mechanism --help" ;;
@@ -63,7 +67,16 @@ _mcpintercept() {
 		done
 		flags="--config --level --user --help --"
 		;;
-	observe) flags="--config --admin --token-file --client --tool --decision --route --since -o --top --for --help" ;;
+	observe) flags="--config --admin --token-file --client --tool --decision --route --since --all -o --top --no-follow --last --for --help" ;;
+	log)
+		case $cur in
+		-*) flags="--client --tool --decision --since --until --all -o --top --last --help" ;;
+		*)
+			COMPREPLY=($(compgen -f -- "$cur"))
+			return
+			;;
+		esac
+		;;
 	help)
 		COMPREPLY=($(compgen -W "$commands" -- "$cur"))
 		return
