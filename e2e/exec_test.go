@@ -97,7 +97,7 @@ func TestExecGoIPv6AndMapped(t *testing.T) {
 }
 
 // TestExecScope: a process outside the cgroup is not intercepted, a loopback destination is left
-// alone, and exec exits with the command's exit code.
+// alone under --no-loopback, and exec exits with the command's exit code.
 func TestExecScope(t *testing.T) {
 	needLab(t)
 	goServer(t)
@@ -118,7 +118,7 @@ func TestExecScope(t *testing.T) {
 	var errOut syncBuf
 	res := make(chan result, 1)
 	go func() {
-		o, c, err := execInErr(repoRoot, &errOut, "--", "sh", "-c", script)
+		o, c, err := execInErr(repoRoot, &errOut, "--no-loopback", "--", "sh", "-c", script)
 		res <- result{o, c, err}
 	}()
 	deadline := time.Now().Add(30 * time.Second)
@@ -146,6 +146,38 @@ func TestExecScope(t *testing.T) {
 	}
 	if !strings.Contains(out, "bytepump[") {
 		t.Errorf("the steered connection does not name its process:\n%s", out)
+	}
+}
+
+// TestExecLoopback: a development MCP server on localhost (the Go SDK server on 127.0.0.1 and ::1
+// in the client's namespace) is intercepted by default — same output as direct, a live line per
+// request — and with --no-loopback exec says why nothing was intercepted: the connects it saw and
+// left alone, by destination and reason.
+func TestExecLoopback(t *testing.T) {
+	needLab(t)
+	srv := startT(t, nsClient, bin("mcpserver"), "-listen", "127.0.0.1:3334,[::1]:3334")
+	if err := srv.waitFor("READY", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range []string{"http://127.0.0.1:3334/mcp", "http://[::1]:3334/mcp"} {
+		direct := runT(t, 60*time.Second, nsClient, bin("mcpclient"), "-url", url)
+		out, errOut, code := execIn(t, repoRoot, "--", bin("mcpclient"), "-url", url)
+		if code != 0 || out != direct {
+			t.Fatalf("%s: exit %d; output:\n%s\nwant\n%s\nstderr:\n%s", url, code, out, direct, errOut)
+		}
+		host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
+		if !strings.Contains(errOut, "mcpclient[") || !strings.Contains(errOut, "-> "+host+" 200") {
+			t.Errorf("%s: no live line for the localhost server's requests:\n%s", url, errOut)
+		}
+	}
+	out, errOut, code := execIn(t, repoRoot, "--no-loopback", "--", bin("mcpclient"), "-url", "http://127.0.0.1:3334/mcp")
+	if code != 0 || out == "" {
+		t.Fatalf("--no-loopback: exit %d, output %q:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"no intercepted traffic", "connects seen and left alone", "127.0.0.1:3334 x", "loopback destination (--no-loopback)"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("--no-loopback: stderr lacks %q:\n%s", want, errOut)
+		}
 	}
 }
 

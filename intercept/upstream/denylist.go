@@ -141,7 +141,14 @@ var embeddedForms = []embeddedForm{
 	{"Teredo 2001::/32", netip.MustParsePrefix("2001::/32"), func(b [16]byte) []netip.Addr {
 		return []netip.Addr{netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})}
 	}},
-	{"IPv4-compatible ::/96", netip.MustParsePrefix("::/96"), last32},
+	{"IPv4-compatible ::/96", netip.MustParsePrefix("::/96"), func(b [16]byte) []netip.Addr {
+		// :: and ::1 are the unspecified and loopback addresses, not IPv4-compatible ones
+		// (RFC 4291 2.5.2, 2.5.3): their own entries (::/128, ::1/128) decide them.
+		if a := netip.AddrFrom16(b); a.IsUnspecified() || a.IsLoopback() {
+			return nil
+		}
+		return last32(b)
+	}},
 	{"IPv4-translated ::ffff:0:0:0/96", netip.MustParsePrefix("::ffff:0:0:0/96"), last32},
 }
 

@@ -138,3 +138,20 @@ func FuzzDenyListEmbedded(f *testing.F) {
 		}
 	})
 }
+
+// TestLoopbackIsNotIPv4Compatible: ::1 and :: are IPv6's own loopback and unspecified addresses,
+// decided by their own entries, never read as the IPv4-compatible 0.0.0.1 / 0.0.0.0 (exec drops
+// ::1/128 from upstream_deny to reach a localhost server and keeps 0.0.0.0/8); a real
+// IPv4-compatible address still is.
+func TestLoopbackIsNotIPv4Compatible(t *testing.T) {
+	d := NewDenyList("upstream_deny", netip.MustParsePrefix("0.0.0.0/8"), netip.MustParsePrefix("::/128"), netip.MustParsePrefix("127.0.0.0/8"))
+	if err := d.Check(netip.MustParseAddr("::1")); err != nil {
+		t.Errorf("::1 refused by its IPv4-compatible reading: %v", err)
+	}
+	if err := d.Check(netip.MustParseAddr("::")); err == nil {
+		t.Errorf(":: allowed although ::/128 is listed")
+	}
+	if err := d.Check(netip.MustParseAddr("::7f00:1")); err == nil {
+		t.Errorf("::127.0.0.1 (IPv4-compatible) allowed although 127.0.0.0/8 is listed")
+	}
+}
