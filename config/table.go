@@ -23,6 +23,9 @@ type setting[S any] interface {
 	fill(s *S, key string, given func(string) bool)
 	// check reports what is wrong with the value on its own.
 	check(v *validator, s *S, key string)
+	// describe is the key's type and its default in s (a struct with every default applied),
+	// "" when it has none: the configuration reference (Reference).
+	describe(s *S) (typ, dflt string)
 }
 
 // table is the schema of one struct, in file order.
@@ -136,6 +139,14 @@ func (l leaf[S, T]) needing(needs func(s *S, x T) (sibling, why string)) leaf[S,
 }
 
 func (l leaf[S, T]) keyPath() string { return l.path }
+
+func (l leaf[S, T]) describe(s *S) (string, string) {
+	typ := typeName(reflect.TypeFor[T]())
+	if l.dflt == nil {
+		return typ, ""
+	}
+	return typ, showValue(reflect.ValueOf(l.get(s)).Elem())
+}
 func (l leaf[S, T]) keyDoc() string  { return l.doc }
 
 func (l leaf[S, T]) decode(d *decoder, s *S, v *yaml.Node, key string) bool {
@@ -180,6 +191,8 @@ type block[S any] struct {
 }
 
 func (b block[S]) keyPath() string { return b.path }
+
+func (b block[S]) describe(*S) (string, string) { return "section (see below)", "" }
 func (b block[S]) keyDoc() string  { return b.doc }
 
 func (b block[S]) decode(d *decoder, s *S, v *yaml.Node, key string) bool {
