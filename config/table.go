@@ -147,7 +147,7 @@ func (l leaf[S, T]) describe(s *S) (string, string) {
 	}
 	return typ, showValue(reflect.ValueOf(l.get(s)).Elem())
 }
-func (l leaf[S, T]) keyDoc() string  { return l.doc }
+func (l leaf[S, T]) keyDoc() string { return l.doc }
 
 func (l leaf[S, T]) decode(d *decoder, s *S, v *yaml.Node, key string) bool {
 	x, ok := l.parse(d, v, key)
@@ -193,7 +193,7 @@ type block[S any] struct {
 func (b block[S]) keyPath() string { return b.path }
 
 func (b block[S]) describe(*S) (string, string) { return "section (see below)", "" }
-func (b block[S]) keyDoc() string  { return b.doc }
+func (b block[S]) keyDoc() string               { return b.doc }
 
 func (b block[S]) decode(d *decoder, s *S, v *yaml.Node, key string) bool {
 	return b.decodeFn(d, s, v, key)
