@@ -354,7 +354,8 @@ func (h *handlers) serveObserveStream(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveUI is GET /ui: the one embedded page (inline script and style, nothing fetched from
-// elsewhere).
+// elsewhere): the map of clients → servers → tools, the calls with a detail pane, the counts,
+// denials, quarantined tools, routes and rule names, all from /observe, /tools and /ui/config.
 func (h *handlers) serveUI(w http.ResponseWriter, r *http.Request) {
 	if !h.Token.check(w, r) {
 		return
@@ -364,9 +365,13 @@ func (h *handlers) serveUI(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("X-Frame-Options", "DENY")
-	hdr.Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'")
+	hdr.Set("Content-Security-Policy", uiCSP)
 	w.Write(uiPage)
 }
+
+// uiCSP is the page's Content-Security-Policy: its own inline script and style, requests to the
+// listener only (the map is SVG the script draws), no framing.
+const uiCSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"
 
 // serveUILogin is GET /ui/login?token=…: a valid token becomes the page's cookie and the browser
 // goes to /ui (so the token leaves the address bar).

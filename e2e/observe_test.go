@@ -22,7 +22,8 @@ import (
 // mcpi-appliance: the first prints exactly the test's denials in order, the second counts that
 // match the server's own request log; a reader that stops reading (curl, SIGSTOP) is dropped
 // (mcpintercept_observe_dropped_total) while calls go on succeeding. With Debian's chromium,
-// the /ui page lists the calls' tools (screenshot in e2e/testdata/observe-ui.png).
+// the /ui page lists the calls' tools and maps the client, both servers and each server's tools
+// (screenshots in e2e/testdata/observe-ui*.png).
 func TestObserve(t *testing.T) {
 	needLab(t)
 	srv, _ := statelessServer(t) // its request log names each tools/call (mcp_method=)
@@ -168,6 +169,11 @@ func TestObserve(t *testing.T) {
 	if _, err := exec.LookPath("chromium"); err != nil {
 		t.Log("SKIP the /ui browser check: chromium is not installed (apt-get install chromium)")
 	} else {
+		// A second server offering the same tool (the stateless server's Level 1 port): the
+		// page's map keeps it apart from 3012's echo.
+		if r := goCall(t, "http://10.200.2.2:3002/mcp", "echo", `{"text":"second server"}`); r.Error != nil || r.Text != "second server" {
+			t.Fatalf("echo on 3002: %+v", r)
+		}
 		checkUIPage(t, admin, token)
 	}
 
@@ -211,21 +217,39 @@ func TestObserve(t *testing.T) {
 	}
 }
 
-// checkUIPage loads /ui (through the login, as a snapshot) in headless Chromium: the table lists
-// the calls' tools; the screenshot is the committed artefact e2e/testdata/observe-ui.png.
+// checkUIPage loads /ui (through the login, as a snapshot) in headless Chromium at 1400×900:
+// the table lists the calls' tools; the map (SVG the page draws) has a node for the client, for
+// each server (3012 at Level 2, 3002 at Level 1) and for each server's tools, echo once per
+// server. The screenshots are the committed artefacts e2e/testdata/observe-ui.png (map and
+// table), observe-ui-map.png (#map: the map and the counts) and observe-ui-calls.png (#calls:
+// the table).
 func checkUIPage(t *testing.T, admin, token string) {
 	// snapshot=1: the page reads the recent records to their end instead of following (a stream
 	// left open keeps a headless browser's virtual time from advancing).
 	login := admin + "/ui/login?snapshot=1&token=" + token
-	dom := runT(t, 60*time.Second, nsAppliance, "chromium", "--headless", "--no-sandbox", "--virtual-time-budget=5000", "--dump-dom", login)
+	browser := []string{"--headless", "--no-sandbox", "--window-size=1400,900", "--virtual-time-budget=5000"}
+	dom := runT(t, 60*time.Second, nsAppliance, "chromium", append(browser, "--dump-dom", login)...)
 	for _, tool := range []string{"echo", "add", "denied_alpha"} {
 		if !strings.Contains(dom, `data-tool="`+tool+`"`) {
 			t.Errorf("the page's table does not list %s", tool)
 		}
 	}
-	png := filepath.Join(repoRoot, "e2e", "testdata", "observe-ui.png")
-	runT(t, 60*time.Second, nsAppliance, "chromium", "--headless", "--no-sandbox", "--screenshot="+png, "--window-size=1280,900", "--virtual-time-budget=5000", login)
-	if fi, err := os.Stat(png); err != nil || fi.Size() == 0 {
-		t.Errorf("screenshot %s: %v", png, err)
+	if n := strings.Count(dom, `<g class="node `); n < 7 {
+		t.Errorf("the map has %d nodes, want at least 7 (1 client, 2 servers, 4 tools)", n)
+	}
+	const s1, s2 = "10.200.2.2:3012", "10.200.2.2:3002"
+	for _, node := range []string{"client|10.200.1.2", "server|" + s1, "server|" + s2,
+		"tool|" + s1 + "|echo", "tool|" + s1 + "|add", "tool|" + s1 + "|denied_alpha", "tool|" + s2 + "|echo"} {
+		// A client's key may go on with its process name; the others are exact.
+		if !strings.Contains(dom, `data-node="`+node+`"`) && !strings.Contains(dom, `data-node="`+node+` `) {
+			t.Errorf("the map has no node %s", node)
+		}
+	}
+	for name, view := range map[string]string{"observe-ui.png": "", "observe-ui-map.png": "#map", "observe-ui-calls.png": "#calls"} {
+		png := filepath.Join(repoRoot, "e2e", "testdata", name)
+		runT(t, 60*time.Second, nsAppliance, "chromium", append(browser, "--screenshot="+png, login+view)...)
+		if fi, err := os.Stat(png); err != nil || fi.Size() == 0 {
+			t.Errorf("screenshot %s: %v", png, err)
+		}
 	}
 }
