@@ -166,8 +166,11 @@ func (c *Client) do(method, path string, body []byte, token bool) ([]byte, error
 		case http.StatusUnauthorized:
 			e.Hint = fmt.Sprintf(" (the token in %s is not the appliance's: pass --config or --token-file with its tool_integrity.dir/%s)", c.TokenFile, c.TokenName)
 		case http.StatusNotFound:
-			if path == "/tools" || path == "/tools/pins" {
+			switch path {
+			case "/tools", "/tools/pins":
 				e.Hint = " (an appliance that predates tool integrity, or no route sets tool_pins)"
+			case "/inventory":
+				e.Hint = " (an appliance that predates the inventory)"
 			}
 		}
 		return nil, e

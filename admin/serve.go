@@ -11,6 +11,7 @@ import (
 	"mcpintercept/audit"
 	"mcpintercept/engine"
 	"mcpintercept/integrity"
+	"mcpintercept/inventory"
 	"mcpintercept/telemetry"
 )
 
@@ -21,7 +22,7 @@ type Sources struct {
 	Log *slog.Logger
 	// Hub is the live view every record also goes to (GET /observe, the page).
 	Hub *telemetry.Hub
-	// Token is the admin token GET /observe, /ui, /ui/config and /config_dump require.
+	// Token is the admin token GET /observe, /ui, /ui/config, /config_dump and /inventory require.
 	Token Token
 	// TokenFile is the admin token's file name in tool_integrity.dir, as POST /tools/approve's
 	// refusal names it.
@@ -40,6 +41,8 @@ type Sources struct {
 	AuditReady func() error
 	// ConfigDump is GET /config_dump's body: the configuration in effect, secrets elided.
 	ConfigDump func() (ConfigDump, error)
+	// Inventory is GET /inventory's body: the MCP servers seen (nil: the endpoint answers 404).
+	Inventory func() inventory.Snapshot
 }
 
 // Token is the admin token as the live view checks it.
@@ -60,6 +63,7 @@ func (a *Server) Serve(src Sources) {
 	h.serveTools(a)
 	h.serveObserve(a)
 	h.serveConfigDump(a)
+	h.serveInventory(a)
 }
 
 // handlers are the appliance's endpoints over what Sources reads.

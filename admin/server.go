@@ -1,7 +1,8 @@
 // Package admin is the operator's HTTP API: the admin listener (admin.listen), its Host check
 // (admin.hosts) and every endpoint it serves — /metrics, /healthz, /readyz, /declaration (the
 // listener's own), and what it reads from the appliance through Sources: /observe, /ui,
-// /ui/login, /ui/config and /config_dump (the live view, admin token), /tools, /tools/pins and
+// /ui/login, /ui/config and /config_dump (the live view, admin token), /inventory (the MCP
+// servers seen, admin token), /tools, /tools/pins and
 // /tools/approve (tool integrity), /audit/checkpoint and /audit/pubkey (the audit store). The
 // appliance builds it and hands it what the endpoints read; nothing else registers a handler.
 package admin

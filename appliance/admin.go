@@ -40,7 +40,11 @@ func (a *Appliance) recorder() *telemetry.Recorder {
 		// Only when somebody can subscribe: the hub's history costs every record a copy.
 		hub = a.live.hub
 	}
-	return telemetry.NewRecorder(a.metrics, flows, hub)
+	var inv telemetry.Sink
+	if a.inventory != nil {
+		inv = a.inventory
+	}
+	return telemetry.NewRecorder(a.metrics, flows, hub, inv)
 }
 
 // closeLive ends every live stream (the admin listener's shutdown would wait for them).
@@ -87,6 +91,7 @@ func (a *Appliance) serveAdmin() {
 		Audit:      func() *audit.Store { return a.audit.Load() },
 		AuditReady: a.auditReady,
 		ConfigDump: a.configDump,
+		Inventory:  a.inventorySnapshot,
 	})
 }
 

@@ -30,6 +30,7 @@ import (
 	"mcpintercept/integrity"
 	"mcpintercept/intercept"
 	"mcpintercept/intercept/upstream"
+	"mcpintercept/inventory"
 	"mcpintercept/origin"
 	"mcpintercept/pki"
 	"mcpintercept/telemetry"
@@ -128,7 +129,9 @@ type Appliance struct {
 	telemetryCfg config.TelemetryConfig
 	// live is the live view (admin.go; its endpoints are package admin's): the hub every record also goes to, and the admin
 	// token GET /observe and /ui require.
-	live       *liveView
+	live *liveView
+	// inventory is the MCP servers seen (GET /inventory; nil: no admin listener to ask it).
+	inventory  *inventory.Table
 	stopHealth func()
 	// federation is the aggregate endpoint (nil: federation off).
 	federation *federation.Service
@@ -217,6 +220,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 			return nil, err
 		}
 		a.admin.AllowHosts(cfg.Admin.Hosts...)
+		a.inventory = inventory.New(inventory.Limits{})
 		// Served from now on (metrics, health); /readyz says ready once the steering is in place
 		// and the audit store (when a route is audited) is writable.
 		a.serveAdmin()
@@ -269,7 +273,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 	if a.metrics.Registry != nil {
 		deps.Registry = a.metrics.Registry // a nil *Registry must not become a non-nil Registerer
 	}
-	a.eng = engine.New(engine.Options{
+	engOpt := engine.Options{
 		Mechanism: string(a.mech.Name()),
 		Steering:  a.mech,
 		Dialer:    dialer,
@@ -284,7 +288,12 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 		// The chain every HTTP-aware connection runs through, with what its stages share.
 		Stages:   chain.Stages(deps),
 		ConnSpan: chain.ConnSpan(deps),
-	})
+	}
+	if a.inventory != nil {
+		// MCP on flows no route inspects, from their first bytes (after forwarding them).
+		engOpt.OpaqueHead = a.inventory
+	}
+	a.eng = engine.New(engOpt)
 	return a, nil
 }
 

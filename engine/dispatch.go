@@ -17,6 +17,7 @@ import (
 	"mcpintercept/origin"
 	"mcpintercept/policy"
 	"mcpintercept/stage"
+	"mcpintercept/telemetry"
 	"mcpintercept/tlsmitm"
 )
 
@@ -276,7 +277,8 @@ func (e *Engine) opaque(ctx context.Context, f *flow, route *Route, d Dispositio
 		rule = ""
 	}
 	var pre int64
-	if peeked := f.takePeeked(); len(peeked) > 0 {
+	peeked := f.takePeeked()
+	if len(peeked) > 0 {
 		n, err := up.Write(peeked)
 		pre = int64(n)
 		if err != nil {
@@ -285,7 +287,15 @@ func (e *Engine) opaque(ctx context.Context, f *flow, route *Route, d Dispositio
 			return out
 		}
 	}
-	res := relay(f.c, up, e.opt.Limits.IdleTimeout, f.fc)
+	var head *headTap
+	if obs := e.opt.OpaqueHead; obs != nil && !f.isHello {
+		head = &headTap{prefix: peeked, obs: obs, rec: func() telemetry.FlowRecord {
+			r := f.record()
+			r.TLS = string(Plaintext) // bytes the observer recognised: not TLS
+			return r
+		}}
+	}
+	res := relay(f.c, up, e.opt.Limits.IdleTimeout, f.fc, head)
 	return relayed(d, rule, res.up+pre, res.down, res.reason(), res.reset)
 }
 

@@ -80,6 +80,10 @@ type Options struct {
 	// ConnSpan makes the span of a flow that carried no HTTP the appliance read, whose ids go on
 	// its record (chain.ConnSpan; nil: none).
 	ConnSpan func(c *stage.Conn, start time.Time, decision, rule, reason string) (traceID, spanID string)
+	// OpaqueHead, when set, is shown the first bytes (at most OpaqueHeadMax, after forwarding
+	// them) of every flow forwarded opaque that did not open with a TLS ClientHello: the
+	// inventory recognises MCP that no route inspects. Nil: those flows splice from the first byte.
+	OpaqueHead HeadObserver
 }
 
 // Engine accepts flows from listeners and forwards each in its own goroutine.

@@ -81,6 +81,11 @@ with --top a summary of calls per client and tool.`,
 	"log": `usage: mcpintercept log [filters] [--until DUR|RFC3339] [-o text|json] [--top] [--last N] FILE...
 
 Read flow log files (plain, rotated or gzip; - for stdin) with observe's filters and outputs.`,
+	"inventory": `usage: mcpintercept inventory [--config FILE | --admin URL --token-file FILE] [--uncovered] [-o text|json]
+
+The MCP servers the running appliance has seen (admin listener, admin token): destination, name,
+path, versions, tool count, clients, first and last seen, and whether a Level 1 or 2 route covers
+each; MCP on flows no route inspects is listed as uncovered.`,
 	"node-agent": `usage: mcpintercept node-agent --config FILE
 
 Run as a Kubernetes node agent (one per node, a DaemonSet): learn of pods from the chained CNI

@@ -10,6 +10,7 @@
 //	mcpintercept exec [--config FILE] [--level 1|2] [--user NAME|UID] -- CMD [ARGS...]
 //	mcpintercept observe [flags]
 //	mcpintercept log [flags] FILE...
+//	mcpintercept inventory [flags]
 //	mcpintercept policy test --config FILE --input RECORDS.jsonl
 //	mcpintercept version | --version
 //	mcpintercept audit verify|show DIR [flags]
@@ -93,6 +94,8 @@ commands:
                                            follow a running appliance's decisions live (admin listener)
   log [--client C] [--tool T] [--decision D] [--since S] [--until S] [-o json] [--top] [--last N] FILE...
                                            read flow log files (plain, rotated, gzip) with observe's filters
+  inventory [--config FILE | --admin URL --token-file FILE] [--uncovered] [-o json]
+                                           the MCP servers a running appliance has seen, covered by a Level 1/2 route or not
   policy test --config FILE --input RECORDS.jsonl
                                            evaluate recorded requests against the rule sets offline
   audit verify|show DIR [flags]            check the audit log's chain and signed checkpoints (exit 0 intact, 1 tampered) or list its records
@@ -119,18 +122,19 @@ func mechanismList() string {
 
 // commands maps each subcommand to its function.
 var commands = map[string]func(args []string, stdout, stderr io.Writer) int{
-	"run":     cmdRun,
-	"check":   cmdCheck,
-	"cleanup": cmdCleanup,
-	"declare": cmdDeclare,
-	"ca":      cmdCA,
-	"exec":    cmdExec,
-	"audit":   cmdAudit,
-	"tools":   cmdTools,
-	"observe": cmdObserve,
-	"log":     cmdLog,
-	"policy":  cmdPolicy,
-	"version": cmdVersion,
+	"run":       cmdRun,
+	"check":     cmdCheck,
+	"cleanup":   cmdCleanup,
+	"declare":   cmdDeclare,
+	"ca":        cmdCA,
+	"exec":      cmdExec,
+	"audit":     cmdAudit,
+	"tools":     cmdTools,
+	"observe":   cmdObserve,
+	"log":       cmdLog,
+	"inventory": cmdInventory,
+	"policy":    cmdPolicy,
+	"version":   cmdVersion,
 
 	"node-agent": cmdNodeAgent,
 }

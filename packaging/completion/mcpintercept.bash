@@ -6,7 +6,7 @@ _mcpintercept() {
 	prev=${COMP_WORDS[COMP_CWORD-1]}
 	cmd=${COMP_WORDS[1]}
 	sub=${COMP_WORDS[2]}
-	local commands="run check cleanup declare ca exec observe log policy audit tools node-agent version help"
+	local commands="run check cleanup declare ca exec observe log inventory policy audit tools node-agent version help"
 	local mechanisms="nftables-tproxy iptables-redirect ebpf dns external"
 
 	if [ "$COMP_CWORD" -eq 1 ]; then
@@ -68,6 +68,7 @@ _mcpintercept() {
 		flags="--config --level --user --help --"
 		;;
 	observe) flags="--config --admin --token-file --client --tool --decision --route --since --all -o --top --no-follow --last --for --help" ;;
+	inventory) flags="--config --admin --token-file --uncovered -o --help" ;;
 	log)
 		case $cur in
 		-*) flags="--client --tool --decision --since --until --all -o --top --last --help" ;;
