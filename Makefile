@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all build deps test test-unit test-e2e generate lab-up lab-down demo bench soak fuzz vet clean deb dist
+.PHONY: all build deps demo-deps demo-build test test-unit test-e2e generate lab-up lab-down demo bench soak fuzz vet clean deb dist
 
 all: build
 
@@ -11,13 +11,27 @@ all: build
 # from git describe); a plain `go build` says devel and its VCS revision instead.
 VERSION ?= $(shell packaging/build.sh version 2>/dev/null || echo devel)
 
-build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/mcpintercept ./cmd/mcpintercept
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/mcpintercept-cni ./cmd/mcpintercept-cni
+# Every build of mcpintercept (make build, make demo) is stamped with it.
+LDFLAGS := -X main.version=$(VERSION)
 
-# Installs what a fresh Debian machine lacks (apt, npm, Go modules); quick when all is present.
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/mcpintercept ./cmd/mcpintercept
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/mcpintercept-cni ./cmd/mcpintercept-cni
+
+# Installs what a fresh Debian machine lacks (apt, npm, Go modules, bin/jaeger) for the tests and the
+# benchmark; quick and quiet when all is present.
 deps:
-	scripts/deps.sh
+	scripts/deps.sh all
+
+# Only what the demo uses (apt packages for the lab, the Node peers in e2e/node).
+demo-deps:
+	scripts/deps.sh demo
+
+# The demo's binaries in one go build (its Go modules are fetched here): mcpintercept, stamped as by
+# `make build`, and the Go SDK peers. scripts/demo.sh runs it.
+demo-build:
+	@echo "demo: building mcpintercept and the Go SDK peers (first time on an empty Go cache: a minute or two)..." >&2
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/mcpintercept ./e2e/peers/mcpserver ./e2e/peers/mcpclient ./e2e/peers/tlsprobe
 
 # The whole suite CI runs: unit tests, fuzz regressions (committed corpora), and the end-to-end lab
 # tests with real MCP peers (root required; they skip with a message otherwise).
@@ -40,8 +54,9 @@ lab-up:
 lab-down:
 	scripts/lab.sh down
 
-# The lab demo: real MCP server, real clients, real interception, flow log printed.
-demo: deps build
+# The lab demo: real MCP server, real clients, real interception, flow log printed. It installs only
+# what it uses (demo-deps); scripts/demo.sh builds its binaries (demo-build), then runs the lab.
+demo: demo-deps
 	scripts/demo.sh
 
 # Go micro-benchmarks, then the lab benchmark (scripts/bench.sh, root): requests/s, p50, p99 and the

