@@ -51,6 +51,8 @@ stage() {
 	install -m 0644 packaging/logrotate/mcpintercept "$r/etc/logrotate.d/mcpintercept"
 	install -m 0755 scripts/gateway.sh "$r/usr/share/mcpintercept/gateway.sh"
 	install -m 0644 README.md "$r/usr/share/doc/mcpintercept/README.md"
+	install -d "$r/usr/share/doc/mcpintercept/docs"
+	install -m 0644 docs/*.md "$r/usr/share/doc/mcpintercept/docs/"
 	install -m 0644 packaging/systemd/ebpf.conf "$r/usr/share/doc/mcpintercept/examples/ebpf.conf"
 	install -m 0644 examples/lab.yaml examples/exec.yaml "$r/usr/share/doc/mcpintercept/examples/"
 	printf 'mcpintercept\n\nThe Debian packaging files are under packaging/ in the source tree.\n' >"$r/usr/share/doc/mcpintercept/copyright"
