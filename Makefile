@@ -30,7 +30,7 @@ demo-deps:
 # The demo's binaries in one go build (its Go modules are fetched here): mcpintercept, stamped as by
 # `make build`, and the Go SDK peers. scripts/demo.sh runs it.
 demo-build:
-	@echo "demo: building mcpintercept and the Go SDK peers (first time on an empty Go cache: a minute or two)..." >&2
+	@echo "demo: building mcpintercept and the Go SDK peers (the first time, on an empty Go cache: several minutes on 2 cores)..." >&2
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/mcpintercept ./e2e/peers/mcpserver ./e2e/peers/mcpclient ./e2e/peers/tlsprobe
 
 # The whole suite CI runs: unit tests, fuzz regressions (committed corpora), and the end-to-end lab

@@ -54,7 +54,7 @@ command -v go >/dev/null 2>&1 || { say "Go is not on PATH (expected /usr/local/g
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { say "node or npm is not on PATH (Node.js 20 expected)"; exit 1; }
 
 if [ ! -d e2e/node/node_modules ] || [ e2e/node/package-lock.json -nt e2e/node/node_modules/.package-lock.json ]; then
-	say "installing the Node MCP peers: TypeScript SDK, server-everything (npm ci in e2e/node; ~30 s the first time)..."
+	say "installing the Node MCP peers: TypeScript SDK, server-everything (npm ci in e2e/node; 10-30 s the first time)..."
 	(cd e2e/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
