@@ -1,3 +1,5 @@
+//go:build !nonodeagent
+
 package main
 
 import (
