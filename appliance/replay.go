@@ -220,6 +220,11 @@ func unknownNote(rules []policy.RuleOutcome) string {
 
 // NotJudged says why a record is not a decision of its rule set ("" when it is).
 func NotJudged(rec *telemetry.FlowRecord, set *policy.Set) string {
+	if rec.Rule != "" && rec.Direction == telemetry.ClientToServer && strings.HasPrefix(rec.Reason, "redacted by rule "+rec.Rule) {
+		// Level 2 writes the redaction of a server's answer on its request's record: the rule
+		// judged the response, which the record does not carry.
+		return "the redaction of the server's answer by " + rec.Rule + " (recorded on its request): the record does not carry the response the rule judged"
+	}
 	if rec.Rule != "" && !set.HasRule(rec.Rule) {
 		// The route's own guards (upgrade, strict MCP headers, Host), on_mismatch, schema
 		// validation, tool integrity, the upstream deny list: refusals in another name.

@@ -78,3 +78,19 @@ rule_sets:
 		}
 	}
 }
+
+// TestReplayResponseRedaction: a request record that carries the redaction of its answer (Level 2
+// writes it there) is not a decision of the request: skipped, not a disagreement (the lab's
+// redact-canary over the demo's flow log).
+func TestReplayResponseRedaction(t *testing.T) {
+	rec := &telemetry.FlowRecord{Level: 2, Direction: telemetry.ClientToServer, MCPMethod: "tools/call", MCPName: "echo",
+		JSONRPCID: "1", Decision: "allow", Rule: "redact-canary", Reason: "redacted by rule redact-canary at $.result.content[0].text"}
+	if note := NotJudged(rec, nil); !strings.Contains(note, "redaction of the server's answer") {
+		t.Fatalf("NotJudged = %q", note)
+	}
+	rec.Reason = "no rule matched"
+	rec.Rule = ""
+	if note := NotJudged(rec, nil); note != "" {
+		t.Fatalf("an ordinary request record is not judged: %q", note)
+	}
+}

@@ -21,6 +21,8 @@ finish() {
 	for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	scripts/lab.sh down >/dev/null 2>&1 || true
+	# DEMO_FLOWS=FILE keeps the flow log (e.g. for mcpintercept log or policy test afterwards).
+	[ -n "${DEMO_FLOWS:-}" ] && [ -s "$WORK/flows.jsonl" ] && cp "$WORK/flows.jsonl" "$DEMO_FLOWS"
 	rm -rf "$WORK"
 	[ $rc = 0 ] && echo "demo: done; lab removed" || echo "demo: FAILED (exit $rc); lab removed" >&2
 }
@@ -126,19 +128,9 @@ kill -TERM "$APP_PID"; wait "$APP_PID" || true; APP_PID=
 tail -n 3 "$WORK/appliance.log" | sed 's/^/  appliance: /'
 
 step "decisions (the flow log: one JSON line per JSON-RPC message at Level 2, per HTTP request at Level 1, per opaque or passthrough connection)"
-python3 - "$WORK/flows.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-fmt = "{:<14}{:<22}{:<11}{:>3} {:<5}{:<7}{:<26}{:<27}{:>6}  {:<13}{}"
-print(fmt.format("client", "orig_dst", "tls", "lvl", "dir", "http", "mcp_method", "mcp_name", "status", "decision", "rule / reason"))
-for r in rows:
-    d = {"client_to_server": "c>s", "server_to_client": "s>c"}.get(r.get("direction", ""), "-")
-    print(fmt.format(r["client"].rsplit(":", 1)[0][:13], r["orig_dst"], r["tls"] or "-", r["level"], d,
-                     r["http_method"] or "-", (r["mcp_method"] or "-")[:25], (r["mcp_name"] or "-")[:26],
-                     r["status"] or "-", r["decision"], (r["rule"] + " " + r["reason"]).strip()[:60]))
-print(f"({len(rows)} records)")
-if not rows:
-    sys.exit("demo: the appliance logged nothing")
-PY
+[ -s "$WORK/flows.jsonl" ] || { echo "demo: the appliance logged nothing" >&2; exit 1; }
+bin/mcpintercept log --all "$WORK/flows.jsonl"
+echo "($(grep -c . "$WORK/flows.jsonl") records; the same file read by mcpintercept log --top:)"
+bin/mcpintercept log --top "$WORK/flows.jsonl"
 echo "first raw JSON lines:"
 head -n 2 "$WORK/flows.jsonl"
