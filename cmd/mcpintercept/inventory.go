@@ -44,22 +44,8 @@ func cmdInventory(args []string, stdout, stderr io.Writer) int {
 	var uncovered bool
 	fs.StringVar(&output, "o", "text", "text or json")
 	fs.BoolVar(&uncovered, "uncovered", false, "only the servers no Level 1 or 2 route covers")
-	for _, a := range args {
-		if a == "-h" || a == "--help" || a == "-help" {
-			fmt.Fprint(stdout, inventoryUsageText)
-			return exitOK
-		}
-	}
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "mcpintercept inventory: unexpected argument %q\n", pos[0])
-		return exitUsage
+	if code, ok := parseNoArgs(fs, "inventory", args, inventoryUsageText, stdout, stderr); !ok {
+		return code
 	}
 	if output != "text" && output != "json" {
 		fmt.Fprintf(stderr, "mcpintercept inventory: -o %q: want text or json\n", output)
@@ -191,4 +177,28 @@ func writeJSONTo(w io.Writer, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// parseNoArgs parses a command's flags that takes no positional argument: -h/--help prints usage
+// on stdout (exit 0); a flag error or an argument is a usage error (exit 2). ok is false when the
+// command must return code.
+func parseNoArgs(fs *flag.FlagSet, name string, args []string, usage string, stdout, stderr io.Writer) (code int, ok bool) {
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "-help" {
+			fmt.Fprint(stdout, usage)
+			return exitOK, false
+		}
+	}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		if err == flag.ErrHelp {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "mcpintercept %s: unexpected argument %q\n", name, pos[0])
+		return exitUsage, false
+	}
+	return 0, true
 }

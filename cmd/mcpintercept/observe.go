@@ -194,22 +194,8 @@ func cmdObserve(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&route, "route", "", "route name")
 	fs.BoolVar(&noFollow, "no-follow", false, "print the recent records, then exit")
 	fs.DurationVar(&dur, "for", 0, "follow for this long, then exit")
-	for _, a := range args {
-		if a == "-h" || a == "--help" || a == "-help" {
-			fmt.Fprint(stdout, observeUsageText)
-			return exitOK
-		}
-	}
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "mcpintercept observe: unexpected argument %q\n", pos[0])
-		return exitUsage
+	if code, ok := parseNoArgs(fs, "observe", args, observeUsageText, stdout, stderr); !ok {
+		return code
 	}
 	if dur < 0 {
 		fmt.Fprintf(stderr, "mcpintercept observe: --for %v: want a positive duration\n", dur)
