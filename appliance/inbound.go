@@ -35,9 +35,10 @@ func (a *Appliance) openInbound(ctx context.Context, cfg *config.Config) error {
 	in := &inbound{
 		steer: intercept.NewInbound(InboundOptions(cfg)),
 		src: engine.Source{
-			Steering: nil,
-			Dialer:   upstream.TransparentDialer(cfg.Steering.BypassMark, cfg.Limits.ConnectTimeout.Duration),
-			Mode:     ModeSidecar,
+			Steering:       nil,
+			Dialer:         upstream.TransparentDialer(cfg.Steering.BypassMark, cfg.Limits.ConnectTimeout.Duration),
+			Mode:           ModeSidecar,
+			DialFromClient: true,
 		},
 	}
 	in.src.Steering = in.steer

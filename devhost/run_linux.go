@@ -54,7 +54,8 @@ type Options struct {
 func AllowLoopback(deny []netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range deny {
-		if p.Addr().Unmap().IsLoopback() && p.Bits() >= p.Addr().BitLen()-24 {
+		// Inside 127.0.0.0/8 or exactly ::1: a wider entry also denies more than loopback.
+		if p.Addr().IsLoopback() && (p.Addr().Is4() && p.Bits() >= 8 || p.Addr().Is6() && p.Bits() == 128) {
 			continue
 		}
 		out = append(out, p)

@@ -236,7 +236,7 @@ func (e *Engine) connPolicy(f *flow, d Disposition) (_ outcome, refused bool, sh
 // dial opens the upstream TCP connection, which the flow's exit closes. On failure the client
 // gets a reset, as a direct connect would have given it.
 func (e *Engine) dial(ctx context.Context, f *flow, d Disposition) (*net.TCPConn, outcome, bool) {
-	dctx, cancel := context.WithTimeout(origin.WithSource(ctx, f.client), e.opt.Limits.ConnectTimeout)
+	dctx, cancel := context.WithTimeout(f.dialContext(ctx), e.opt.Limits.ConnectTimeout)
 	uc, err := f.dialer().DialContext(dctx, "tcp", f.orig.String())
 	cancel()
 	if err != nil {

@@ -175,6 +175,9 @@ type Source struct {
 	// itself).
 	Certificate   *tls.Certificate
 	UpstreamRoots *x509.CertPool
+	// DialFromClient puts each flow's client address on its dial's context (origin.WithSource),
+	// for a Dialer that connects from it (Sidecar mode's upstream.TransparentDialer).
+	DialFromClient bool
 }
 
 // ServeWith is Serve for a listener whose flows come from src instead of Options.Steering and

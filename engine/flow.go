@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"mcpintercept/origin"
 	"mcpintercept/policy"
 	"mcpintercept/telemetry"
 	"mcpintercept/tlsmitm"
@@ -62,6 +64,15 @@ func (f *flow) dialer() Dialer {
 		return f.src.Dialer
 	}
 	return f.e.opt.Dialer
+}
+
+// dialContext is ctx for one of f's upstream dials: with the client's address when its source's
+// dialer connects from it (Source.DialFromClient), ctx itself otherwise (no allocation).
+func (f *flow) dialContext(ctx context.Context) context.Context {
+	if f.src != nil && f.src.DialFromClient {
+		return origin.WithSource(ctx, f.client)
+	}
+	return ctx
 }
 
 // takePeeked hands the peeked bytes over to whoever replays them and forgets them.

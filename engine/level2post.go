@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"mcpintercept/exchange"
-	"mcpintercept/origin"
 	"mcpintercept/tlsmitm"
 )
 
@@ -23,7 +22,7 @@ import (
 // among them); nothing here logs them.
 func (e *Engine) level2Post(f *flow, route *Route, tlsMode Disposition) func(context.Context, string, []exchange.Header, []byte) error {
 	return func(ctx context.Context, target string, headers []exchange.Header, body []byte) error {
-		dctx, cancel := context.WithTimeout(origin.WithSource(ctx, f.client), e.opt.Limits.ConnectTimeout)
+		dctx, cancel := context.WithTimeout(f.dialContext(ctx), e.opt.Limits.ConnectTimeout)
 		c, err := f.dialer().DialContext(dctx, "tcp", f.orig.String())
 		cancel()
 		if err != nil {

@@ -410,9 +410,10 @@ func (a *Agent) enrolInbound(ctx context.Context, p *podState) error {
 	}
 	p.inbound = in
 	src := engine.Source{
-		Steering: inboundSteering{in: in, clientPod: a.podByIP},
-		Dialer:   &nsDialer{ns: p.ns, base: upstream.TransparentDialer(a.na.Steering.BypassMark, a.na.ConnectTimeout)},
-		Mode:     appliance.ModeSidecar,
+		Steering:       inboundSteering{in: in, clientPod: a.podByIP},
+		Dialer:         &nsDialer{ns: p.ns, base: upstream.TransparentDialer(a.na.Steering.BypassMark, a.na.ConnectTimeout)},
+		Mode:           appliance.ModeSidecar,
+		DialFromClient: true,
 	}
 	for _, l := range lns {
 		stop, err := a.app.ServeSource(l, src)

@@ -246,19 +246,16 @@ func assumeHit(d *Decision, r *rule) bool {
 	case RuleAllow:
 		d.Action, d.Rule, d.Reason = ActionAllow, r.name, r.reason
 		return true
-	case RuleDeny:
+	case RuleDeny, RuleRateLimit:
+		act := ActionDeny
+		if r.action == RuleRateLimit {
+			act = ActionRateLimited
+		}
 		if r.shadow {
-			d.Shadow = append(d.Shadow, ShadowHit{Rule: r.name, Would: ActionDeny, Reason: r.reason})
+			d.Shadow = append(d.Shadow, ShadowHit{Rule: r.name, Would: act, Reason: r.reason})
 			return false
 		}
-		d.Action, d.Rule, d.Reason = ActionDeny, r.name, r.reason
-		return true
-	case RuleRateLimit:
-		if r.shadow {
-			d.Shadow = append(d.Shadow, ShadowHit{Rule: r.name, Would: ActionRateLimited, Reason: r.reason})
-			return false
-		}
-		d.Action, d.Rule, d.Reason = ActionRateLimited, r.name, r.reason
+		d.Action, d.Rule, d.Reason = act, r.name, r.reason
 		return true
 	case RuleRedact:
 		d.Redactions = append(d.Redactions, r.redact)
