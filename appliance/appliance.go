@@ -13,6 +13,7 @@ import (
 	"mcpintercept/auth"
 	"net"
 	"net/netip"
+	"reflect"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -507,6 +508,9 @@ func (a *Appliance) Reload(path string) error {
 	}
 	if !slices.Equal(next.UpstreamDeny, a.cfg.UpstreamDeny) {
 		a.log.Warn("reload: upstream_deny changed; the dialer keeps the list it started with, restart to apply it")
+	}
+	if !reflect.DeepEqual(next.Inbound, a.cfg.Inbound) {
+		a.log.Warn("reload: the inbound section changed; Sidecar steering, its listener and the server's certificate keep their start-up values, restart to apply them")
 	}
 	if UsesTerminate(next) && a.caFile == "" {
 		a.log.Warn("reload: terminate routes were added; the CA is loaded at start-up, restart to serve them")
