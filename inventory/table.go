@@ -73,6 +73,9 @@ type Server struct {
 	// ClientsNotKept counts the sightings of further ones.
 	Clients        []string  `json:"clients"`
 	ClientsNotKept int       `json:"clients_not_kept,omitempty"`
+	// clients are Clients as the table keeps them: addresses, compared and stored without a
+	// string per sighting (Snapshot spells them).
+	clients []netip.Addr
 	FirstSeen      time.Time `json:"first_seen"`
 	LastSeen       time.Time `json:"last_seen"`
 	// Covered says a route at Level 1 or 2 read the server's traffic when it was last seen;
@@ -130,15 +133,17 @@ func (t *Table) Add(s Sighting) {
 		return
 	}
 	host := strings.ToLower(strings.TrimSuffix(s.Host, "."))
-	if ap, err := netip.ParseAddrPort(s.Destination); err == nil {
+	if ap, err := netip.ParseAddrPort(s.Destination); err == nil && host != "" {
 		if a, err := netip.ParseAddr(host); err == nil && a.Unmap() == ap.Addr().Unmap() {
 			host = "" // the address itself: nothing the destination does not say
 		}
 	}
 	k := key{s.Destination, clip(host, maxField), clip(s.Path, maxField)}
-	client := s.Client
-	if ap, err := netip.ParseAddrPort(client); err == nil {
-		client = ap.Addr().Unmap().String()
+	var client netip.Addr
+	if ap, err := netip.ParseAddrPort(s.Client); err == nil {
+		client = ap.Addr().Unmap()
+	} else if a, err := netip.ParseAddr(s.Client); err == nil {
+		client = a.Unmap()
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -163,9 +168,9 @@ func (t *Table) Add(s Sighting) {
 	}
 	addBounded(&e.Versions, clip(s.Version, maxVersion), t.lim.MaxVersions)
 	addBounded(&e.Methods, clip(s.Method, maxField), t.lim.MaxMethods)
-	if client != "" && !slices.Contains(e.Clients, client) {
-		if len(e.Clients) < t.lim.MaxClients {
-			e.Clients = append(e.Clients, client)
+	if client.IsValid() && !slices.Contains(e.clients, client) {
+		if len(e.clients) < t.lim.MaxClients {
+			e.clients = append(e.clients, client)
 		} else {
 			e.ClientsNotKept++
 		}
@@ -227,7 +232,10 @@ func (t *Table) Snapshot() Snapshot {
 		s := *e
 		s.Versions = slices.Clone(e.Versions)
 		s.Methods = slices.Clone(e.Methods)
-		s.Clients = slices.Clone(e.Clients)
+		s.Clients, s.clients = make([]string, len(e.clients)), nil
+		for i, a := range e.clients {
+			s.Clients[i] = a.String()
+		}
 		out.Servers = append(out.Servers, s)
 	}
 	t.mu.Unlock()

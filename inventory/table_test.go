@@ -139,3 +139,18 @@ func TestSnapshotIsACopy(t *testing.T) {
 		t.Fatal("the snapshot shares the table's clients")
 	}
 }
+
+// TestRecordRepeatAllocs: the sink runs for every Level 1 exchange and Level 2 client message,
+// so a sighting of a server and client already in the table allocates nothing.
+func TestRecordRepeatAllocs(t *testing.T) {
+	tb := New(Limits{})
+	r := telemetry.FlowRecord{Level: 2, Direction: telemetry.ClientToServer, OrigDst: "10.0.0.1:3000", Path: "/mcp",
+		Client: "10.0.0.2:40000", MCPVersion: "2025-11-25", MCPMethod: "tools/call", TLS: "plaintext"}
+	tb.Record(telemetry.KindMessage, r)
+	if n := testing.AllocsPerRun(100, func() { tb.Record(telemetry.KindMessage, r) }); n != 0 {
+		t.Errorf("a repeated sighting allocates %v times", n)
+	}
+	if s := tb.Snapshot(); len(s.Servers) != 1 || len(s.Servers[0].Clients) != 1 || s.Servers[0].Clients[0] != "10.0.0.2" {
+		t.Fatalf("snapshot %+v", s)
+	}
+}
