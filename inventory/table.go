@@ -71,13 +71,13 @@ type Server struct {
 	Tools *int `json:"tools,omitempty"`
 	// Clients are the distinct client addresses seen (at most Limits.MaxClients);
 	// ClientsNotKept counts the sightings of further ones.
-	Clients        []string  `json:"clients"`
-	ClientsNotKept int       `json:"clients_not_kept,omitempty"`
+	Clients        []string `json:"clients"`
+	ClientsNotKept int      `json:"clients_not_kept,omitempty"`
 	// clients are Clients as the table keeps them: addresses, compared and stored without a
 	// string per sighting (Snapshot spells them).
-	clients []netip.Addr
-	FirstSeen      time.Time `json:"first_seen"`
-	LastSeen       time.Time `json:"last_seen"`
+	clients   []netip.Addr
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
 	// Covered says a route at Level 1 or 2 read the server's traffic when it was last seen;
 	// Level is that level (0: forwarded opaque, recognised from its first request's bytes).
 	Covered bool `json:"covered"`
