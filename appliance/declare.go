@@ -97,8 +97,30 @@ func authenticationOf(cfg *config.Config) string {
 	if len(on) > 0 {
 		s += "; records carry the caller's iss and sub: " + cfg.Tokens.RecordIdentity
 	}
+	var inject, exchange []string
+	for _, r := range declaredRoutes(cfg) {
+		switch r.Credentials.Action() {
+		case "inject":
+			inject = append(inject, r.Name)
+		case "exchange":
+			exchange = append(exchange, r.Name)
+		}
+	}
+	if len(inject)+len(exchange) > 0 {
+		s += "; " + CredentialsStatement
+	}
+	if len(inject) > 0 {
+		s += "; credential injection (not token passthrough) on routes " + strings.Join(inject, ", ")
+	}
+	if len(exchange) > 0 {
+		s += "; token exchange, RFC 8693 (not token passthrough) on routes " + strings.Join(exchange, ", ")
+	}
 	return s
 }
+
+// CredentialsStatement is what a route with credentials does instead of the token passthrough
+// the draft recommends for Transparent mode.
+const CredentialsStatement = "routes with credentials replace the client's credential on the way out, an explicit exception to token passthrough: the workload holds a placeholder or its own token, the appliance adds the real credential (injected from a file, or obtained by OAuth 2.0 Token Exchange for the client's token, audience and resource the server's canonical URI, cached until shortly before expiry) only on terminate routes whose upstream certificate it verified or plaintext routes naming the upstream by address, only to the route's destination; any other credential the client sends is refused or stripped as the route says; DPoP-bound tokens are refused; the value is never logged, recorded, traced or shown, records say credential injected or exchanged and its source"
 
 // toolIntegrityOf states which routes pin definitions and how: "tool_pins learn on routes a;
 // enforce on routes b; quarantine on divergence on routes b", and where the state is.

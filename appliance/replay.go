@@ -264,6 +264,12 @@ func InputFromRecord(rec *telemetry.FlowRecord, client, dst netip.AddrPort) (*po
 	}
 	conn := &policy.Conn{OrigDst: rec.OrigDst, Mechanism: rec.Mechanism, TLS: rec.TLS,
 		Hello: rec.TLS == "terminate" || rec.TLS == "passthrough", SNI: rec.SNI}
+	switch rec.Credential {
+	case "injected":
+		conn.Credential = "inject"
+	case "exchanged":
+		conn.Credential = "exchange"
+	}
 	if dst.IsValid() {
 		conn.OrigIP, conn.OrigPort = dst.Addr().String(), dst.Port()
 	}

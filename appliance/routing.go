@@ -6,6 +6,7 @@ import (
 
 	"mcpintercept/audit/auditstage"
 	"mcpintercept/auth/tokenstage"
+	"mcpintercept/credentials"
 	"mcpintercept/config"
 	"mcpintercept/engine"
 	"mcpintercept/integrity"
@@ -153,6 +154,13 @@ func routeWithTokens(cfg *config.Config, r config.Route, jwksLog *auth.JWKSLog) 
 	}
 	if tc != nil {
 		route.Stages[tokenstage.Name] = &tokenstage.Options{Checker: tc, CallerIdentity: cfg.Tokens.RecordIdentity}
+	}
+	co, err := credentialOptions(cfg, r)
+	if err != nil {
+		return nil, err
+	}
+	if co != nil {
+		route.Stages[credentials.Name] = co
 	}
 	return route, nil
 }

@@ -263,3 +263,7 @@ func splitAuthority(scheme, a string) (string, int, bool) {
 	}
 	return host, port, true
 }
+
+// TokenInQuery reports whether a request target carries an access token in its query
+// (access_token, as servers' query parsers read it).
+func TokenInQuery(target string) bool { return tokenInQuery(target) }

@@ -147,3 +147,8 @@ var b64tokenChars = func() (t [256]bool) {
 func looksLikeJWS(tok string) bool {
 	return strings.Count(tok, ".") == 2
 }
+
+// SplitAuthorization is splitHeader for other packages (the credentials stage): the scheme,
+// lower-cased ("other" for one not known), and a judged scheme's one b64token; an error when the
+// value is one that servers would read differently.
+func SplitAuthorization(h string) (scheme, cred string, err error) { return splitHeader(h) }

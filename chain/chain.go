@@ -13,6 +13,7 @@ import (
 
 	"mcpintercept/audit/auditstage"
 	"mcpintercept/auth/tokenstage"
+	"mcpintercept/credentials"
 	"mcpintercept/integrity"
 	"mcpintercept/level1"
 	"mcpintercept/level2"
@@ -36,9 +37,14 @@ type Deps struct {
 // Stages is the chain, in order.
 func Stages(d Deps) []stage.Factory {
 	aud := auditstage.New(d.Registry)
+	cred := credentials.New(d.Registry)
 	return []stage.Factory{
 		// Classification from headers, with its guards: at every level that reads HTTP.
 		level1.ClassifyStage(),
+		// A credentials route's placeholder removed, and any other credential refused or
+		// stripped, before anything reads the request's credential (the token check, rules,
+		// records): they see what the client itself holds.
+		cred.Factory(),
 		// The bearer token's audience (and, with issuers, its signature and times), before any
 		// policy or body stage: a refused token is never forwarded, and rules read its claims.
 		tokenstage.Factory(d.Registry),
@@ -58,6 +64,9 @@ func Stages(d Deps) []stage.Factory {
 		tracestage.Factory(d.Tracer),
 		// Level 1 audit, after the policy so that it records the decision.
 		aud.Factory(),
+		// The route's real credential added last, once every stage judged the request: nothing
+		// is exchanged for a refused request, and no stage or record sees the value.
+		cred.OutFactory(),
 	}
 }
 

@@ -13,13 +13,14 @@ func TestStagesOrder(t *testing.T) {
 	for _, f := range Stages(Deps{}) {
 		names = append(names, f.Name)
 	}
-	want := []string{"classify", "token", "header-policy", "level2", "trace", "audit"}
+	want := []string{"classify", "credentials", "token", "header-policy", "level2", "trace", "audit", "credentials-out"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("chain %q, want %q", names, want)
 	}
 	levels := map[string][]bool{ // served at levels 1 and 2
 		"classify": {true, true}, "token": {true, true}, "header-policy": {true, false},
 		"level2": {false, true}, "trace": {true, true}, "audit": {true, false},
+		"credentials": {true, true}, "credentials-out": {true, true},
 	}
 	for _, f := range Stages(Deps{}) {
 		got := []bool{f.Levels(1), f.Levels(2)}

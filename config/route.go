@@ -88,6 +88,9 @@ type Route struct {
 	// the appliance's span as its parent (inject) or the client's trace context unchanged
 	// (record). Parse fills record on routes that read HTTP; inject needs one.
 	TracePropagation string `yaml:"trace_propagation,omitempty"`
+	// Credentials adds the real credential on the way out (credentials.go); zero: the client's
+	// own credential passes, judged by token_audience.
+	Credentials Credentials `yaml:"credentials,omitempty"`
 	// Line and Column locate the route's mapping in the file (0 when built
 	// in code), for messages about the route as a whole.
 	Line, Column int `yaml:"-"`
@@ -158,8 +161,10 @@ type RouteMatch struct {
 }
 
 // routeTable is the schema of one entry of routes (and of default_route,
-// less name and match).
-var routeTable = table[Route]{
+// less name and match): the keys below, then credentials.
+var routeTable = append(routeKeys, credentialsTable...)
+
+var routeKeys = table[Route]{
 	key("name", "the route's name in logs and metrics", func(r *Route) *string { return &r.Name }, str),
 	key("match.destinations", "destination prefixes the route applies to", func(r *Route) *[]netip.Prefix { return &r.Match.Destinations }, list(parsePrefix)).
 		checkedBy(each(checkPrefix)),
@@ -239,12 +244,13 @@ var routeTable = table[Route]{
 }
 
 // defaultRouteTable is the route keys default_route takes.
-var defaultRouteTable = routeTable.without("name", "match")
+var defaultRouteTable = routeTable.without("name", "match", "credentials")
 
 // defaultRouteRefused explains the route keys default_route does not take.
 var defaultRouteRefused = map[string]string{
 	"name":  fmt.Sprintf("default_route takes no name: its flows are logged under the route name %q", DefaultRouteName),
 	"match": "default_route takes no match: it applies to exactly the flows no route matches",
+	"credentials": "default_route takes no credentials: it names no destination, and a credential goes only to a destination a route names (match.destinations or match.sni)",
 }
 
 var routesBlock = block[Config]{

@@ -279,6 +279,7 @@ func (v *validator) route(c *Config, key string, r Route) {
 	v.tokensRoute(key, r, tlsOK && levelOK)
 	v.toolsRoute(c, key, r, tlsOK && levelOK)
 	v.traceRoute(key, r, tlsOK && levelOK)
+	v.credentialsRoute(key, r, tlsOK && levelOK)
 
 	// The cross checks need both sides valid: a message about a
 	// combination is noise while one half is itself wrong.

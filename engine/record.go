@@ -87,6 +87,8 @@ func (r *recordStage) Done(x *exchange.Exchange) {
 	rec.BytesUp, rec.BytesDown = x.BytesUp, x.BytesDown
 	c := policy.CallerFrom(x.Get(policy.CallerKey{}))
 	rec.Iss, rec.Sub = c.Iss, c.Sub
+	cr := policy.CredentialFrom(x.Get(policy.CredentialKey{}))
+	rec.Credential, rec.CredentialSource = cr.Added, cr.Source
 	if sp := stage.SpanOf(x); sp != nil {
 		rec.TraceID, rec.SpanID = sp.TraceID(), sp.SpanID()
 	}

@@ -146,6 +146,10 @@ func (x *Exchange) WantRequestBody(max int64) {
 	}
 }
 
+// WantsRequestBody reports whether a stage asked for the request body (RequestBody hooks will
+// run before anything of the request is forwarded).
+func (x *Exchange) WantsRequestBody() bool { return x.reqMax >= 0 }
+
 // RequestBody is the request body read for the stages (de-chunked, still content-encoded), or
 // the replacement set by an earlier stage; nil before it was read or when no stage asked.
 func (x *Exchange) RequestBody() []byte { return x.reqBody }

@@ -126,6 +126,7 @@ func recordTo(c *flowstage.Conn) func(*Record) {
 		}
 		rec.BytesUp, rec.BytesDown = m.BytesUp, m.BytesDown
 		rec.Iss, rec.Sub = m.Caller.Iss, m.Caller.Sub
+		rec.Credential, rec.CredentialSource = m.Credential.Added, m.Credential.Source
 		rec.TraceID, rec.SpanID = m.TraceID, m.SpanID
 		c.Records.Message(&rec, m.Duration)
 	}

@@ -113,6 +113,9 @@ type Record struct {
 	BytesUp, BytesDown int64
 	// Caller is who the request's accepted bearer token names (records' iss and sub).
 	Caller policy.Caller
+	// Credential is what a credentials route adds to the request upstream (a client→server
+	// message's record only).
+	Credential policy.Credential
 	// TraceID and SpanID are the span of the request this record is about (a response's record
 	// names its request's span); "" when tracing is off or the message has none (notifications).
 	TraceID, SpanID string

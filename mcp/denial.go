@@ -29,6 +29,9 @@ const (
 	// since it was pinned, is not pinned on an enforce route, or servers showed clients
 	// different ones (tool_pins).
 	CodeQuarantined = -31006
+	// CodeCredentialUnavailable: the route adds a credential (inject or token exchange) and
+	// could not get one; nothing was forwarded. (-31007 is the federation's uncertain outcome.)
+	CodeCredentialUnavailable = -31008
 	// CodeHeaderMismatch is MCP's HeaderMismatch (SEP-2243): Mcp-Method, Mcp-Name or
 	// MCP-Protocol-Version disagree with the body.
 	CodeHeaderMismatch = -32020

@@ -318,6 +318,7 @@ var (
 		strField("sni", LevelConn, "TLS server name; absent without a ClientHello", connOf, func(c *Conn) string { return c.SNI }, func(c *Conn) bool { return c.Hello }),
 		strField("mechanism", LevelConn, "steering mechanism", connOf, func(c *Conn) string { return c.Mechanism }, always),
 		strField("tls", LevelConn, "passthrough, terminate or plaintext", connOf, func(c *Conn) string { return c.TLS }, always),
+		strField("credential", LevelConn, "the credential the route adds upstream: inject or exchange; absent when none (the client's own passes)", connOf, func(c *Conn) string { return c.Credential }, func(c *Conn) bool { return c.Credential != "" }),
 	)
 	httpObj = newObject(varHTTP, "policy.HTTP",
 		strField("method", LevelHeaders, "HTTP method", requestOf, func(r *Request) string { return r.Method }, always),

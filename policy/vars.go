@@ -97,6 +97,23 @@ func CallerFrom(v any) Caller {
 	return c
 }
 
+// Credential is what records say of the credential a request goes upstream with on a
+// credentials route: Added is injected or exchanged, Source the file or token endpoint. Never the
+// value.
+type Credential struct {
+	Added, Source string
+}
+
+// CredentialKey is the exchange key under which the credentials stage keeps a request's
+// Credential for the stages that write records.
+type CredentialKey struct{}
+
+// CredentialFrom is the Credential kept under CredentialKey (zero: the route adds none).
+func CredentialFrom(v any) Credential {
+	c, _ := v.(Credential)
+	return c
+}
+
 // Client is the `client` variable: the peer that opened the flow.
 type Client struct {
 	Address string // IP, without port
@@ -148,6 +165,9 @@ type Conn struct {
 	// hello named no server; without a hello conn.sni is absent.
 	Hello bool
 	SNI   string
+	// Credential is the route's credentials action, inject or exchange ("" none: absent), set by
+	// the credentials stage's factory: the route's, never the request's.
+	Credential string
 }
 
 // Request is the `http` variable: the request head (Level 1 and 2).

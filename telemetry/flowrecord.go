@@ -38,6 +38,11 @@ type FlowRecord struct {
 	// tokens.record_identity: hash); absent when there was none or the route reads no token.
 	Iss string `json:"iss,omitempty"`
 	Sub string `json:"sub,omitempty"`
+	// Credential is the credential a credentials route added to the request upstream: injected
+	// or exchanged (on a request's own record, not on the server's messages); CredentialSource
+	// the file or token endpoint it came from. Never the value.
+	Credential       string `json:"credential,omitempty"`
+	CredentialSource string `json:"credential_source,omitempty"`
 	// TraceID and SpanID are the OpenTelemetry span the appliance made for this record's call
 	// (Level 2: the JSON-RPC request's; Level 1: the HTTP request's; opaque and passthrough: the
 	// connection's), in lower-case hex; absent when tracing is off or the record has no span.
@@ -162,6 +167,12 @@ func (r *FlowRecord) AppendJSON(b []byte) []byte {
 	}
 	if r.Sub != "" {
 		b = appendStringField(b, `,"sub":`, r.Sub)
+	}
+	if r.Credential != "" {
+		b = appendStringField(b, `,"credential":`, r.Credential)
+	}
+	if r.CredentialSource != "" {
+		b = appendStringField(b, `,"credential_source":`, r.CredentialSource)
 	}
 	if r.TraceID != "" {
 		b = appendStringField(b, `,"trace_id":`, r.TraceID)
