@@ -175,9 +175,9 @@ func NewExchanger(cfg ExchangeConfig) *Exchanger {
 // Close drops idle connections to the token endpoint.
 func (e *Exchanger) Close() { e.client.CloseIdleConnections() }
 
-// Token is the exchanged token for subject and the server's canonical URI: cached, or asked for
-// (one request per key at a time, the others wait for it).
-func (e *Exchanger) Token(ctx context.Context, subject, canonical string) (*token, error) {
+// Token is the exchanged token for subject and the server's canonical URI: cached (fresh false),
+// or asked for (one request per key at a time, the others wait for it and share its answer).
+func (e *Exchanger) Token(ctx context.Context, subject, canonical string) (t *token, fresh bool, err error) {
 	aud := e.cfg.Audience
 	if aud == "" {
 		aud = canonical
@@ -185,18 +185,18 @@ func (e *Exchanger) Token(ctx context.Context, subject, canonical string) (*toke
 	key := sha256.Sum256([]byte(subject + "\x00" + aud + "\x00" + canonical))
 	now := e.now()
 	e.mu.Lock()
-	t := e.cache[key]
+	t = e.cache[key]
 	e.mu.Unlock()
 	if t != nil && now.Before(t.until) {
-		return t, nil
+		return t, false, nil
 	}
 	v, err, _ := e.sf.Do(string(key[:]), func() (any, error) {
 		return e.exchange(ctx, key, subject, aud, canonical)
 	})
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
-	return v.(*token), nil
+	return v.(*token), true, nil
 }
 
 // Invalidate drops t (the server answered 401 to it), unless another already replaced it.

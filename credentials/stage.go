@@ -64,8 +64,10 @@ type Options struct {
 const rule = "credentials"
 
 type metrics struct {
-	added   *prometheus.CounterVec
-	refused *prometheus.CounterVec
+	added     *prometheus.CounterVec
+	refused   *prometheus.CounterVec
+	exchanges *prometheus.CounterVec
+	dropped   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,6 +81,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests of a credentials route refused, by route and reason (other, dpop, query, ambiguous, missing, unavailable)."},
 			[]string{"route", "reason"}),
 	}
+	m.exchanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcpintercept_credential_exchanges_total",
+		Help: "Token exchanges (RFC 8693) of credentials routes, by route and outcome: ok and error asked the token endpoint, cached served a token kept from an earlier one."},
+		[]string{"route", "outcome"})
+	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcpintercept_credential_tokens_dropped_total",
+		Help: "Exchanged tokens dropped from the cache because the server answered 401 to them, by route (the next request is exchanged afresh)."},
+		[]string{"route"})
+	m.exchanges = telemetry.Registered(reg, m.exchanges)
+	m.dropped = telemetry.Registered(reg, m.dropped)
 	m.added = telemetry.Registered(reg, m.added)
 	m.refused = telemetry.Registered(reg, m.refused)
 	return m
@@ -274,7 +286,15 @@ func (s *outStage) add(ctx context.Context, x *exchange.Exchange) exchange.Resul
 			s.m.refused.WithLabelValues(s.route, "missing").Inc()
 			return answer(x, s.level, http.StatusUnauthorized, mcp.CodeTokenRefused, "credential refused", "no bearer token to exchange")
 		}
-		tok, err := s.o.Exchanger.Token(ctx, st.subject, s.canonical(x))
+		tok, fresh, err := s.o.Exchanger.Token(ctx, st.subject, s.canonical(x))
+		switch {
+		case err != nil:
+			s.m.exchanges.WithLabelValues(s.route, "error").Inc()
+		case fresh:
+			s.m.exchanges.WithLabelValues(s.route, "ok").Inc()
+		default:
+			s.m.exchanges.WithLabelValues(s.route, "cached").Inc()
+		}
 		if err != nil {
 			s.m.refused.WithLabelValues(s.route, "unavailable").Inc()
 			return answer(x, s.level, http.StatusBadGateway, mcp.CodeCredentialUnavailable, "credential unavailable", err.Error())
@@ -300,6 +320,7 @@ func (s *outStage) ResponseHead(ctx context.Context, x *exchange.Exchange) excha
 	}
 	if tok, ok := x.Get(exchangedKey{}).(*token); ok {
 		s.o.Exchanger.Invalidate(tok)
+		s.m.dropped.WithLabelValues(s.route).Inc()
 	}
 	return exchange.Continue
 }
