@@ -176,7 +176,8 @@ func NewExchanger(cfg ExchangeConfig) *Exchanger {
 func (e *Exchanger) Close() { e.client.CloseIdleConnections() }
 
 // Token is the exchanged token for subject and the server's canonical URI: cached (fresh false),
-// or asked for (one request per key at a time, the others wait for it and share its answer).
+// or asked for (fresh true; one request per key at a time, the others wait for it and share its
+// answer, fresh false).
 func (e *Exchanger) Token(ctx context.Context, subject, canonical string) (t *token, fresh bool, err error) {
 	aud := e.cfg.Audience
 	if aud == "" {
@@ -190,13 +191,16 @@ func (e *Exchanger) Token(ctx context.Context, subject, canonical string) (t *to
 	if t != nil && now.Before(t.until) {
 		return t, false, nil
 	}
+	// Only the request that runs the exchange sees fresh; those that waited for it share its
+	// token (or its error).
 	v, err, _ := e.sf.Do(string(key[:]), func() (any, error) {
+		fresh = true
 		return e.exchange(ctx, key, subject, aud, canonical)
 	})
 	if err != nil {
-		return nil, true, err
+		return nil, fresh, err
 	}
-	return v.(*token), true, nil
+	return v.(*token), fresh, nil
 }
 
 // Invalidate drops t (the server answered 401 to it), unless another already replaced it.

@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.exchanges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mcpintercept_credential_exchanges_total",
-		Help: "Token exchanges (RFC 8693) of credentials routes, by route and outcome: ok and error asked the token endpoint, cached served a token kept from an earlier one."},
+		Help: "Token exchanges (RFC 8693) of credentials routes, by route and outcome: ok and error: the token endpoint was asked; cached: a token kept from an earlier exchange (or one a concurrent request was getting) served."},
 		[]string{"route", "outcome"})
 	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mcpintercept_credential_tokens_dropped_total",
