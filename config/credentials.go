@@ -141,13 +141,16 @@ var credentialsTable = table[Route]{
 	key("credentials.exchange.client_secret_file", "a file (0600) holding the client secret", func(r *Route) *string { return &r.Credentials.Exchange.ClientSecretFile }, str),
 	key("credentials.exchange.audience", "the audience asked for (default: the server's canonical URI)", func(r *Route) *string { return &r.Credentials.Exchange.Audience }, str),
 	key("credentials.exchange.scope", "the scope asked for", func(r *Route) *string { return &r.Credentials.Exchange.Scope }, str),
-	key("credentials.exchange.subject_token_type", "the client token's type (default access_token)", func(r *Route) *string { return &r.Credentials.Exchange.SubjectTokenType }, str),
+	key("credentials.exchange.subject_token_type", "the client token's type (default access_token)", func(r *Route) *string { return &r.Credentials.Exchange.SubjectTokenType }, str).
+		defBy(func(r *Route) (string, bool) { return TokenTypeAccess, r.Credentials.ExchangeOn() }),
 	key("credentials.exchange.requested_token_type", "the token type asked for", func(r *Route) *string { return &r.Credentials.Exchange.RequestedTokenType }, str),
 	key("credentials.exchange.params", "more form parameters, name=value (e.g. Dex's connector_id=...)", func(r *Route) *[]string { return &r.Credentials.Exchange.Params }, list(parseString)),
 	key("credentials.exchange.ca_file", "roots for the token endpoint's certificate (default: the system's)", func(r *Route) *string { return &r.Credentials.Exchange.CAFile }, str),
-	key("credentials.exchange.timeout", "bound of one exchange", func(r *Route) *Duration { return &r.Credentials.Exchange.Timeout }, duration),
+	key("credentials.exchange.timeout", "bound of one exchange", func(r *Route) *Duration { return &r.Credentials.Exchange.Timeout }, duration).
+		defBy(func(r *Route) (Duration, bool) { return Duration{DefaultExchangeTimeout}, r.Credentials.ExchangeOn() }),
 	key("credentials.placeholder", "the worthless value the workload sends instead of the credential", func(r *Route) *string { return &r.Credentials.Placeholder }, str),
-	key("credentials.other", "what a request with any other credential gets: refuse or strip", func(r *Route) *string { return &r.Credentials.Other }, str),
+	key("credentials.other", "what a request with any other credential gets: refuse or strip", func(r *Route) *string { return &r.Credentials.Other }, str).
+		defBy(func(r *Route) (string, bool) { return CredentialsRefuse, r.Credentials.On() }),
 }
 
 func credExchangeEmpty(e *CredentialExchange) bool {

@@ -133,6 +133,8 @@ type token struct {
 	key   [32]byte
 	value string
 	until time.Time // used until then (the expiry less a margin)
+
+	expiresIn json.RawMessage // as the endpoint said it
 }
 
 // MaxCache bounds the tokens kept; past it, expired ones are dropped, then the cache is emptied.
@@ -222,6 +224,37 @@ type tokenResponse struct {
 	ErrorDesc       string          `json:"error_description"`
 }
 
+// parse reads the token endpoint's answer: the token, or why there is none (the client's token
+// and the secret scrubbed from anything the endpoint said).
+func (e *Exchanger) parse(status int, body []byte, subject, secret string) (*token, error) {
+	var tr tokenResponse
+	jerr := json.Unmarshal(body, &tr)
+	if status != http.StatusOK {
+		why := fmt.Sprintf("HTTP %d", status)
+		if jerr == nil && tr.Error != "" {
+			why += " " + bound(scrub(tr.Error, subject, secret), 64)
+			if tr.ErrorDesc != "" {
+				why += ": " + bound(scrub(tr.ErrorDesc, subject, secret), 200)
+			}
+		}
+		return nil, fmt.Errorf("token exchange at %s refused: %s", e.cfg.Endpoint, why)
+	}
+	if jerr != nil {
+		return nil, fmt.Errorf("token exchange at %s: the answer is not JSON", e.cfg.Endpoint)
+	}
+	switch tt := strings.ToLower(tr.TokenType); {
+	case tr.AccessToken == "":
+		return nil, fmt.Errorf("token exchange at %s: the answer has no access_token", e.cfg.Endpoint)
+	case tt == "dpop":
+		return nil, fmt.Errorf("token exchange at %s issued a DPoP-bound token: DPoP binds each request to a key the server checks, and the appliance forwards bearer tokens only", e.cfg.Endpoint)
+	case tt != "bearer" && tt != "n_a":
+		return nil, fmt.Errorf("token exchange at %s issued a token of type %q: only Bearer is forwarded", e.cfg.Endpoint, bound(scrub(tr.TokenType, subject, secret), 32))
+	case !validValue(tr.AccessToken) || strings.ContainsAny(tr.AccessToken, " \t"):
+		return nil, fmt.Errorf("token exchange at %s issued a token that is not one header token (not shown)", e.cfg.Endpoint)
+	}
+	return &token{value: tr.AccessToken, expiresIn: tr.ExpiresIn}, nil
+}
+
 // maxResponse bounds the token endpoint's answer.
 const maxResponse = 64 << 10
 
@@ -268,33 +301,12 @@ func (e *Exchanger) exchange(ctx context.Context, key [32]byte, subject, aud, ca
 	case len(body) > maxResponse:
 		return nil, fmt.Errorf("token exchange at %s: answer larger than %d bytes", e.cfg.Endpoint, maxResponse)
 	}
-	var tr tokenResponse
-	jerr := json.Unmarshal(body, &tr)
-	if resp.StatusCode != http.StatusOK {
-		why := fmt.Sprintf("HTTP %d", resp.StatusCode)
-		if jerr == nil && tr.Error != "" {
-			why += " " + bound(tr.Error, 64)
-			if tr.ErrorDesc != "" {
-				why += ": " + bound(tr.ErrorDesc, 200)
-			}
-		}
-		return nil, fmt.Errorf("token exchange at %s refused: %s", e.cfg.Endpoint, scrub(why, subject, secret))
+	t, err := e.parse(resp.StatusCode, body, subject, secret)
+	if err != nil {
+		return nil, err
 	}
-	if jerr != nil {
-		return nil, fmt.Errorf("token exchange at %s: the answer is not JSON", e.cfg.Endpoint)
-	}
-	switch tt := strings.ToLower(tr.TokenType); {
-	case tr.AccessToken == "":
-		return nil, fmt.Errorf("token exchange at %s: the answer has no access_token", e.cfg.Endpoint)
-	case tt == "dpop":
-		return nil, fmt.Errorf("token exchange at %s issued a DPoP-bound token: DPoP binds each request to a key the server checks, and the appliance forwards bearer tokens only", e.cfg.Endpoint)
-	case tt != "bearer" && tt != "n_a":
-		return nil, fmt.Errorf("token exchange at %s issued a token of type %q: only Bearer is forwarded", e.cfg.Endpoint, bound(tr.TokenType, 32))
-	case !validValue(tr.AccessToken) || strings.ContainsAny(tr.AccessToken, " \t"):
-		return nil, fmt.Errorf("token exchange at %s issued a token that is not one header token (not shown)", e.cfg.Endpoint)
-	}
-	t := &token{key: key, value: tr.AccessToken}
-	exp, ok := expiresAt(start, tr.ExpiresIn, tr.AccessToken)
+	t.key = key
+	exp, ok := expiresAt(start, t.expiresIn, t.value)
 	if !ok {
 		// With no lifetime known, the token serves this request only.
 		return t, nil
