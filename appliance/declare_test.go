@@ -146,3 +146,26 @@ func TestDeclareSidecar(t *testing.T) {
 		t.Fatalf("the build does not declare Sidecar: %v", b.ModeSet)
 	}
 }
+
+// TestDeclareCredentials: a route with credentials is declared as what it is, an explicit
+// exception to the token passthrough the draft recommends in Transparent mode.
+func TestDeclareCredentials(t *testing.T) {
+	lvl := 2
+	cfg := &config.Config{Path: "x.yaml", Mechanism: config.External, Routes: []config.Route{
+		{Name: "plain", TLS: config.TLSTerminate, Level: &lvl},
+	}}
+	if d := Declaration(cfg); strings.Contains(d.Authentication, "injection") || strings.Contains(d.Authentication, "RFC 8693") {
+		t.Fatalf("credentials declared while none: %q", d.Authentication)
+	}
+	in := config.Route{Name: "gh", TLS: config.TLSTerminate, Level: &lvl}
+	in.Credentials.Inject.File = "/etc/x.token"
+	ex := config.Route{Name: "dex", TLS: config.TLSTerminate, Level: &lvl}
+	ex.Credentials.Exchange.TokenEndpoint = "https://as.test/token"
+	cfg.Routes = append(cfg.Routes, in, ex)
+	d := Declaration(cfg)
+	for _, want := range []string{"credential injection (not token passthrough) on routes gh", "token exchange, RFC 8693 (not token passthrough) on routes dex", "DPoP-bound tokens are refused"} {
+		if !strings.Contains(d.Authentication, want) {
+			t.Fatalf("authentication %q lacks %q", d.Authentication, want)
+		}
+	}
+}
