@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (_ *Appliance, er
 
 	routing := opt.Routing
 	if routing == nil {
-		if routing, a.sets, err = routingFromConfig(cfg, nil, a.jwksLog); err != nil {
+		if routing, a.sets, err = routingFromConfig(cfg, nil, a.jwksLog, true); err != nil {
 			return nil, &ConfigError{Err: err}
 		}
 	}
@@ -490,7 +490,7 @@ func (a *Appliance) Reload(path string) error {
 		a.log.Error("reload refused: invalid configuration; keeping the running one", "err", err)
 		return fmt.Errorf("reload refused: invalid configuration: %w", err)
 	}
-	routing, sets, err := routingFromConfig(next, a.sets, a.jwksLog)
+	routing, sets, err := routingFromConfig(next, a.sets, a.jwksLog, true)
 	if err != nil {
 		a.log.Error("reload refused: invalid policy; keeping the running one", "err", err)
 		return fmt.Errorf("reload refused: invalid policy: %w", err)

@@ -12,15 +12,19 @@ import (
 )
 
 // credentialOptions builds a route's credentials stage options: nil when the route adds none.
-// Files are read here, so a SIGHUP (which rebuilds the routes) re-reads them; an exchange's cache
-// starts empty with the new routes.
-func credentialOptions(cfg *config.Config, r config.Route) (*credentials.Options, error) {
+// With load, files are read here, so a SIGHUP (which rebuilds the routes) re-reads them; an
+// exchange's cache starts empty with the new routes. Without, the options only describe the
+// route (check, declare, policy test).
+func credentialOptions(cfg *config.Config, r config.Route, load bool) (*credentials.Options, error) {
 	c := r.Credentials
 	if !c.On() {
 		return nil, nil
 	}
 	o := &credentials.Options{Action: c.Action(), Header: c.HeaderName(), Scheme: c.SchemeName(),
 		Source: c.Source(), Placeholder: c.Placeholder, Strip: c.Other == config.CredentialsStrip}
+	if !load {
+		return o, nil
+	}
 	switch o.Action {
 	case credentials.ActionInject:
 		s, err := credentials.LoadSecret(c.Inject.File)

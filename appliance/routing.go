@@ -25,12 +25,14 @@ type CompiledRuleSets map[string]*policy.Set
 // RoutingFromConfig compiles the configuration's rule sets and converts its routes. Every compile
 // error of every set is returned (policy.CompileErrors, with file, line and column).
 func RoutingFromConfig(cfg *config.Config, prev CompiledRuleSets) (*engine.Routing, CompiledRuleSets, error) {
-	return routingFromConfig(cfg, prev, nil)
+	return routingFromConfig(cfg, prev, nil, false)
 }
 
 // routingFromConfig is RoutingFromConfig whose token checks log why an issuer's keys could not
-// be read to jwksLog (nil: not logged).
-func routingFromConfig(cfg *config.Config, prev CompiledRuleSets, jwksLog *auth.JWKSLog) (*engine.Routing, CompiledRuleSets, error) {
+// be read to jwksLog (nil: not logged). creds reads the routes' credential files and makes their
+// exchangers: the running appliance does; check, declare and policy test do not (their routes
+// are never forwarded, and they may run without the right to read the files).
+func routingFromConfig(cfg *config.Config, prev CompiledRuleSets, jwksLog *auth.JWKSLog, creds bool) (*engine.Routing, CompiledRuleSets, error) {
 	sets, err := compileRuleSets(cfg, prev)
 	if err != nil {
 		return nil, nil, err
@@ -40,7 +42,7 @@ func routingFromConfig(cfg *config.Config, prev CompiledRuleSets, jwksLog *auth.
 		rt.RuleSets[n] = s
 	}
 	for i := range cfg.Routes {
-		r, err := routeWithTokens(cfg, cfg.Routes[i], jwksLog)
+		r, err := routeWithTokens(cfg, cfg.Routes[i], jwksLog, creds)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -51,7 +53,7 @@ func routingFromConfig(cfg *config.Config, prev CompiledRuleSets, jwksLog *auth.
 	case d.Close:
 		rt.DefaultClose = true
 	case d.Route != nil:
-		if rt.Default, err = routeWithTokens(cfg, *d.Route, jwksLog); err != nil {
+		if rt.Default, err = routeWithTokens(cfg, *d.Route, jwksLog, creds); err != nil {
 			return nil, nil, err
 		}
 		rt.Default.Name = engine.DefaultRouteName
@@ -146,7 +148,7 @@ func ruleSpec(r config.Rule) policy.RuleSpec {
 }
 
 // routeWithTokens is routeFromConfig with the route's token check built.
-func routeWithTokens(cfg *config.Config, r config.Route, jwksLog *auth.JWKSLog) (*engine.Route, error) {
+func routeWithTokens(cfg *config.Config, r config.Route, jwksLog *auth.JWKSLog, creds bool) (*engine.Route, error) {
 	route := routeFromConfig(cfg, r)
 	tc, err := tokenChecker(cfg, r.WithDefaults(), jwksLog)
 	if err != nil {
@@ -155,7 +157,7 @@ func routeWithTokens(cfg *config.Config, r config.Route, jwksLog *auth.JWKSLog) 
 	if tc != nil {
 		route.Stages[tokenstage.Name] = &tokenstage.Options{Checker: tc, CallerIdentity: cfg.Tokens.RecordIdentity}
 	}
-	co, err := credentialOptions(cfg, r)
+	co, err := credentialOptions(cfg, r, creds)
 	if err != nil {
 		return nil, err
 	}

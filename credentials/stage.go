@@ -281,6 +281,10 @@ func (s *outStage) add(ctx context.Context, x *exchange.Exchange) exchange.Resul
 		value = v
 	case ActionExchange:
 		st, _ := x.Get(inKey{}).(*inState)
+		if s.o.Exchanger == nil {
+			s.m.refused.WithLabelValues(s.route, "unavailable").Inc()
+			return answer(x, s.level, http.StatusServiceUnavailable, mcp.CodeCredentialUnavailable, "credential unavailable", "the route's token exchange is not set up")
+		}
 		if st == nil {
 			// The first stage always leaves one on an exchange route; without it, no credential.
 			s.m.refused.WithLabelValues(s.route, "missing").Inc()
