@@ -34,6 +34,7 @@ type upstream struct {
 	other []string // every request's X-Api-Key
 	n     int
 	deny  func(authz string) bool // 401 when true
+	echo  bool                    // reflect Authorization in a header and the body
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -47,6 +48,11 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Unlock()
 	if deny != nil && deny(a) {
 		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	if u.echo {
+		w.Header().Set("X-Seen", "you sent "+a)
+		json.NewEncoder(w).Encode(map[string]string{"authorization": a})
 		return
 	}
 	w.Write([]byte("ok"))
@@ -69,6 +75,14 @@ type seen struct {
 	authz []string
 	auth  []*policy.Auth
 	body  bool
+}
+
+// ResponseHead asks for the response body, as Level 2 does.
+func (s *seen) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.Result {
+	if s.body {
+		x.WantResponseBody(1<<20, exchange.OverflowClose)
+	}
+	return exchange.Continue
 }
 
 func (s *seen) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Result {
@@ -465,5 +479,30 @@ func TestLoadSecret(t *testing.T) {
 	s, err := LoadSecret(secretFile(t, "  tok  ", 0o400))
 	if v, _ := s.Value(); err != nil || v != "tok" {
 		t.Fatalf("%q %v", v, err)
+	}
+}
+
+// A server that reflects the credential (a header, the body) never shows it to the client.
+func TestReflectedCredentialScrubbed(t *testing.T) {
+	r := newRig(t, injectOptions(t, realToken), 2, true)
+	r.up.echo = true
+	req, _ := http.NewRequest(http.MethodPost, "http://mcp.test/mcp", strings.NewReader(`{}`))
+	resp, err := r.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got, _, _ := r.up.last(); got != "Bearer "+realToken {
+		t.Fatalf("upstream got %q", got)
+	}
+	if strings.Contains(string(b), realToken) || strings.Contains(resp.Header.Get("X-Seen"), realToken) {
+		t.Fatalf("the client saw the credential: header %q body %s", resp.Header.Get("X-Seen"), b)
+	}
+	if !strings.Contains(string(b), scrubbed) || !strings.Contains(resp.Header.Get("X-Seen"), scrubbed) {
+		t.Fatalf("no scrub marker: header %q body %s", resp.Header.Get("X-Seen"), b)
+	}
+	if n := testutil.ToFloat64(must(r.reg, "mcpintercept_credentials_scrubbed_total")); n != 2 {
+		t.Fatalf("scrubbed = %v, want 2 (header and body)", n)
 	}
 }

@@ -12,7 +12,9 @@
 package credentials
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -68,6 +70,7 @@ type metrics struct {
 	refused   *prometheus.CounterVec
 	exchanges *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
+	scrubbed  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -89,6 +92,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "mcpintercept_credential_tokens_dropped_total",
 		Help: "Exchanged tokens dropped from the cache because the server answered 401 to them, by route (the next request is exchanged afresh)."},
 		[]string{"route"})
+	m.scrubbed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcpintercept_credentials_scrubbed_total",
+		Help: "Responses of credentials routes that reflected the added credential (a header, a Level 2 body or event), which was replaced before the client saw it, by route."},
+		[]string{"route"})
+	m.scrubbed = telemetry.Registered(reg, m.scrubbed)
 	m.exchanges = telemetry.Registered(reg, m.exchanges)
 	m.dropped = telemetry.Registered(reg, m.dropped)
 	m.added = telemetry.Registered(reg, m.added)
@@ -306,6 +314,7 @@ func (s *outStage) add(ctx context.Context, x *exchange.Exchange) exchange.Resul
 		x.Set(exchangedKey{}, tok)
 		value = tok.value
 	}
+	x.Set(valueKey{}, value)
 	if s.o.Scheme != "" {
 		value = s.o.Scheme + " " + value
 	}
@@ -316,17 +325,76 @@ func (s *outStage) add(ctx context.Context, x *exchange.Exchange) exchange.Resul
 	return exchange.Continue
 }
 
+// valueKey keeps the credential a request went upstream with, for the response's scrub.
+type valueKey struct{}
+
 // ResponseHead drops an exchanged token the server answered 401 to, so that the next request is
-// exchanged afresh (once per 401: the new token is cached again).
+// exchanged afresh (once per 401: the new token is cached again), and takes the credential out of
+// any response field that reflects it: the client's side never sees it.
 func (s *outStage) ResponseHead(ctx context.Context, x *exchange.Exchange) exchange.Result {
-	if x.Resp == nil || x.Resp.Status != http.StatusUnauthorized {
+	if x.Resp == nil {
 		return exchange.Continue
 	}
-	if tok, ok := x.Get(exchangedKey{}).(*token); ok {
-		s.o.Exchanger.Invalidate(tok)
-		s.m.dropped.WithLabelValues(s.route).Inc()
+	if x.Resp.Status == http.StatusUnauthorized {
+		if tok, ok := x.Get(exchangedKey{}).(*token); ok {
+			s.o.Exchanger.Invalidate(tok)
+			s.m.dropped.WithLabelValues(s.route).Inc()
+		}
+	}
+	v, _ := x.Get(valueKey{}).(string)
+	if v == "" {
+		return exchange.Continue
+	}
+	for _, h := range x.Resp.Headers {
+		if strings.Contains(h.Value, v) {
+			x.SetResponseHeader(h.Name, strings.ReplaceAll(h.Value, v, scrubbed))
+			s.m.scrubbed.WithLabelValues(s.route).Inc()
+		}
 	}
 	return exchange.Continue
+}
+
+// scrubbed stands for the credential where a response reflected it.
+const scrubbed = "[credential removed by mcpintercept]"
+
+// ResponseBody and Event take the credential out of a response body or an SSE event the server
+// reflected it in — where a stage read them (Level 2 reads every body and event; a Level 1 route
+// streams bodies unread, so only their header fields are scrubbed). The raw value and its JSON
+// string form are both replaced.
+func (s *outStage) ResponseBody(ctx context.Context, x *exchange.Exchange) exchange.Result {
+	if b, ok := s.scrub(x, x.ResponseBody()); ok {
+		x.SetResponseBody(b)
+	}
+	return exchange.Continue
+}
+
+func (s *outStage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
+	if b, ok := s.scrub(x, ev.Out()); ok {
+		ev.Replace(b)
+	}
+	return exchange.Continue
+}
+
+func (s *outStage) scrub(x *exchange.Exchange, b []byte) ([]byte, bool) {
+	v, _ := x.Get(valueKey{}).(string)
+	if v == "" || len(b) < len(v) {
+		return nil, false
+	}
+	forms := [][]byte{[]byte(v)}
+	if j, err := json.Marshal(v); err == nil && string(j[1:len(j)-1]) != v {
+		forms = append(forms, j[1:len(j)-1])
+	}
+	found := false
+	for _, f := range forms {
+		if bytes.Contains(b, f) {
+			b = bytes.ReplaceAll(b, f, []byte(scrubbed))
+			found = true
+		}
+	}
+	if found {
+		s.m.scrubbed.WithLabelValues(s.route).Inc()
+	}
+	return b, found
 }
 
 // canonicalOf is the server's canonical URI for a request (RFC 8707, as the token stage names
