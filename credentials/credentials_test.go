@@ -35,6 +35,7 @@ type upstream struct {
 	n     int
 	deny  func(authz string) bool // 401 when true
 	echo  bool                    // reflect Authorization in a header and the body
+	names []string                // every field name received
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -44,6 +45,9 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.authz = append(u.authz, a)
 	u.other = append(u.other, strings.Join(r.Header.Values("X-Api-Key"), "|"))
 	u.n++
+	for k := range r.Header {
+		u.names = append(u.names, k)
+	}
 	deny := u.deny
 	u.mu.Unlock()
 	if deny != nil && deny(a) {
@@ -504,5 +508,33 @@ func TestReflectedCredentialScrubbed(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(must(r.reg, "mcpintercept_credentials_scrubbed_total")); n != 2 {
 		t.Fatalf("scrubbed = %v, want 2 (header and body)", n)
+	}
+}
+
+// A field spelled with '_' for '-' is the credential's to a CGI or WSGI server (HTTP_X_API_KEY):
+// another credential, refused or stripped, never forwarded beside the real one.
+func TestUnderscoreVariantIsAnotherCredential(t *testing.T) {
+	s, _ := LoadSecret(secretFile(t, realToken, 0o600))
+	o := &Options{Action: ActionInject, Header: "X-Api-Key", Source: "file:x", Secret: s}
+	r := newRig(t, o, 1, false)
+	if st, _ := r.do("X_Api_Key", "attacker"); st != 401 {
+		t.Fatalf("status %d, want 401 (other: refuse)", st)
+	}
+	o.Strip = true
+	r = newRig(t, o, 1, false)
+	r.up.echo = false
+	if st, _ := r.do("X_API_KEY", "attacker", "authorization_", "x"); st != 200 {
+		t.Fatalf("status %d", st)
+	}
+	if _, key, _ := r.up.last(); key != realToken {
+		t.Fatalf("upstream X-Api-Key %q", key)
+	}
+	for _, n := range r.up.names {
+		if strings.Contains(n, "_") {
+			t.Fatalf("the upstream received %s: the variant was not stripped", n)
+		}
+	}
+	if !sameField("x_api_key", "X-Api-Key") || sameField("X^Key", "X~Key") || sameField("X-Api-Keys", "X-Api-Key") {
+		t.Fatal("sameField")
 	}
 }

@@ -152,6 +152,31 @@ type inStage struct {
 	m     *metrics
 }
 
+// sameField reports whether a field name is name, or one a server reads as name: CGI and WSGI
+// (Python's servers, PHP) turn '-' and '_' alike into '_' in HTTP_* variables.
+func sameField(field, name string) bool {
+	if len(field) != len(name) {
+		return false
+	}
+	for i := 0; i < len(field); i++ {
+		if fold(field[i]) != fold(name[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// fold is a field name's byte as CGI reads it: lower case, '_' for '-'.
+func fold(c byte) byte {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	case c == '-':
+		return '_'
+	}
+	return c
+}
+
 // noAuth is auth of a request that carries no credential of the client's own.
 var noAuth = &policy.Auth{}
 
@@ -171,11 +196,19 @@ func (s *inStage) RequestHead(ctx context.Context, x *exchange.Exchange) exchang
 	var keep []exchange.Header
 	var subject string
 	placeholder, other, subjects := false, false, 0
+	var variants []string // the names of fields servers may read as the credential's
 	for _, h := range req.Headers {
-		isCred := strings.EqualFold(h.Name, header)
-		isAuthz := strings.EqualFold(h.Name, "Authorization")
+		isCred := sameField(h.Name, header)
+		isAuthz := sameField(h.Name, "Authorization")
 		if !isCred && !isAuthz {
 			keep = append(keep, h)
+			continue
+		}
+		if !strings.EqualFold(h.Name, header) && !strings.EqualFold(h.Name, "Authorization") {
+			// X_Api_Key beside X-Api-Key: a CGI/WSGI server reads both as HTTP_X_API_KEY, so
+			// the client's value could be the one it takes. Another credential.
+			variants = append(variants, h.Name)
+			other = true
 			continue
 		}
 		scheme, cred, err := "", "", error(nil)
@@ -215,6 +248,9 @@ func (s *inStage) RequestHead(ctx context.Context, x *exchange.Exchange) exchang
 		x.DelRequestHeader(header)
 		if !authz {
 			x.DelRequestHeader("Authorization")
+		}
+		for _, n := range variants {
+			x.DelRequestHeader(n)
 		}
 	}
 	if subject == "" {
