@@ -523,7 +523,7 @@ func TestUnderscoreVariantIsAnotherCredential(t *testing.T) {
 	o.Strip = true
 	r = newRig(t, o, 1, false)
 	r.up.echo = false
-	if st, _ := r.do("X_API_KEY", "attacker", "authorization_", "x"); st != 200 {
+	if st, _ := r.do("X_API_KEY", "attacker"); st != 200 {
 		t.Fatalf("status %d", st)
 	}
 	if _, key, _ := r.up.last(); key != realToken {
