@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -119,18 +120,27 @@ type rig struct {
 
 func newRig(t *testing.T, o *Options, level int, wantBody bool) *rig {
 	t.Helper()
-	r := &rig{t: t, up: &upstream{}, seen: &seen{body: wantBody}, reg: prometheus.NewRegistry(), conn: &policy.Conn{}}
-	srv := httptest.NewServer(r.up)
+	up := &upstream{}
+	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
+	r := newRigTo(t, o, level, wantBody, srv.Listener.Addr().String())
+	r.up = up
+	return r
+}
+
+// newRigTo is newRig in front of the server at addr.
+func newRigTo(t *testing.T, o *Options, level int, wantBody bool, addr string) *rig {
+	t.Helper()
+	r := &rig{t: t, seen: &seen{body: wantBody}, reg: prometheus.NewRegistry(), conn: &policy.Conn{}}
 	st := New(r.reg)
-	dst := netip.MustParseAddrPort(srv.Listener.Addr().String())
+	dst := netip.MustParseAddrPort(addr)
 	r.port = dst.Port()
 	c := &stage.Conn{Route: "r", Level: level, TLS: "plaintext", Orig: dst, Options: stage.Options{Name: o}, ConnVars: r.conn}
 	in, out := st.Factory().New(c), st.OutFactory().New(c)
 	stages := []exchange.Stage{in, r.seen, out}
 	r.c = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		cl, pr := net.Pipe()
-		up, err := net.Dial("tcp", srv.Listener.Addr().String())
+		up, err := net.Dial("tcp", addr)
 		if err != nil {
 			return nil, err
 		}
@@ -536,5 +546,72 @@ func TestUnderscoreVariantIsAnotherCredential(t *testing.T) {
 	}
 	if !sameField("x_api_key", "X-Api-Key") || sameField("X^Key", "X~Key") || sameField("X-Api-Keys", "X-Api-Key") {
 		t.Fatal("sameField")
+	}
+}
+
+// TestDifferentialWSGIUnderscore runs Python's own WSGI server (wsgiref): it reads X_Api_Key as
+// X-Api-Key and joins them (HTTP_X_API_KEY "real,attacker"), so a client's underscore variant
+// would reach the application beside the injected key. Through the stage it never does.
+func TestDifferentialWSGIUnderscore(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	const app = `import json, sys
+from wsgiref.simple_server import make_server, WSGIRequestHandler
+class Q(WSGIRequestHandler):
+    def log_message(self, *a): pass
+def app(environ, start):
+    start('200 OK', [('Content-Type', 'application/json')])
+    return [json.dumps(environ.get('HTTP_X_API_KEY')).encode()]
+srv = make_server('127.0.0.1', 0, app, handler_class=Q)
+print(srv.server_port, flush=True)
+srv.serve_forever()
+`
+	cmd := exec.Command(py, "-c", app)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var port int
+	if _, err := fmt.Fscan(out, &port); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	get := func(c *http.Client) string {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/", strings.NewReader("{}"))
+		req.Header["X-Api-Key"] = []string{"ph"}
+		req.Header["X_Api_Key"] = []string{"attacker"}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.TrimSpace(string(b))
+	}
+	// The control: Python reads the variant as the same header.
+	if got := get(http.DefaultClient); got != `"ph,attacker"` {
+		t.Fatalf("wsgiref read %s; the premise (it joins X_Api_Key into HTTP_X_API_KEY) does not hold", got)
+	}
+	s, _ := LoadSecret(secretFile(t, realToken, 0o600))
+	for _, strip := range []bool{true, false} {
+		r := newRigTo(t, &Options{Action: ActionInject, Header: "X-Api-Key", Source: "file:x", Placeholder: "ph", Strip: strip, Secret: s}, 1, false, addr)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/", strings.NewReader("{}"))
+		req.Header["X-Api-Key"] = []string{"ph"}
+		req.Header["X_Api_Key"] = []string{"attacker"}
+		resp, err := r.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch got := strings.TrimSpace(string(b)); {
+		case strip && got != `"`+realToken+`"`:
+			t.Fatalf("strip: the application read %s, want the injected key alone", got)
+		case !strip && (resp.StatusCode != 401 || strings.Contains(got, "attacker")):
+			t.Fatalf("refuse: status %d, body %s", resp.StatusCode, got)
+		}
 	}
 }
