@@ -85,3 +85,19 @@ func TestCredentialsAccepted(t *testing.T) {
 		t.Fatalf("a route without credentials got %+v", d)
 	}
 }
+
+func TestCredentialsWarnings(t *testing.T) {
+	good := credFile(t, 0o600)
+	src := withRoutes +
+		"  - {name: a, tls: terminate, level: 1, match: {sni: [a.test]}, credentials: {inject: {file: " + good + "}}}\n" +
+		"  - {name: b, tls: terminate, level: 2, match: {sni: [b.test]}, credentials: {exchange: {token_endpoint: https://as.test/token, client_id: mcpi, client_secret_file: " + good + "}}}\n" +
+		"  - {name: c, tls: terminate, level: 2, match: {sni: [c.test]}, credentials: {inject: {file: " + good + "}}}\n"
+	c, err := Parse("test.yaml", []byte(src), Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := strings.Join(c.Warnings(), "\n")
+	if !strings.Contains(w, "routes[0] (a): credentials at level 1") || !strings.Contains(w, "routes[1] (b): credentials.exchange with token_audience: on") || strings.Contains(w, "(c)") {
+		t.Fatalf("warnings:\n%s", w)
+	}
+}
