@@ -6,8 +6,8 @@ import (
 
 	"mcpintercept/audit/auditstage"
 	"mcpintercept/auth/tokenstage"
-	"mcpintercept/credentials"
 	"mcpintercept/config"
+	"mcpintercept/credentials"
 	"mcpintercept/engine"
 	"mcpintercept/integrity"
 	"mcpintercept/level1"

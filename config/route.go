@@ -248,8 +248,8 @@ var defaultRouteTable = routeTable.without("name", "match", "credentials")
 
 // defaultRouteRefused explains the route keys default_route does not take.
 var defaultRouteRefused = map[string]string{
-	"name":  fmt.Sprintf("default_route takes no name: its flows are logged under the route name %q", DefaultRouteName),
-	"match": "default_route takes no match: it applies to exactly the flows no route matches",
+	"name":        fmt.Sprintf("default_route takes no name: its flows are logged under the route name %q", DefaultRouteName),
+	"match":       "default_route takes no match: it applies to exactly the flows no route matches",
 	"credentials": "default_route takes no credentials: it names no destination, and a credential goes only to a destination a route names (match.destinations or match.sni)",
 }
 

@@ -44,7 +44,7 @@ var provenance = map[string]Provenance{
 	"conn.orig_dst": ProvNetwork, "conn.orig_ip": ProvNetwork, "conn.orig_port": ProvNetwork,
 	"conn.sni": ProvClient, "conn.mechanism": ProvAppliance, "conn.tls": ProvAppliance,
 	"conn.credential": ProvAppliance,
-	"http.method": ProvClient, "http.path": ProvClient, "http.headers": ProvClient,
+	"http.method":     ProvClient, "http.path": ProvClient, "http.headers": ProvClient,
 	"mcp.version": ProvClient, "mcp.session": ProvClient, "mcp.tool": ProvClient, "mcp.retry": ProvClient,
 	"mcp.client_info": ProvClient,
 	"mcp.method":      ProvSender, "mcp.name": ProvSender, "mcp.id": ProvSender, "mcp.kind": ProvSender,
