@@ -18,8 +18,8 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/mcpintercept ./cmd/mcpintercept
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/mcpintercept-cni ./cmd/mcpintercept-cni
 
-# Installs what a fresh Debian machine lacks (apt, npm, Go modules, bin/jaeger) for the tests and the
-# benchmark; quick and quiet when all is present.
+# Installs what a fresh Debian machine lacks (apt, npm, Go modules, bin/jaeger, bin/dex) for the tests
+# and the benchmark; quick and quiet when all is present.
 deps:
 	scripts/deps.sh all
 

@@ -196,7 +196,10 @@ func (v *validator) credentialsRoute(key string, r Route, ok bool) {
 			v.check(k, "a plaintext upstream must be named by address (match.destinations): with no certificate to verify, the address is what names the server")
 		}
 	}
-	v.check(k+".other", checkOneOf(c.Other, CredentialsRefuse, CredentialsStrip))
+	if c.Other != "" {
+		// Absent: refuse (the documented default).
+		v.check(k+".other", checkOneOf(c.Other, CredentialsRefuse, CredentialsStrip))
+	}
 	if c.Placeholder != "" {
 		v.check(k+".placeholder", checkCredentialValue(c.Placeholder))
 	}
@@ -241,7 +244,10 @@ func (v *validator) credentialsRoute(key string, r Route, ok bool) {
 		if e.Audience != "" {
 			v.check(k+".exchange.audience", checkAudience(e.Audience))
 		}
-		v.check(k+".exchange.subject_token_type", checkOneOf(e.SubjectTokenType, TokenTypeAccess, TokenTypeID, TokenTypeJWT))
+		if e.SubjectTokenType != "" {
+			// Absent: access_token (the documented default).
+			v.check(k+".exchange.subject_token_type", checkOneOf(e.SubjectTokenType, TokenTypeAccess, TokenTypeID, TokenTypeJWT))
+		}
 		for i, p := range e.Params {
 			name, _, found := strings.Cut(p, "=")
 			switch {

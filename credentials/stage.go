@@ -259,11 +259,6 @@ func (s *inStage) RequestHead(ctx context.Context, x *exchange.Exchange) exchang
 		x.Set(policy.AuthKey{}, &policy.Auth{Present: true, Scheme: "bearer"})
 		x.Set(inKey{}, &inState{subject: subject})
 	}
-	added := Injected
-	if s.o.Action == ActionExchange {
-		added = Exchanged
-	}
-	x.Set(policy.CredentialKey{}, policy.Credential{Added: added, Source: s.o.Source})
 	return exchange.Continue
 }
 
@@ -355,9 +350,14 @@ func (s *outStage) add(ctx context.Context, x *exchange.Exchange) exchange.Resul
 		value = s.o.Scheme + " " + value
 	}
 	x.SetRequestHeader(s.o.Header, value)
-	if r := policy.CredentialFrom(x.Get(policy.CredentialKey{})); r.Added != "" {
-		s.m.added.WithLabelValues(s.route, r.Added).Inc()
+	// Records say a credential was added only once it was: not for a request a stage refused,
+	// nor for one whose credential could not be had.
+	added := Injected
+	if s.o.Action == ActionExchange {
+		added = Exchanged
 	}
+	x.Set(policy.CredentialKey{}, policy.Credential{Added: added, Source: s.o.Source})
+	s.m.added.WithLabelValues(s.route, added).Inc()
 	return exchange.Continue
 }
 

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"mcpintercept/exchange"
+	"mcpintercept/policy"
 	flowstage "mcpintercept/stage"
 )
 
@@ -25,7 +26,16 @@ func (g *stage) Done(x *exchange.Exchange) {
 // writeRecords is the done step that writes the records of the exchange's client→server
 // messages, with the outcome.
 func writeRecords(s *conn, x *exchange.Exchange, st *xstate) {
+	// A stage after Level 2 may still refuse the request once Level 2 allowed it (the
+	// credentials route's, which adds the credential last and answers when it cannot get one):
+	// its verdict is the records'. The credential is the one the request actually went with.
+	late := !st.answered && x.Verdict.Decision != "" && x.Verdict.Decision != exchange.Allow
+	cred := policy.CredentialFrom(x.Get(policy.CredentialKey{}))
 	for i, r := range st.reqs {
+		r.Credential = cred
+		if late && r.Decision == policy.ActionAllow {
+			r.Decision, r.Rule, r.Reason = policy.Action(x.Verdict.Decision), x.Verdict.Rule, x.Verdict.Reason
+		}
 		r.Status = x.Status
 		r.Duration = x.Duration
 		if i == 0 {

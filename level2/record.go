@@ -27,7 +27,6 @@ func newRecord(s *conn, x *exchange.Exchange, st *xstate, m *mcp.Message, dir st
 	}
 	if dir == ClientToServer {
 		r.Time = st.start
-		r.Credential = policy.CredentialFrom(x.Get(policy.CredentialKey{}))
 	}
 	if n := m.Name(); n != "" {
 		r.Name = mcp.RedactURI(n)

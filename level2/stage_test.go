@@ -90,6 +90,13 @@ func newHarness(t *testing.T, u *upstream, rules []policy.RuleSpec, opt Options,
 // newHarnessWith is newHarness with each connection's Flow adjusted by adjust (nil: none).
 func newHarnessWith(t *testing.T, u *upstream, rules []policy.RuleSpec, opt Options, sessions *Sessions, adjust func(*Flow)) *harness {
 	t.Helper()
+	return newHarnessStages(t, u, rules, opt, sessions, adjust)
+}
+
+// newHarnessStages is newHarnessWith with more stages after Level 2 (a new instance of each per
+// connection).
+func newHarnessStages(t *testing.T, u *upstream, rules []policy.RuleSpec, opt Options, sessions *Sessions, adjust func(*Flow), after ...func() exchange.Stage) *harness {
+	t.Helper()
 	var set *policy.Set
 	if rules != nil {
 		var err error
@@ -128,6 +135,9 @@ func newHarnessWith(t *testing.T, u *upstream, rules []policy.RuleSpec, opt Opti
 					adjust(f)
 				}
 				stages := []exchange.Stage{level1.NewClassifier(level1.Guards{}), f.Stage()}
+				for _, a := range after {
+					stages = append(stages, a())
+				}
 				exchange.Serve(context.Background(), c, up, stages, exchange.Options{}, nil)
 			}()
 		}

@@ -15,7 +15,9 @@
 #                          check of the hidden-content scan against DerivedCoreProperties.txt, the
 #                          MCP conformance suite with Node 22 (npm ci in e2e/conformance), every Go
 #                          module (go mod download), and the lab's trace backend (bin/jaeger, built
-#                          from the Go module pinned in e2e/jaeger/go.mod, for e2e/tracing_test.go).
+#                          from the Go module pinned in e2e/jaeger/go.mod, for e2e/tracing_test.go),
+#                          and Dex (bin/dex, built by e2e/dex/build.sh from the module version in
+#                          e2e/dex/VERSION, for e2e/credentials_test.go's token exchange).
 #
 # Every step that can take more than a few seconds says so on stderr before it starts.
 set -euo pipefail
@@ -103,4 +105,17 @@ elif [ ! -x bin/jaeger ] || [ e2e/jaeger/go.mod -nt bin/jaeger ] || [ e2e/jaeger
 	(cd e2e/jaeger && go build -buildvcs=false -o ../../bin/jaeger.tmp github.com/jaegertracing/jaeger/cmd/jaeger)
 	mv bin/jaeger.tmp bin/jaeger
 	say "built bin/jaeger in $((SECONDS - start))s"
+fi
+
+# Dex, the OpenID Connect provider, for TestCredentialsExchange: a real RFC 8693 authorization
+# server (e2e/dex/build.sh: the module version in e2e/dex/VERSION with e2e/dex/nogrpc.patch).
+# Measured on 2 cores from empty caches: ~90 MB of module zips and 4-5 minutes; skipped while
+# bin/dex is newer than the files it is built from, and when not root (only the lab tests use it).
+if [ "$(id -u)" != 0 ]; then
+	[ -x bin/dex ] || say "not building bin/dex: only the lab tests (root) use it"
+elif [ ! -x bin/dex ] || [ e2e/dex/VERSION -nt bin/dex ] || [ e2e/dex/nogrpc.patch -nt bin/dex ] || [ e2e/dex/build.sh -nt bin/dex ]; then
+	say "building Dex into bin/dex for the credentials tests (e2e/dex; several minutes the first time)..."
+	start=$SECONDS
+	e2e/dex/build.sh bin/dex
+	say "built bin/dex in $((SECONDS - start))s"
 fi

@@ -26,6 +26,11 @@
 // clients different definitions. Every echo the server executes, whichever
 // description it had, is a line of -call-log.
 //
+// Credentials, off by default (auth.go): -bearer-file FILE or -jwks URL -issuer ISS -audience
+// AUD make the MCP endpoint require a bearer token (401 with WWW-Authenticate otherwise);
+// -auth-log FILE logs every request's method, path and whether it carried Authorization (never
+// the value); with -control, POST /control/revoke refuses every token accepted so far.
+//
 // Tracing, off by default: -otlp URL exports a span "server echo" per echo call,
 // the child of the W3C context in the call's params._meta (else its headers),
 // over OTLP/HTTP to URL (e.g. http://10.200.2.2:4318/v1/traces) as service
@@ -39,7 +44,7 @@
 //	          [-stateless] [-response auto|json|sse] [-tls-cert F -tls-key F] [-name mcpserver] [-h2c]
 //	          [-extra-tools N] [-page-size N] [-input-required] [-call-log FILE]
 //	          [-echo-description S] [-control] [-variant-header NAME -variant-description S]
-//	          [-otlp URL]
+//	          [-otlp URL] [-bearer-file F | -jwks URL -issuer ISS -audience AUD] [-auth-log F]
 package main
 
 import (
@@ -105,6 +110,7 @@ type options struct {
 	variantHeader      string
 	variantDescription string
 	otlp               string
+	auth               authOptions
 }
 
 // defaultEchoDescription is echo's description without -echo-description.
@@ -147,6 +153,11 @@ func main() {
 	flag.StringVar(&o.variantHeader, "variant-header", "", "requests with this header set to b are served by a second server whose echo has -variant-description")
 	flag.StringVar(&o.variantDescription, "variant-description", "", "echo's description on the -variant-header server")
 	flag.StringVar(&o.otlp, "otlp", "", "export a span per echo call (child of params._meta.traceparent) over OTLP/HTTP to this URL, e.g. http://10.200.2.2:4318/v1/traces")
+	flag.StringVar(&o.auth.bearerFile, "bearer-file", "", "require Authorization: Bearer <this file's one line> on the MCP endpoint (read for every request)")
+	flag.StringVar(&o.auth.jwks, "jwks", "", "require a bearer JWT signed by a key of the JWKS at this URL (with -issuer and -audience; exp checked)")
+	flag.StringVar(&o.auth.issuer, "issuer", "", "the iss a -jwks token must have")
+	flag.StringVar(&o.auth.audience, "audience", "", "an audience a -jwks token must name")
+	flag.StringVar(&o.auth.authLog, "auth-log", "", "append a line per HTTP request to this file: method, path, authorization=present|absent (never the value)")
 	flag.Parse()
 	if o.callLog != "" {
 		f, err := os.OpenFile(o.callLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -195,6 +206,9 @@ func run(o options, logger *slog.Logger) error {
 	}
 	if !utf8.ValidString(o.echoDescription) || !utf8.ValidString(o.variantDescription) {
 		return errors.New("-echo-description and -variant-description must be UTF-8")
+	}
+	if err := o.auth.check(); err != nil {
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -248,11 +262,28 @@ func run(o options, logger *slog.Logger) error {
 		DisableLocalhostProtection: !o.localhostProt,
 	})
 	mux := http.NewServeMux()
-	mux.Handle(o.path, mcpHandler)
+	var endpoint http.Handler = mcpHandler
+	var authn *authenticator
+	if o.auth.required() {
+		authn = newAuthenticator(o.auth, logger)
+		endpoint = authn.wrap(mcpHandler)
+	}
+	mux.Handle(o.path, endpoint)
 	if o.control {
 		mux.Handle("POST /control/echo-description", controlEchoDescription(logger, server))
+		if authn != nil {
+			mux.Handle("POST /control/revoke", authn.revoke())
+		}
 	}
 	var handler http.Handler = logRequests(logger, mux)
+	if o.auth.authLog != "" {
+		f, err := os.OpenFile(o.auth.authLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		handler = authLog(f, handler)
+	}
 	if o.h2c {
 		handler = h2c.NewHandler(handler, &http2.Server{})
 	}
