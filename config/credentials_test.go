@@ -101,6 +101,7 @@ func TestCredentialsWarnings(t *testing.T) {
 		t.Fatalf("warnings:\n%s", w)
 	}
 }
+
 // TestCredentialsDefaults: other and subject_token_type may be left out (refuse, access_token, as
 // documented); a wrong value of either is still refused.
 func TestCredentialsDefaults(t *testing.T) {
