@@ -13,7 +13,8 @@ MECH=${MECHANISM:-nftables-tproxy}
 WORK=$(mktemp -d /tmp/mcpi-demo.XXXXXX)
 APP_PID=
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Each step's line says how long the demo has run so far.
+step() { printf '\n\033[1m== %s\033[0m  [%ds]\n' "$*" "$SECONDS"; }
 
 finish() {
 	local rc=$?
