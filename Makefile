@@ -34,10 +34,11 @@ demo-deps:
 # takes a third longer — and without debug symbols; `make build` builds the full binary into bin/.
 # The first time, the standard library compiles while the modules download.
 DEMO_TAGS := nonodeagent,notracing
-DEMO_PKGS := ./cmd/mcpintercept ./e2e/peers/mcpserver ./e2e/peers/mcpclient ./e2e/peers/tlsprobe
-DEMO_STD  := net/http net/http/httputil crypto/tls crypto/x509 crypto/pbkdf2 encoding/json encoding/xml \
-	encoding/gob encoding/base32 log/slog os/exec os/signal os/user html/template text/tabwriter \
-	compress/gzip compress/zlib regexp flag go/format debug/elf runtime/pprof database/sql expvar hash/fnv
+DEMO_PKGS := ./cmd/mcpintercept ./e2e/peers/mcpserver ./e2e/peers/mcpclient
+DEMO_STD  := net/http crypto/tls crypto/x509 crypto/pbkdf2 encoding/json encoding/xml encoding/gob \
+	encoding/base32 log/slog os/exec os/signal os/user text/template text/tabwriter compress/gzip \
+	compress/zlib regexp flag go/format debug/elf runtime/pprof runtime/metrics runtime/debug \
+	database/sql expvar hash/fnv hash/maphash io/ioutil embed
 demo-build:
 	@echo "demo: building mcpintercept for the demo and the Go SDK peers into $(BIN)/demo/ (the first time, on an empty Go cache: about a minute and a half on 2 cores)..." >&2
 	@$(GO) build -tags $(DEMO_TAGS) $(DEMO_STD) & std=$$!; \

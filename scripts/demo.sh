@@ -85,15 +85,15 @@ ip netns exec mcpi-appliance "$B/mcpintercept" ca export --config examples/lab.y
 ip netns exec mcpi-client "$B/mcpclient" -url https://mcp.lab.test:8443/mcp -ca "$WORK/appliance-ca.pem" | head -8
 
 step "TLS passthrough: -> 10.200.2.2:9443 sees the server's own certificate"
-ip netns exec mcpi-client "$B/tlsprobe" -addr 10.200.2.2:9443 -sni mcp.lab.test -ca "$PKI/server-ca.pem"
+# openssl's own TLS client: the certificate is the server's, issued by the lab's server CA.
+ip netns exec mcpi-client openssl s_client -connect 10.200.2.2:9443 -servername mcp.lab.test -CAfile "$PKI/server-ca.pem" -verify_return_error </dev/null 2>/dev/null |
+	openssl x509 -noout -subject -issuer | sed 's/^/  /'
 
 step "Level 2 (JSON-RPC bodies read): TypeScript SDK client -> :3013 (server-everything); it sends no Mcp-* headers, yet every row below names its method and tool"
 (cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3013/mcp) | head -8
 
 step "Level 2: the TypeScript client calls denied_delete and echo with a forbidden argument on :3011 (Go server): both refused with a JSON-RPC error naming mcpintercept; the server never sees them"
-(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call denied_delete '{"path":"/etc"}')
-(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call echo '{"text":"a forbidden word"}')
-(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call echo '{"text":"fine"}')
+(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call denied_delete '{"path":"/etc"}' echo '{"text":"a forbidden word"}' echo '{"text":"fine"}')
 
 step "Level 2 surface control: the Go SDK client lists the tools of :3011; denied_delete, which the rules deny, is not advertised (a direct run lists it)"
 ip netns exec mcpi-client "$B/mcpclient" -url http://10.200.2.2:3011/mcp | python3 -c 'import json,sys; print("  tools:", ", ".join(json.load(sys.stdin)["tools"]))'
@@ -106,8 +106,7 @@ step "Level 2 surface control: a secret in a tool result is redacted (rule redac
 (cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --call echo '{"text":"the key is CANARY-demo1234"}')
 
 step "Level 2 surface control: validate_arguments; add with a string argument is refused with -32602 before the server sees it, a valid one passes"
-(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --list-call add '{"a":"two","b":3}') | python3 -c 'import json,sys; print("  ", json.dumps(json.load(sys.stdin)["call"]))'
-(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --list-call add '{"a":2,"b":3}') | python3 -c 'import json,sys; print("  ", json.dumps(json.load(sys.stdin)["call"]))'
+(cd e2e/node && ip netns exec mcpi-client node client.mjs http://10.200.2.2:3011/mcp --list-call add '{"a":"two","b":3}' add '{"a":2,"b":3}') | python3 -c 'import json,sys; [print("  ", json.dumps(json.loads(l)["call"])) for l in sys.stdin if l.strip()]'
 
 step "Level 2 + terminate: Go SDK client -> https://mcp.lab.test:8444/mcp"
 ip netns exec mcpi-client "$B/mcpclient" -url https://mcp.lab.test:8444/mcp -ca "$WORK/appliance-ca.pem" | head -8

@@ -12,6 +12,8 @@
 //   node client.mjs URL --list-call TOOL JSON
 //                                  list the tools first (in the same session), then call one tool;
 //                                  prints {tools, call: {tool, is_error, text, error}}
+//   --call and --list-call take more TOOL JSON pairs: each is called in turn in the same session,
+//                                  one line printed per call (the demo saves a Node start-up each)
 //   --all-pages (anywhere)         list every page of tools (follow nextCursor until the server
 //                                  sends none); without it only the first page is listed, as
 //                                  client.listTools() does. The summary then also has "pages".
@@ -31,7 +33,13 @@ if (!url) {
 }
 
 const progressSteps = argv[3] === "--progress" ? Number(argv[4]) : 0;
-const callTool = argv[3] === "--call" || argv[3] === "--list-call" ? { name: argv[4], args: JSON.parse(argv[5] || "{}") } : null;
+const callTools = [];
+if (argv[3] === "--call" || argv[3] === "--list-call") {
+  for (let i = 4; i < argv.length || i === 4; i += 2) {
+    callTools.push({ name: argv[i], args: JSON.parse(argv[i + 1] || "{}") });
+  }
+}
+const callTool = callTools[0] || null;
 const listFirst = argv[3] === "--list-call";
 
 // listTools lists the first page, or with --all-pages every page (bounded, in case a cursor
@@ -58,15 +66,17 @@ try {
     if (listFirst) {
       tools = (await listTools()).tools.map((t) => t.name).sort();
     }
-    let out;
-    try {
-      const r = await client.callTool({ name: callTool.name, arguments: callTool.args }, undefined, { timeout: 15000 });
-      out = { tool: callTool.name, is_error: !!r.isError, text: r.content?.map((c) => c.text).join("") };
-    } catch (err) {
-      // A JSON-RPC error from the server (or from an intermediary that names itself in data).
-      out = { tool: callTool.name, error: { code: err?.code, message: String(err?.message), data: err?.data } };
+    for (const ct of callTools) {
+      let out;
+      try {
+        const r = await client.callTool({ name: ct.name, arguments: ct.args }, undefined, { timeout: 15000 });
+        out = { tool: ct.name, is_error: !!r.isError, text: r.content?.map((c) => c.text).join("") };
+      } catch (err) {
+        // A JSON-RPC error from the server (or from an intermediary that names itself in data).
+        out = { tool: ct.name, error: { code: err?.code, message: String(err?.message), data: err?.data } };
+      }
+      console.log(JSON.stringify(listFirst ? { tools, call: out } : out));
     }
-    console.log(JSON.stringify(listFirst ? { tools, call: out } : out));
     await client.close();
     process.exit(0);
   }
