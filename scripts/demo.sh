@@ -30,15 +30,15 @@ finish() {
 }
 trap finish EXIT
 
-step "install and build: the lab's apt packages, then the Node peers (npm), the Go binaries and the lab at once"
-# The Makefile's demo-build: mcpintercept carries the version stamp `make build` gives it.
+step "install and build, all at once: the lab's apt packages then the lab, the Node peers (npm), the Go binaries"
+# The Makefile's demo-build: mcpintercept carries the version stamp `make build` gives it. The Go
+# build needs nothing apt installs, so it does not wait for it; the lab does.
 command -v make >/dev/null 2>&1 || { echo "demo: make is not on PATH (apt-get install make)" >&2; exit 1; }
-scripts/deps.sh demo-system
+(scripts/deps.sh demo-system && scripts/lab.sh up >"$WORK/lab.out" 2>&1) & LAB_PID=$!
 scripts/deps.sh node & NPM_PID=$!
-scripts/lab.sh up >"$WORK/lab.out" 2>&1 & LAB_PID=$!
 make -s --no-print-directory demo-build
 wait "$NPM_PID" || { echo "demo: installing the Node peers failed (scripts/deps.sh node)" >&2; exit 1; }
-wait "$LAB_PID" || { cat "$WORK/lab.out" >&2; echo "demo: scripts/lab.sh up failed" >&2; exit 1; }
+wait "$LAB_PID" || { cat "$WORK/lab.out" >&2 2>/dev/null; echo "demo: installing the lab's packages (scripts/deps.sh demo-system) or scripts/lab.sh up failed" >&2; exit 1; }
 
 step "lab up: mcpi-client -> mcpi-appliance -> mcpi-server"
 cat "$WORK/lab.out"
