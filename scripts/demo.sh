@@ -34,7 +34,8 @@ step "install and build, all at once: the lab's apt packages then the lab, the N
 # The Makefile's demo-build: mcpintercept carries the version stamp `make build` gives it. The Go
 # build needs nothing apt installs, so it does not wait for it; the lab does.
 command -v make >/dev/null 2>&1 || { echo "demo: make is not on PATH (apt-get install make)" >&2; exit 1; }
-(scripts/deps.sh demo-system && scripts/lab.sh up >"$WORK/lab.out" 2>&1) & LAB_PID=$!
+# The demo resolves names from the lab's hosts files: no lab DNS server (LAB_DNS=off), no dnsmasq.
+(scripts/deps.sh demo-system && LAB_DNS=off scripts/lab.sh up >"$WORK/lab.out" 2>&1) & LAB_PID=$!
 scripts/deps.sh node & NPM_PID=$!
 make -s --no-print-directory demo-build
 wait "$NPM_PID" || { echo "demo: installing the Node peers failed (scripts/deps.sh node)" >&2; exit 1; }

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Installs what is missing on a fresh Debian 12 machine, and only that; quiet when all is present.
 #
-#   scripts/deps.sh demo   what `make demo` uses: apt packages for the lab (iproute2, iputils-ping,
-#                          openssl, dnsmasq-base for the lab's DNS server in mcpi-server, curl,
-#                          python3 for the flow-log table) and the Node peers (npm ci in e2e/node,
+#   scripts/deps.sh demo   what `make demo` uses: apt packages for the lab (iproute2, openssl, curl,
+#                          python3; a stock Debian 12 has them all) and the Node peers (npm ci in e2e/node,
 #                          from the committed lockfile: the TypeScript SDK client and
 #                          server-everything). The Go modules the demo's binaries import are
 #                          fetched by their build (make demo-build).
 #   scripts/deps.sh demo-system   the apt part of demo only;  scripts/deps.sh node   the npm part
 #                          only (scripts/demo.sh runs the two apart: npm alongside the Go build).
-#   scripts/deps.sh [all]  the above, and what only the tests and the benchmark use: nftables and
+#   scripts/deps.sh [all]  the above, and what only the tests and the benchmark use: iputils-ping,
+#                          dnsmasq-base (the lab's DNS server in mcpi-server), nftables and
 #                          iptables (the tools), containernetworking-plugins for the node agent's CNI
 #                          lab, chromium for the live page's headless check, unicode-data for the
 #                          check of the hidden-content scan against DerivedCoreProperties.txt, the
@@ -32,8 +32,8 @@ esac
 say() { echo "deps: $*" >&2; }
 
 # command:package pairs; a command starting with / is a file the package installs.
-pairs=(ip:iproute2 ping:iputils-ping openssl:openssl curl:curl dnsmasq:dnsmasq-base python3:python3)
-[ "$mode" = all ] && pairs+=(nft:nftables iptables:iptables /usr/lib/cni/bridge:containernetworking-plugins
+pairs=(ip:iproute2 openssl:openssl curl:curl python3:python3)
+[ "$mode" = all ] && pairs+=(ping:iputils-ping dnsmasq:dnsmasq-base nft:nftables iptables:iptables /usr/lib/cni/bridge:containernetworking-plugins
 	chromium:chromium /usr/share/unicode/DerivedCoreProperties.txt:unicode-data)
 missing=()
 [ "$mode" = node ] && pairs=()

@@ -38,9 +38,10 @@ ns_exists() { ip netns list | awk '{print $1}' | grep -qx "$1"; }
 up() {
 	[ "$(id -u)" = 0 ] || die "must run as root (network namespaces)"
 	need ip iproute2
-	need ping iputils-ping
 	need openssl openssl
-	need dnsmasq dnsmasq-base
+	# LAB_DNS=off (the demo): no lab DNS server, so no dnsmasq needed; names come from the
+	# namespaces' hosts files either way.
+	[ "${LAB_DNS:-on}" = off ] || need dnsmasq dnsmasq-base
 	# Start from a known state: a half-built lab from an interrupted run is rebuilt from scratch.
 	if lab_complete; then
 		echo "lab: already up"
@@ -91,6 +92,10 @@ up() {
 		printf '127.0.0.1 localhost\n::1 localhost\n10.200.2.2 mcp.lab.test mcp4.lab.test\nfd00:200:2::2 mcp.lab.test mcp6.lab.test\n' >"/etc/netns/$ns/hosts"
 	done
 	lab_pki
+	if [ "${LAB_DNS:-on}" = off ]; then
+		echo "lab: up (${ALL_NS[*]}; no lab DNS server: LAB_DNS=off)"
+		return 0
+	fi
 	lab_dns_start || { down quiet; die "the lab DNS server did not start (see $DNS_DIR/dnsmasq.log)"; }
 	echo "lab: up (${ALL_NS[*]}; DNS 10.200.2.2:53)"
 }
@@ -200,10 +205,17 @@ lab_pki() {
 	echo "lab: created lab server PKI in $dir"
 }
 
+# wait_ping waits until the client reaches $1: by ping when iputils-ping is installed, else by a
+# TCP connect to a port nobody listens on (a refusal came back from the server: reachable).
 wait_ping() {
-	local i
+	local i out
 	for i in $(seq 1 50); do
-		in_ns "$NS_CLIENT" ping -c1 -W1 "$1" >/dev/null 2>&1 && return 0
+		if command -v ping >/dev/null 2>&1; then
+			in_ns "$NS_CLIENT" ping -c1 -W1 "$1" >/dev/null 2>&1 && return 0
+		else
+			out=$(in_ns "$NS_CLIENT" timeout 1 bash -c "exec 3<>/dev/tcp/$1/9" 2>&1) && return 0
+			case $out in *"Connection refused"*) return 0 ;; esac
+		fi
 		sleep 0.1
 	done
 	return 1
