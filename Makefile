@@ -31,7 +31,9 @@ demo-deps:
 # The demo's binaries in one go build, into bin/demo/: mcpintercept, stamped as by `make build`,
 # and the Go SDK peers. mcpintercept is built without what the demo never uses, the node agent's
 # Kubernetes client and the OpenTelemetry exporters (gRPC) — with them, a cold build on 2 cores
-# takes a third longer — and without debug symbols; `make build` builds the full binary into bin/.
+# takes a third longer — and, as the .deb's binary is (packaging/build.sh), static (CGO_ENABLED=0:
+# no C compiler run for net, os/user and runtime/cgo) and without debug symbols; `make build`
+# builds the full binary into bin/.
 # The first time, the standard library compiles while the modules download.
 DEMO_TAGS := nonodeagent,notracing
 DEMO_PKGS := ./cmd/mcpintercept ./e2e/peers/mcpserver ./e2e/peers/mcpclient
@@ -41,9 +43,9 @@ DEMO_STD  := net/http crypto/tls crypto/x509 crypto/pbkdf2 encoding/json encodin
 	database/sql expvar hash/fnv hash/maphash io/ioutil embed
 demo-build:
 	@echo "demo: building mcpintercept for the demo and the Go SDK peers into $(BIN)/demo/ (the first time, on an empty Go cache: about a minute and a half on 2 cores)..." >&2
-	@$(GO) build -tags $(DEMO_TAGS) $(DEMO_STD) & std=$$!; \
-		$(GO) list -deps -tags $(DEMO_TAGS) $(DEMO_PKGS) >/dev/null; rc=$$?; wait $$std; [ $$rc = 0 ]
-	$(GO) build -tags $(DEMO_TAGS) -ldflags "$(LDFLAGS) -s -w" -o $(BIN)/demo/ $(DEMO_PKGS)
+	@CGO_ENABLED=0 $(GO) build -tags $(DEMO_TAGS) $(DEMO_STD) & std=$$!; \
+		CGO_ENABLED=0 $(GO) list -deps -tags $(DEMO_TAGS) $(DEMO_PKGS) >/dev/null; rc=$$?; wait $$std; [ $$rc = 0 ]
+	CGO_ENABLED=0 $(GO) build -tags $(DEMO_TAGS) -ldflags "$(LDFLAGS) -s -w" -o $(BIN)/demo/ $(DEMO_PKGS)
 
 # The whole suite CI runs: unit tests, fuzz regressions (committed corpora), and the end-to-end lab
 # tests with real MCP peers (root required; they skip with a message otherwise).
