@@ -109,7 +109,7 @@ func (s *seen) RequestHead(_ context.Context, x *exchange.Exchange) exchange.Res
 
 // rig runs the feature's two stages (with seen between them) in front of an upstream.
 type rig struct {
-	t    *testing.T
+	t    testing.TB
 	up   *upstream
 	seen *seen
 	reg  *prometheus.Registry
@@ -118,7 +118,7 @@ type rig struct {
 	port uint16
 }
 
-func newRig(t *testing.T, o *Options, level int, wantBody bool) *rig {
+func newRig(t testing.TB, o *Options, level int, wantBody bool) *rig {
 	t.Helper()
 	up := &upstream{}
 	srv := httptest.NewServer(up)
@@ -128,16 +128,24 @@ func newRig(t *testing.T, o *Options, level int, wantBody bool) *rig {
 	return r
 }
 
+// benchStages leaves the observing stage out (the benchmark measures the feature alone).
+var benchStages bool
+
 // newRigTo is newRig in front of the server at addr.
-func newRigTo(t *testing.T, o *Options, level int, wantBody bool, addr string) *rig {
+func newRigTo(t testing.TB, o *Options, level int, wantBody bool, addr string) *rig {
 	t.Helper()
 	r := &rig{t: t, seen: &seen{body: wantBody}, reg: prometheus.NewRegistry(), conn: &policy.Conn{}}
 	st := New(r.reg)
 	dst := netip.MustParseAddrPort(addr)
 	r.port = dst.Port()
 	c := &stage.Conn{Route: "r", Level: level, TLS: "plaintext", Orig: dst, Options: stage.Options{Name: o}, ConnVars: r.conn}
-	in, out := st.Factory().New(c), st.OutFactory().New(c)
-	stages := []exchange.Stage{in, r.seen, out}
+	var stages []exchange.Stage
+	switch {
+	case o != nil && benchStages:
+		stages = []exchange.Stage{st.Factory().New(c), st.OutFactory().New(c)}
+	case o != nil:
+		stages = []exchange.Stage{st.Factory().New(c), r.seen, st.OutFactory().New(c)}
+	}
 	r.c = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		cl, pr := net.Pipe()
 		up, err := net.Dial("tcp", addr)
@@ -171,7 +179,7 @@ func (r *rig) do(headers ...string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func secretFile(t *testing.T, value string, mode os.FileMode) string {
+func secretFile(t testing.TB, value string, mode os.FileMode) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "cred")
 	if err := os.WriteFile(p, []byte(value+"\n"), mode); err != nil {
@@ -180,7 +188,7 @@ func secretFile(t *testing.T, value string, mode os.FileMode) string {
 	return p
 }
 
-func injectOptions(t *testing.T, value string) *Options {
+func injectOptions(t testing.TB, value string) *Options {
 	s, err := LoadSecret(secretFile(t, value, 0o600))
 	if err != nil {
 		t.Fatal(err)
