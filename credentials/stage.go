@@ -350,6 +350,7 @@ func (s *outStage) add(ctx context.Context, x *exchange.Exchange) exchange.Resul
 		value = s.o.Scheme + " " + value
 	}
 	x.SetRequestHeader(s.o.Header, value)
+	stage.SetCredential(x, exchange.Header{Name: s.o.Header, Value: value})
 	// Records say a credential was added only once it was: not for a request a stage refused,
 	// nor for one whose credential could not be had.
 	added := Injected

@@ -157,13 +157,23 @@ func sdkCall(t *testing.T, url, name string, keepAlive bool) (text string, sampl
 // sdkCallAfter is sdkCall with between run after the client connected, before it calls.
 func sdkCallAfter(t *testing.T, url, name string, keepAlive bool, between func()) (text string, sampled int64, err error) {
 	t.Helper()
+	return sdkCallClient(t, url, name, &http.Client{Transport: &http.Transport{DisableKeepAlives: !keepAlive}}, between)
+}
+
+// sdkCallWith is sdkCall over hc.
+func sdkCallWith(t *testing.T, url, name string, hc *http.Client) (text string, sampled int64, err error) {
+	t.Helper()
+	return sdkCallClient(t, url, name, hc, nil)
+}
+
+func sdkCallClient(t *testing.T, url, name string, hc *http.Client, between func()) (text string, sampled int64, err error) {
+	t.Helper()
 	var n atomic.Int64
 	c := sdkmcp.NewClient(&sdkmcp.Implementation{Name: name, Version: "1"}, &sdkmcp.ClientOptions{
 		CreateMessageHandler: func(context.Context, *sdkmcp.CreateMessageRequest) (*sdkmcp.CreateMessageResult, error) {
 			n.Add(1)
 			return &sdkmcp.CreateMessageResult{Content: &sdkmcp.TextContent{Text: "ok"}, Model: "m", Role: "assistant"}, nil
 		}})
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: !keepAlive}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cs, err := c.Connect(ctx, &sdkmcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1},

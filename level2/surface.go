@@ -12,6 +12,7 @@ import (
 	"mcpintercept/integrity"
 	"mcpintercept/mcp"
 	"mcpintercept/policy"
+	flowstage "mcpintercept/stage"
 )
 
 // Surface control: what the client is offered equals what policy lets it use. List results lose
@@ -319,10 +320,19 @@ func answerServer(s *conn, ctx context.Context, x *exchange.Exchange, st *xstate
 		{Name: "Content-Type", Value: "application/json"},
 		{Name: "Accept", Value: "application/json, text/event-stream"},
 	}
+	cred, credRoute := flowstage.CredentialOf(x)
 	for _, name := range []string{"Host", "Authorization", "Mcp-Session-Id", "MCP-Protocol-Version"} {
+		if credRoute && (strings.EqualFold(name, "Authorization") || strings.EqualFold(name, cred.Name)) {
+			// A credentials route: the server gets the credential the request went with, never
+			// the client's own (its subject token on an exchange route).
+			continue
+		}
 		if v, ok := x.Req.Get(name); ok {
 			hdrs = append(hdrs, exchange.Header{Name: name, Value: v})
 		}
+	}
+	if credRoute {
+		hdrs = append(hdrs, cred)
 	}
 	post := s.f.Post
 	record := s.f.Record

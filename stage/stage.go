@@ -191,3 +191,19 @@ func SetSpan(x *exchange.Exchange, s Span) { x.Set(spanKey{}, s) }
 
 // SpanOf is x's span (nil: none).
 func SpanOf(x *exchange.Exchange) Span { s, _ := x.Get(spanKey{}).(Span); return s }
+
+// credentialKey keeps the credential header a credentials route put on an exchange's forwarded
+// request.
+type credentialKey struct{}
+
+// SetCredential says which header field the request went upstream with in place of the client's
+// credential (the credentials stage's, after it added it): a request of the appliance's own to
+// the same server on the client's behalf (Level 2 answering a server request) carries that one,
+// never the client's.
+func SetCredential(x *exchange.Exchange, h exchange.Header) { x.Set(credentialKey{}, h) }
+
+// CredentialOf is SetCredential's header (ok false: the route adds none).
+func CredentialOf(x *exchange.Exchange) (exchange.Header, bool) {
+	h, ok := x.Get(credentialKey{}).(exchange.Header)
+	return h, ok
+}
