@@ -2,8 +2,10 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -190,10 +192,16 @@ func (v *validator) credentialsRoute(key string, r Route, ok bool) {
 			v.checkAlt(k, key+".tls", "needs tls: terminate or plaintext: a passthrough route cannot add a header to encrypted bytes, and never forwards a credential it did not verify the destination of")
 		case r.LevelOrDefault() < 1:
 			v.checkAlt(k, key+".level", "needs level 1 or 2: a level 0 route does not read requests")
-		case r.TLS == TLSTerminate && !r.PlaintextUpstreamTrustedNetwork && len(r.Match.SNI) == 0 && len(r.Match.Destinations) == 0:
-			v.check(k, "the route must name its destination (match.sni or match.destinations): a credential goes only to the server it belongs to")
+		case r.TLS == TLSTerminate && !r.PlaintextUpstreamTrustedNetwork && len(r.Match.SNI) == 0:
+			v.check(k, "the route must name its server in match.sni: the certificate verified is the one of the name the client sends, and an address alone can front many servers (a CDN), so a credential goes only to a server named exactly")
+		case r.TLS == TLSTerminate && !r.PlaintextUpstreamTrustedNetwork && slices.ContainsFunc(r.Match.SNI, func(n string) bool { return strings.HasPrefix(n, "*.") }):
+			v.checkAlt(k, key+".match.sni", "match.sni has a wildcard: a credential goes only to servers named exactly (a wildcard lets the client pick any server under it)")
 		case (r.TLS == TLSPlaintext || r.PlaintextUpstreamTrustedNetwork) && len(r.Match.Destinations) == 0:
 			v.check(k, "a plaintext upstream must be named by address (match.destinations): with no certificate to verify, the address is what names the server")
+		case (r.TLS == TLSPlaintext || r.PlaintextUpstreamTrustedNetwork) && slices.ContainsFunc(r.Match.Destinations, func(p netip.Prefix) bool { return !p.IsSingleIP() }):
+			v.checkAlt(k, key+".match.destinations", "a plaintext upstream must be named by single addresses (/32, /128): a wider prefix lets the client pick any server in it")
+		case len(r.AllowUpgrade) > 0:
+			v.checkAlt(k, key+".allow_upgrade", "a protocol switch ends what the appliance reads: the server could hand the added credential back to the client unseen; credentials routes allow no upgrade")
 		}
 	}
 	if c.Other != "" {
@@ -230,8 +238,8 @@ func (v *validator) credentialsRoute(key string, r Route, ok bool) {
 			v.check(k+".exchange.token_endpoint", fmt.Sprintf("must be an https URL, got %s", quote(e.TokenEndpoint)))
 		case u.Scheme == "http" && !r.Development:
 			v.checkAlt(k+".exchange.token_endpoint", key+".development", "is http: the client's token and the client secret would cross the network in plaintext (development: true allows it in a lab)")
-		case u.User != nil || u.Fragment != "":
-			v.check(k+".exchange.token_endpoint", "must not carry user info or a fragment")
+		case u.User != nil || u.Fragment != "" || u.RawQuery != "" || u.ForceQuery:
+			v.check(k+".exchange.token_endpoint", "must not carry user info, a query or a fragment (it is shown in records and errors; put secrets in client_secret_file)")
 		}
 		if e.ClientID == "" {
 			v.check(k+".exchange.client_id", "required: the appliance's client id at the token endpoint")

@@ -29,7 +29,12 @@ func TestCredentialsRefusals(t *testing.T) {
 	tests := []struct{ name, src, key, msg string }{
 		{"passthrough", route("tls: passthrough, match: {sni: [a.test]}, " + inject), "routes[0].credentials", "needs tls: terminate or plaintext"},
 		{"level 0", route("tls: terminate, level: 0, match: {sni: [a.test]}, " + inject), "routes[0].credentials", "needs level 1 or 2"},
-		{"no destination", route("tls: terminate, match: {ports: [443]}, " + inject), "routes[0].credentials", "must name its destination"},
+		{"no destination", route("tls: terminate, match: {ports: [443]}, " + inject), "routes[0].credentials", "must name its server in match.sni"},
+		{"terminate by address only", route("tls: terminate, match: {destinations: [104.16.0.1/32]}, " + inject), "routes[0].credentials", "must name its server in match.sni"},
+		{"wildcard sni", route("tls: terminate, match: {sni: ['*.workers.dev']}, " + inject), "routes[0].credentials", "wildcard"},
+		{"plaintext wide prefix", route("tls: plaintext, development: true, match: {destinations: [0.0.0.0/0]}, " + inject), "routes[0].credentials", "single addresses"},
+		{"upgrade", route("tls: terminate, match: {sni: [a.test]}, allow_upgrade: [websocket], " + inject), "routes[0].credentials", "no upgrade"},
+		{"endpoint query", route("tls: terminate, match: {sni: [a.test]}, credentials: {exchange: {token_endpoint: 'https://as.test/t?client_secret=x', client_id: c, client_secret_file: " + good + "}}"), "routes[0].credentials.exchange.token_endpoint", "query"},
 		{"plaintext by name", route("tls: plaintext, development: true, match: {sni: [a.test]}, " + inject), "routes[0].credentials", "named by address"},
 		{"loose file", route("tls: terminate, match: {sni: [a.test]}, credentials: {inject: {file: " + loose + "}}"), "routes[0].credentials.inject.file", "chmod 600"},
 		{"missing file", route("tls: terminate, match: {sni: [a.test]}, credentials: {inject: {file: /nonexistent/x}}"), "routes[0].credentials.inject.file", "no such file"},
@@ -97,7 +102,7 @@ func TestCredentialsWarnings(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := strings.Join(c.Warnings(), "\n")
-	if !strings.Contains(w, "routes[0] (a): credentials at level 1") || !strings.Contains(w, "routes[1] (b): credentials.exchange with token_audience: on") || strings.Contains(w, "(c)") {
+	if strings.Contains(w, "(a)") || !strings.Contains(w, "routes[1] (b): credentials.exchange with token_audience: on") || strings.Contains(w, "(c)") {
 		t.Fatalf("warnings:\n%s", w)
 	}
 }

@@ -215,9 +215,6 @@ func (c *Config) Warnings() []string {
 		if r.seesHTTP() && r.TokenAudience == Off {
 			out = append(out, fmt.Sprintf("%s: token_audience: off forwards bearer tokens without checking their audience (the draft's Confused Deputy MUST)", key))
 		}
-		if r.Credentials.On() && r.seesHTTP() && r.LevelOrDefault() < 2 {
-			out = append(out, fmt.Sprintf("%s: credentials at level 1: response bodies are not read, so a server that reflects request headers in a body would show the credential to the client (level: 2 scrubs bodies and events too)", key))
-		}
 		if r.Credentials.ExchangeOn() && r.TokenAudienceOn() && len(r.Audiences) == 0 {
 			out = append(out, fmt.Sprintf("%s: credentials.exchange with token_audience: on checks the client's token against the server's canonical URI before exchanging it; a token meant for the exchange usually names another audience: list it in audiences", key))
 		}

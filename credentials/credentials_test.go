@@ -36,6 +36,9 @@ type upstream struct {
 	n     int
 	deny  func(authz string) bool // 401 when true
 	echo  bool                    // reflect Authorization in a header and the body
+	plain bool                    // echo as text/plain
+	gzip  bool                    // answer Content-Encoding: gzip
+	ae    []string                // every request's Accept-Encoding
 	names []string                // every field name received
 }
 
@@ -49,10 +52,21 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k := range r.Header {
 		u.names = append(u.names, k)
 	}
+	u.ae = append(u.ae, r.Header.Get("Accept-Encoding"))
 	deny := u.deny
 	u.mu.Unlock()
 	if deny != nil && deny(a) {
 		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	if u.gzip {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Write([]byte("\x1f\x8b"))
+		return
+	}
+	if u.echo && u.plain {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintf(w, "debug: you sent %s\n", a)
 		return
 	}
 	if u.echo {
@@ -78,8 +92,9 @@ type seen struct {
 	exchange.Base
 	mu    sync.Mutex
 	authz []string
-	auth  []*policy.Auth
-	body  bool
+	auth   []*policy.Auth
+	body   bool
+	bodies []string
 }
 
 // ResponseHead asks for the response body, as Level 2 does.
@@ -87,6 +102,14 @@ func (s *seen) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.Re
 	if s.body {
 		x.WantResponseBody(1<<20, exchange.OverflowClose)
 	}
+	return exchange.Continue
+}
+
+// ResponseBody keeps what a later stage (Level 2, records) reads of the response.
+func (s *seen) ResponseBody(_ context.Context, x *exchange.Exchange) exchange.Result {
+	s.mu.Lock()
+	s.bodies = append(s.bodies, string(x.ResponseBody()))
+	s.mu.Unlock()
 	return exchange.Continue
 }
 
@@ -371,8 +394,9 @@ func TestExchangeCachesUntilShortlyBeforeExpiry(t *testing.T) {
 		t.Fatalf("upstream got %q after %d exchanges: want one exchange, cached", got, ep.calls.Load())
 	}
 	form := ep.lastForm.Load().(url.Values)
-	// The canonical URI: Host's name, the original destination's port (as the token stage names it).
-	canon := fmt.Sprintf("http://mcp.test:%d/mcp", r.port)
+	// The canonical URI on plaintext: the original destination's address and port, never the
+	// client's Host (mcp.test here): the client must not choose the audience of its token.
+	canon := fmt.Sprintf("http://127.0.0.1:%d/mcp", r.port)
 	if form.Get("resource") != canon || form.Get("audience") != canon || form.Get("connector_id") != "upstream" {
 		t.Fatalf("form %v: want resource and audience the canonical URI, and the configured params", form)
 	}
@@ -382,7 +406,8 @@ func TestExchangeCachesUntilShortlyBeforeExpiry(t *testing.T) {
 			t.Fatalf("a stage saw %q", a)
 		}
 	}
-	// 100 s of life: used until 10 s before (a tenth) — at 91 s it is asked again.
+	// 100 s of life (an opaque client token caps it at 5 min, more than that): used until 10 s
+	// before (a tenth) — at 91 s it is asked again.
 	mu.Lock()
 	clock = clock.Add(89 * time.Second)
 	mu.Unlock()
@@ -571,7 +596,8 @@ class Q(WSGIRequestHandler):
     def log_message(self, *a): pass
 def app(environ, start):
     start('200 OK', [('Content-Type', 'application/json')])
-    return [json.dumps(environ.get('HTTP_X_API_KEY')).encode()]
+    # reversed: what the application read, without handing the key back as it came
+    return [json.dumps((environ.get('HTTP_X_API_KEY') or '')[::-1]).encode()]
 srv = make_server('127.0.0.1', 0, app, handler_class=Q)
 print(srv.server_port, flush=True)
 srv.serve_forever()
@@ -600,7 +626,7 @@ srv.serve_forever()
 		return strings.TrimSpace(string(b))
 	}
 	// The control: Python reads the variant as the same header.
-	if got := get(http.DefaultClient); got != `"ph,attacker"` {
+	if got := get(http.DefaultClient); got != `"rekcatta,hp"` {
 		t.Fatalf("wsgiref read %s; the premise (it joins X_Api_Key into HTTP_X_API_KEY) does not hold", got)
 	}
 	s, _ := LoadSecret(secretFile(t, realToken, 0o600))
@@ -616,10 +642,82 @@ srv.serve_forever()
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		switch got := strings.TrimSpace(string(b)); {
-		case strip && got != `"`+realToken+`"`:
+		case strip && got != `"`+reverse(realToken)+`"`:
 			t.Fatalf("strip: the application read %s, want the injected key alone", got)
 		case !strip && (resp.StatusCode != 401 || strings.Contains(got, "attacker")):
 			t.Fatalf("refuse: status %d, body %s", resp.StatusCode, got)
 		}
+	}
+}
+
+func reverse(s string) string {
+	b := []byte(s)
+	for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
+		b[i], b[j] = b[j], b[i]
+	}
+	return string(b)
+}
+
+// At Level 1 too, and for a body Level 2 would not parse (text/plain), a reflected credential is
+// taken out before any later stage reads the response, and before the client.
+func TestReflectedInPlainBodyScrubbedFirst(t *testing.T) {
+	for _, level := range []int{1, 2} {
+		r := newRig(t, injectOptions(t, realToken), level, level == 2)
+		r.up.echo, r.up.plain = true, true
+		st, body := r.do("Accept-Encoding", "gzip")
+		if st != 200 || strings.Contains(body, realToken) || !strings.Contains(body, scrubbed) {
+			t.Fatalf("level %d: status %d body %q", level, st, body)
+		}
+		for _, b := range r.seen.bodies {
+			if strings.Contains(b, realToken) {
+				t.Fatalf("level %d: a later stage read the credential in %q", level, b)
+			}
+		}
+		if ae := r.up.ae[len(r.up.ae)-1]; ae != "" {
+			t.Fatalf("level %d: the server was sent Accept-Encoding %q: responses must come unencoded to be read", level, ae)
+		}
+	}
+}
+
+// A server that encodes its answer anyway cannot be read: the client gets nothing of it.
+func TestEncodedResponseCutOff(t *testing.T) {
+	r := newRig(t, injectOptions(t, realToken), 1, false)
+	r.up.gzip = true
+	req, _ := http.NewRequest(http.MethodPost, "http://mcp.test/mcp", strings.NewReader(`{}`))
+	resp, err := r.c.Do(req)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if len(b) > 0 {
+			t.Fatalf("status %d, the client read %q of an encoded response", resp.StatusCode, b)
+		}
+	}
+	if testutil.ToFloat64(must(r.reg, "mcpintercept_credentials_refused_total")) != 1 {
+		t.Fatal("the cut-off was not counted")
+	}
+}
+
+// An opaque client token's expiry cannot be read: its exchanged token is used at most 5 minutes,
+// then the authorization server judges the client token again.
+func TestExchangeOpaqueSubjectCapped(t *testing.T) {
+	ep := &tokenEndpoint{expiresIn: 3600}
+	var mu sync.Mutex
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	r := exchangeRig(t, ep, now)
+	r.do("Authorization", "Bearer opaque-client-token")
+	mu.Lock()
+	clock = clock.Add(MaxOpaqueSubjectCache - time.Minute)
+	mu.Unlock()
+	r.do("Authorization", "Bearer opaque-client-token")
+	if ep.calls.Load() != 1 {
+		t.Fatal("exchanged again before the cap")
+	}
+	mu.Lock()
+	clock = clock.Add(2 * time.Minute)
+	mu.Unlock()
+	r.do("Authorization", "Bearer opaque-client-token")
+	if ep.calls.Load() != 2 {
+		t.Fatalf("%d exchanges: the token for an opaque client token outlived the cap", ep.calls.Load())
 	}
 }

@@ -137,6 +137,10 @@ type token struct {
 	expiresIn json.RawMessage // as the endpoint said it
 }
 
+// MaxOpaqueSubjectCache bounds how long a token exchanged for an opaque (not JWT) client token is
+// used: that token's own expiry cannot be read.
+const MaxOpaqueSubjectCache = 5 * time.Minute
+
 // MaxCache bounds the tokens kept; past it, expired ones are dropped, then the cache is emptied.
 const MaxCache = 10000
 
@@ -314,6 +318,10 @@ func (e *Exchanger) exchange(ctx context.Context, key [32]byte, subject, aud, ca
 	if sexp, ok := jwtExp(subject); ok && sexp.Before(exp) {
 		// Never past the client's own token.
 		exp = sexp
+	} else if !ok && exp.After(start.Add(MaxOpaqueSubjectCache)) {
+		// An opaque client token's lifetime is unknown here: the authorization server judges it
+		// again at least this often.
+		exp = start.Add(MaxOpaqueSubjectCache)
 	}
 	t.until = exp.Add(-margin(exp.Sub(start)))
 	e.mu.Lock()

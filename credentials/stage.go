@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -253,6 +254,8 @@ func (s *inStage) RequestHead(ctx context.Context, x *exchange.Exchange) exchang
 			x.DelRequestHeader(n)
 		}
 	}
+	// Responses are read to keep a reflected credential from the client: ask for them unencoded.
+	x.DelRequestHeader("Accept-Encoding")
 	if subject == "" {
 		x.Set(policy.AuthKey{}, noAuth)
 	} else {
@@ -366,20 +369,29 @@ func (s *outStage) add(ctx context.Context, x *exchange.Exchange) exchange.Resul
 type valueKey struct{}
 
 // ResponseHead drops an exchanged token the server answered 401 to, so that the next request is
-// exchanged afresh (once per 401: the new token is cached again), and takes the credential out of
-// any response field that reflects it: the client's side never sees it.
+// exchanged afresh (once per 401: the new token is cached again).
 func (s *outStage) ResponseHead(ctx context.Context, x *exchange.Exchange) exchange.Result {
-	if x.Resp == nil {
-		return exchange.Continue
-	}
-	if x.Resp.Status == http.StatusUnauthorized {
+	if x.Resp != nil && x.Resp.Status == http.StatusUnauthorized {
 		if tok, ok := x.Get(exchangedKey{}).(*token); ok {
 			s.o.Exchanger.Invalidate(tok)
 			s.m.dropped.WithLabelValues(s.route).Inc()
 		}
 	}
+	return exchange.Continue
+}
+
+// MaxScrubbedBody bounds a response body a credentials route reads to scrub it: past it the
+// connection is closed (the client gets nothing of that response), never forwarded unread.
+const MaxScrubbedBody = 8 << 20
+
+// ResponseHead, on the first stage (which runs first on responses too, before Level 2 reads
+// anything), takes the credential out of every response field that reflects it, and asks for the
+// whole body (or the events of a stream) so that ResponseBody and Event take it out there: no
+// later stage, record, rule or the client sees it. A content-encoded response cannot be read: the
+// request went without Accept-Encoding, and a server that encodes anyway is cut off.
+func (s *inStage) ResponseHead(ctx context.Context, x *exchange.Exchange) exchange.Result {
 	v, _ := x.Get(valueKey{}).(string)
-	if v == "" {
+	if v == "" || x.Resp == nil {
 		return exchange.Continue
 	}
 	for _, h := range x.Resp.Headers {
@@ -388,38 +400,60 @@ func (s *outStage) ResponseHead(ctx context.Context, x *exchange.Exchange) excha
 			s.m.scrubbed.WithLabelValues(s.route).Inc()
 		}
 	}
+	if x.Resp.NoBody {
+		return exchange.Continue
+	}
+	if ce, ok := x.Resp.Get("Content-Encoding"); ok && !strings.EqualFold(strings.TrimSpace(ce), "identity") && strings.TrimSpace(ce) != "" {
+		s.m.refused.WithLabelValues(s.route, "encoded").Inc()
+		x.Abort("response content-encoded (" + bound(ce, 32) + ") on a credentials route: it cannot be read for a reflected credential")
+		return exchange.Stop
+	}
+	if ct, _ := x.Resp.Get("Content-Type"); isEventStream(ct) {
+		x.WantEvents(0)
+	} else {
+		x.WantResponseBody(MaxScrubbedBody, exchange.OverflowClose)
+	}
 	return exchange.Continue
+}
+
+// isEventStream reports a text/event-stream media type.
+func isEventStream(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
 }
 
 // scrubbed stands for the credential where a response reflected it.
 const scrubbed = "[credential removed by mcpintercept]"
 
 // ResponseBody and Event take the credential out of a response body or an SSE event the server
-// reflected it in — where a stage read them (Level 2 reads every body and event; a Level 1 route
-// streams bodies unread, so only their header fields are scrubbed). The raw value and its JSON
-// string form are both replaced.
-func (s *outStage) ResponseBody(ctx context.Context, x *exchange.Exchange) exchange.Result {
+// reflected it in: the raw value and its JSON string forms (Go's, and with "\/") are replaced.
+func (s *inStage) ResponseBody(ctx context.Context, x *exchange.Exchange) exchange.Result {
 	if b, ok := s.scrub(x, x.ResponseBody()); ok {
 		x.SetResponseBody(b)
 	}
 	return exchange.Continue
 }
 
-func (s *outStage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
+func (s *inStage) Event(ctx context.Context, x *exchange.Exchange, ev *exchange.Event) exchange.Result {
 	if b, ok := s.scrub(x, ev.Out()); ok {
 		ev.Replace(b)
 	}
 	return exchange.Continue
 }
 
-func (s *outStage) scrub(x *exchange.Exchange, b []byte) ([]byte, bool) {
+func (s *inStage) scrub(x *exchange.Exchange, b []byte) ([]byte, bool) {
 	v, _ := x.Get(valueKey{}).(string)
 	if v == "" || len(b) < len(v) {
 		return nil, false
 	}
 	forms := [][]byte{[]byte(v)}
-	if j, err := json.Marshal(v); err == nil && string(j[1:len(j)-1]) != v {
-		forms = append(forms, j[1:len(j)-1])
+	if j, err := json.Marshal(v); err == nil {
+		js := j[1 : len(j)-1]
+		for _, f := range [][]byte{js, bytes.ReplaceAll(js, []byte("/"), []byte(`\/`))} {
+			if !slices.ContainsFunc(forms, func(g []byte) bool { return bytes.Equal(f, g) }) {
+				forms = append(forms, f)
+			}
+		}
 	}
 	found := false
 	for _, f := range forms {
@@ -434,8 +468,10 @@ func (s *outStage) scrub(x *exchange.Exchange, b []byte) ([]byte, bool) {
 	return b, found
 }
 
-// canonicalOf is the server's canonical URI for a request (RFC 8707, as the token stage names
-// it): https and the TLS server name on terminate, http and Host on plaintext.
+// canonicalOf is the server's canonical URI for a request (RFC 8707): https and the TLS server
+// name on terminate (one of the route's exact match.sni names), http and the name DNS steering
+// resolved, else the original destination's address, on plaintext. Never the client's Host
+// header: the client would choose the audience of the token it gets.
 func canonicalOf(c *stage.Conn) func(x *exchange.Exchange) string {
 	scheme, name := "http", c.Host
 	if c.TLS == "terminate" {
@@ -444,33 +480,15 @@ func canonicalOf(c *stage.Conn) func(x *exchange.Exchange) string {
 			name = c.SNI
 		}
 	}
+	if name == "" {
+		name = c.Orig.Addr().Unmap().String()
+	}
 	port := int(c.Orig.Port())
-	dst := c.Orig.Addr().Unmap().String()
 	return func(x *exchange.Exchange) string {
-		host := name
-		if host == "" {
-			if h, ok := x.Req.Get("Host"); ok && h != "" {
-				host = hostOnly(h)
-			} else {
-				host = dst
-			}
-		}
-		return auth.CanonicalURI(scheme, host, port, requestPath(x.Req.Target))
+		return auth.CanonicalURI(scheme, name, port, requestPath(x.Req.Target))
 	}
 }
 
-func hostOnly(h string) string {
-	if strings.HasPrefix(h, "[") {
-		if i := strings.IndexByte(h, ']'); i > 0 {
-			return h[1:i]
-		}
-		return h
-	}
-	if i := strings.IndexByte(h, ':'); i >= 0 {
-		return h[:i]
-	}
-	return h
-}
 
 // requestPath is a target's path without the query.
 func requestPath(target string) string {
