@@ -90,8 +90,8 @@ func (u *upstream) last() (authz, apiKey string, n int) {
 // reads of the request.
 type seen struct {
 	exchange.Base
-	mu    sync.Mutex
-	authz []string
+	mu     sync.Mutex
+	authz  []string
 	auth   []*policy.Auth
 	body   bool
 	bodies []string

@@ -489,7 +489,6 @@ func canonicalOf(c *stage.Conn) func(x *exchange.Exchange) string {
 	}
 }
 
-
 // requestPath is a target's path without the query.
 func requestPath(target string) string {
 	if i := strings.Index(target, "://"); i >= 0 {
