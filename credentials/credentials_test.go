@@ -70,6 +70,8 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if u.echo {
+		w.Header().Add("Set-Cookie", "a=1")
+		w.Header().Add("Set-Cookie", "b="+strings.TrimPrefix(a, "Bearer "))
 		w.Header().Set("X-Seen", "you sent "+a)
 		json.NewEncoder(w).Encode(map[string]string{"authorization": a})
 		return
@@ -95,14 +97,25 @@ type seen struct {
 	auth   []*policy.Auth
 	body   bool
 	bodies []string
+	fields []string
 }
 
 // ResponseHead asks for the response body, as Level 2 does.
 func (s *seen) ResponseHead(_ context.Context, x *exchange.Exchange) exchange.Result {
+	s.respFields(x)
 	if s.body {
 		x.WantResponseBody(1<<20, exchange.OverflowClose)
 	}
 	return exchange.Continue
+}
+
+// respFields keeps what a later stage read of the response's fields.
+func (s *seen) respFields(x *exchange.Exchange) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range x.Resp.Headers {
+		s.fields = append(s.fields, h.Name+": "+h.Value)
+	}
 }
 
 // ResponseBody keeps what a later stage (Level 2, records) reads of the response.
@@ -550,7 +563,15 @@ func TestReflectedCredentialScrubbed(t *testing.T) {
 		t.Fatalf("no scrub marker: header %q body %s", resp.Header.Get("X-Seen"), b)
 	}
 	if n := testutil.ToFloat64(must(r.reg, "mcpintercept_credentials_scrubbed_total")); n != 2 {
-		t.Fatalf("scrubbed = %v, want 2 (header and body)", n)
+		t.Fatalf("scrubbed = %v, want 2 (the head and the body)", n)
+	}
+	if c := resp.Header.Values("Set-Cookie"); len(c) != 2 || c[0] != "a=1" || c[1] != "b="+scrubbed {
+		t.Fatalf("Set-Cookie %q: want both fields kept, the second scrubbed", c)
+	}
+	for _, f := range r.seen.fields {
+		if strings.Contains(f, realToken) {
+			t.Fatalf("a later stage read the credential in %q", f)
+		}
 	}
 }
 

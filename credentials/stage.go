@@ -394,11 +394,14 @@ func (s *inStage) ResponseHead(ctx context.Context, x *exchange.Exchange) exchan
 	if v == "" || x.Resp == nil {
 		return exchange.Continue
 	}
+	reflected := strings.Contains(x.Resp.Reason, v)
 	for _, h := range x.Resp.Headers {
-		if strings.Contains(h.Value, v) {
-			x.SetResponseHeader(h.Name, strings.ReplaceAll(h.Value, v, scrubbed))
-			s.m.scrubbed.WithLabelValues(s.route).Inc()
-		}
+		reflected = reflected || strings.Contains(h.Value, v)
+	}
+	if reflected {
+		// Each field stays where it is (two Set-Cookie stay two).
+		x.ReplaceInResponseHeaders(v, scrubbed)
+		s.m.scrubbed.WithLabelValues(s.route).Inc()
 	}
 	if x.Resp.NoBody {
 		return exchange.Continue

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,6 +210,28 @@ func (x *Exchange) SetResponseBody(b []byte) {
 	x.respBody, x.respBodySet = b, true
 }
 
+// ReplaceInResponseHeaders replaces every occurrence of old by value inside the reason phrase and
+// the value of every field of the forwarded response (obs-fold continuations included), each
+// field kept in place, the framing fields excepted; and in x.Resp, so that later stages read the
+// same. old must not be
+// empty and value must be a valid field value (else nothing is done).
+func (x *Exchange) ReplaceInResponseHeaders(old, value string) {
+	if old == "" || !validValue(value) || x.Resp == nil {
+		return
+	}
+	x.respEdits = append(x.respEdits, headerEdit{replace: true, old: old, value: value})
+	h := *x.Resp
+	h.Reason = strings.ReplaceAll(h.Reason, old, value)
+	h.Headers = make([]Header, len(x.Resp.Headers))
+	for i, f := range x.Resp.Headers {
+		if !framingField(f.Name) {
+			f.Value = strings.ReplaceAll(f.Value, old, value)
+		}
+		h.Headers[i] = f
+	}
+	x.Resp = &h
+}
+
 // SetResponseHeader is SetRequestHeader for the response.
 func (x *Exchange) SetResponseHeader(name, value string) {
 	x.respEdits = addEdit(x.respEdits, name, value, false)
@@ -363,10 +386,13 @@ func PlainText(reason string) []byte {
 // PlainTextHeaders are the headers of a PlainText answer.
 var PlainTextHeaders = []Header{{Name: "Content-Type", Value: "text/plain; charset=utf-8"}}
 
-// headerEdit is one Set or Del of a header field by a stage.
+// headerEdit is one Set or Del of a header field by a stage, or (replace) a substitution of old
+// by value inside every field's value.
 type headerEdit struct {
 	name, value string
 	del         bool
+	replace     bool
+	old         string
 }
 
 func addEdit(edits []headerEdit, name, value string, del bool) []headerEdit {
@@ -399,7 +425,7 @@ func editHead(raw []byte, edits []headerEdit) []byte {
 	}
 	out := make([]byte, 0, len(raw)+64)
 	pos := 0
-	started, skipFold := false, false
+	started, skipFold, inFraming := false, false, false
 	for pos < len(raw) {
 		i := bytes.IndexByte(raw[pos:], '\n')
 		line := raw[pos : pos+i+1]
@@ -408,11 +434,12 @@ func editHead(raw []byte, edits []headerEdit) []byte {
 		switch {
 		case !started:
 			started = len(content) > 0
-			out = append(out, line...)
+			// The start line too: a response's reason phrase could carry what is replaced.
+			out = append(out, replaceIn(line, edits, false)...)
 			continue
 		case len(content) == 0:
 			for _, e := range edits {
-				if !e.del {
+				if !e.del && !e.replace {
 					out = append(out, e.name...)
 					out = append(out, ": "...)
 					out = append(out, e.value...)
@@ -423,7 +450,7 @@ func editHead(raw []byte, edits []headerEdit) []byte {
 			continue
 		case content[0] == ' ' || content[0] == '\t':
 			if !skipFold {
-				out = append(out, line...)
+				out = append(out, replaceIn(line, edits, inFraming)...)
 			}
 			continue
 		}
@@ -434,7 +461,7 @@ func editHead(raw []byte, edits []headerEdit) []byte {
 		}
 		edited := false
 		for _, e := range edits {
-			if equalFold(string(name), e.name) {
+			if !e.replace && equalFold(string(name), e.name) {
 				edited = true
 				break
 			}
@@ -443,7 +470,27 @@ func editHead(raw []byte, edits []headerEdit) []byte {
 			skipFold = true
 			continue
 		}
-		out = append(out, line...)
+		inFraming = framingField(string(name))
+		if colon := bytes.IndexByte(line, ':'); colon >= 0 {
+			out = append(out, line[:colon+1]...)
+			out = append(out, replaceIn(line[colon+1:], edits, inFraming)...)
+		} else {
+			out = append(out, line...)
+		}
 	}
 	return out
+}
+
+// replaceIn applies the replace edits to part of a field line (a value, or a continuation),
+// unless it belongs to a framing field.
+func replaceIn(b []byte, edits []headerEdit, framing bool) []byte {
+	if framing {
+		return b
+	}
+	for _, e := range edits {
+		if e.replace && bytes.Contains(b, []byte(e.old)) {
+			b = bytes.ReplaceAll(b, []byte(e.old), []byte(e.value))
+		}
+	}
+	return b
 }

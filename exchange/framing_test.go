@@ -791,3 +791,14 @@ func TestForwardNeverHoldsTheHead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// ReplaceInResponseHeaders' edit keeps every field in place (two fields of a name stay two),
+// replaces inside values, continuations and the reason phrase, and leaves framing fields alone.
+func TestEditHeadReplace(t *testing.T) {
+	raw := []byte("HTTP/1.1 401 bad SECRET\r\nSet-Cookie: a=1\r\nSet-Cookie: b=SECRET\r\nX-Long: one\r\n two SECRET\r\nContent-Length: 0\r\n\r\n")
+	got := string(editHead(raw, []headerEdit{{replace: true, old: "SECRET", value: "[x]"}}))
+	want := "HTTP/1.1 401 bad [x]\r\nSet-Cookie: a=1\r\nSet-Cookie: b=[x]\r\nX-Long: one\r\n two [x]\r\nContent-Length: 0\r\n\r\n"
+	if got != want {
+		t.Fatalf("got %q\nwant %q", got, want)
+	}
+}
