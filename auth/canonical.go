@@ -78,3 +78,21 @@ func canonicalAll(ss []string) []string {
 	}
 	return out
 }
+
+// TargetPath is the path of a request target, for its canonical URI (the token check and the
+// credentials stage name the server alike): origin-form up to the query, or the path of an
+// absolute-form target.
+func TargetPath(target string) string {
+	if i := strings.Index(target, "://"); i >= 0 {
+		rest := target[i+3:]
+		j := strings.IndexByte(rest, '/')
+		if j < 0 {
+			return "/"
+		}
+		target = rest[j:]
+	}
+	if i := strings.IndexAny(target, "?#"); i >= 0 {
+		target = target[:i]
+	}
+	return target
+}

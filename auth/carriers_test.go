@@ -98,3 +98,14 @@ func TestTargetAuthority(t *testing.T) {
 		})
 	}
 }
+
+func TestTargetPath(t *testing.T) {
+	for target, want := range map[string]string{
+		"/mcp": "/mcp", "/mcp?access_token=x": "/mcp", "/a#f": "/a",
+		"http://h.test/mcp?q": "/mcp", "https://h.test": "/", "*": "*",
+	} {
+		if got := TargetPath(target); got != want {
+			t.Errorf("TargetPath(%q) = %q, want %q", target, got, want)
+		}
+	}
+}

@@ -393,10 +393,8 @@ func exchangeRig(t *testing.T, ep *tokenEndpoint, now func() time.Time) *rig {
 
 func TestExchangeCachesUntilShortlyBeforeExpiry(t *testing.T) {
 	ep := &tokenEndpoint{expiresIn: 100}
-	var mu sync.Mutex
-	clock := time.Unix(1_800_000_000, 0)
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	r := exchangeRig(t, ep, now)
+	clk := newFakeClock()
+	r := exchangeRig(t, ep, clk.now)
 	for i := 0; i < 3; i++ {
 		if st, body := r.do("Authorization", "Bearer client-tok"); st != 200 {
 			t.Fatalf("status %d %s", st, body)
@@ -421,16 +419,12 @@ func TestExchangeCachesUntilShortlyBeforeExpiry(t *testing.T) {
 	}
 	// 100 s of life (an opaque client token caps it at 5 min, more than that): used until 10 s
 	// before (a tenth) — at 91 s it is asked again.
-	mu.Lock()
-	clock = clock.Add(89 * time.Second)
-	mu.Unlock()
+	clk.advance(89 * time.Second)
 	r.do("Authorization", "Bearer client-tok")
 	if ep.calls.Load() != 1 {
 		t.Fatal("exchanged again before the margin")
 	}
-	mu.Lock()
-	clock = clock.Add(2 * time.Second)
-	mu.Unlock()
+	clk.advance(2 * time.Second)
 	r.do("Authorization", "Bearer client-tok")
 	if got, _, _ := r.up.last(); ep.calls.Load() != 2 || got != "Bearer xch-2-for-client-tok" {
 		t.Fatalf("after the margin: %d exchanges, upstream %q", ep.calls.Load(), got)
@@ -444,16 +438,12 @@ func TestExchangeCachesUntilShortlyBeforeExpiry(t *testing.T) {
 
 func TestExchangeNeverPastTheSubjectsExpiry(t *testing.T) {
 	ep := &tokenEndpoint{expiresIn: 3600}
-	clock := time.Unix(1_800_000_000, 0)
-	var mu sync.Mutex
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	r := exchangeRig(t, ep, now)
-	payload := base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"exp":%d}`, clock.Add(60*time.Second).Unix())))
+	clk := newFakeClock()
+	r := exchangeRig(t, ep, clk.now)
+	payload := base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"exp":%d}`, clk.now().Add(60*time.Second).Unix())))
 	subject := "eyJhbGciOiJSUzI1NiJ9." + payload + ".c2ln"
 	r.do("Authorization", "Bearer "+subject)
-	mu.Lock()
-	clock = clock.Add(61 * time.Second)
-	mu.Unlock()
+	clk.advance(61 * time.Second)
 	r.do("Authorization", "Bearer "+subject)
 	if ep.calls.Load() != 2 {
 		t.Fatalf("%d exchanges: the cached token outlived the client's own (exp in 60 s)", ep.calls.Load())
@@ -722,23 +712,37 @@ func TestEncodedResponseCutOff(t *testing.T) {
 // then the authorization server judges the client token again.
 func TestExchangeOpaqueSubjectCapped(t *testing.T) {
 	ep := &tokenEndpoint{expiresIn: 3600}
-	var mu sync.Mutex
-	clock := time.Unix(1_800_000_000, 0)
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	r := exchangeRig(t, ep, now)
+	clk := newFakeClock()
+	r := exchangeRig(t, ep, clk.now)
 	r.do("Authorization", "Bearer opaque-client-token")
-	mu.Lock()
-	clock = clock.Add(MaxOpaqueSubjectCache - time.Minute)
-	mu.Unlock()
+	clk.advance(MaxOpaqueSubjectCache - time.Minute)
 	r.do("Authorization", "Bearer opaque-client-token")
 	if ep.calls.Load() != 1 {
 		t.Fatal("exchanged again before the cap")
 	}
-	mu.Lock()
-	clock = clock.Add(2 * time.Minute)
-	mu.Unlock()
+	clk.advance(2 * time.Minute)
 	r.do("Authorization", "Bearer opaque-client-token")
 	if ep.calls.Load() != 2 {
 		t.Fatalf("%d exchanges: the token for an opaque client token outlived the cap", ep.calls.Load())
 	}
+}
+
+// fakeClock is the exchanger's clock in the tests: it moves only when told.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }

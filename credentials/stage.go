@@ -488,22 +488,6 @@ func canonicalOf(c *stage.Conn) func(x *exchange.Exchange) string {
 	}
 	port := int(c.Orig.Port())
 	return func(x *exchange.Exchange) string {
-		return auth.CanonicalURI(scheme, name, port, requestPath(x.Req.Target))
+		return auth.CanonicalURI(scheme, name, port, auth.TargetPath(x.Req.Target))
 	}
-}
-
-// requestPath is a target's path without the query.
-func requestPath(target string) string {
-	if i := strings.Index(target, "://"); i >= 0 {
-		rest := target[i+3:]
-		j := strings.IndexByte(rest, '/')
-		if j < 0 {
-			return "/"
-		}
-		target = rest[j:]
-	}
-	if i := strings.IndexAny(target, "?#"); i >= 0 {
-		target = target[:i]
-	}
-	return target
 }

@@ -14,15 +14,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netns"
 )
 
 // Issue 35: credentials stay outside the sandbox. The client in mcpi-client holds no real
@@ -198,29 +195,7 @@ func startOTLPCapture(t *testing.T) *otlpCapture {
 // listenInNS opens a TCP listener inside a lab namespace (the socket stays there).
 func listenInNS(t *testing.T, ns, addr string) net.Listener {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	target, err := netns.GetFromName(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		t.Fatal(err)
-	}
-	ln, lerr := net.Listen("tcp", addr)
-	if err := netns.Set(orig); err != nil {
-		t.Fatalf("cannot return to the original namespace: %v", err)
-	}
-	if lerr != nil {
-		t.Fatal(lerr)
-	}
-	return ln
+	return inNS(t, ns, func() (net.Listener, error) { return net.Listen("tcp", addr) })
 }
 
 const credTelemetry = `telemetry:

@@ -12,13 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/vishvananda/netns"
 )
 
 // The dns mechanism end to end (issue 12; the draft names "DNS-based interception" among the
@@ -437,28 +435,8 @@ func TestDNSQuotaFlood(t *testing.T) {
 // udpInNS opens a UDP socket from local to remote inside a lab namespace (the socket stays there).
 func udpInNS(t *testing.T, ns, local, remote string) net.Conn {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	target, err := netns.GetFromName(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		t.Fatal(err)
-	}
-	d := net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(netip.MustParseAddrPort(local))}
-	c, derr := d.Dial("udp", remote)
-	if err := netns.Set(orig); err != nil {
-		t.Fatalf("cannot return to the original namespace: %v", err)
-	}
-	if derr != nil {
-		t.Fatal(derr)
-	}
-	return c
+	return inNS(t, ns, func() (net.Conn, error) {
+		d := net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(netip.MustParseAddrPort(local))}
+		return d.Dial("udp", remote)
+	})
 }

@@ -18,9 +18,10 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// dialInNS opens a TCP connection from inside a lab namespace: the socket is created while this
-// OS thread is in that namespace and stays there afterwards.
-func dialInNS(t *testing.T, ns, addr string) net.Conn {
+// inNS runs open with this OS thread inside a lab namespace and returns what it opened: a socket
+// made there stays there afterwards. The thread returns to its own namespace before anything else
+// runs on it.
+func inNS[T any](t *testing.T, ns string, open func() (T, error)) T {
 	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -37,14 +38,20 @@ func dialInNS(t *testing.T, ns, addr string) net.Conn {
 	if err := netns.Set(target); err != nil {
 		t.Fatal(err)
 	}
-	c, derr := net.DialTimeout("tcp", addr, 10*time.Second)
+	v, oerr := open()
 	if err := netns.Set(orig); err != nil {
 		t.Fatalf("cannot return to the original namespace: %v", err)
 	}
-	if derr != nil {
-		t.Fatal(derr)
+	if oerr != nil {
+		t.Fatal(oerr)
 	}
-	return c
+	return v
+}
+
+// dialInNS opens a TCP connection from inside a lab namespace.
+func dialInNS(t *testing.T, ns, addr string) net.Conn {
+	t.Helper()
+	return inNS(t, ns, func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 10*time.Second) })
 }
 
 // toolsCall sends one MCP tools/call (with the 2026-07-28 Mcp-Method and Mcp-Name headers) on an

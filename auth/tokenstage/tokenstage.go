@@ -108,7 +108,7 @@ func (s *tokenStage) RequestHead(ctx context.Context, x *exchange.Exchange) exch
 		x.Set(policy.AuthKey{}, noAuth)
 		return exchange.Continue
 	}
-	res, err := s.check.CheckRequest(ctx, cr, auth.CanonicalURI(s.scheme, host, s.port, requestPath(x.Req.Target)))
+	res, err := s.check.CheckRequest(ctx, cr, auth.CanonicalURI(s.scheme, host, s.port, auth.TargetPath(x.Req.Target)))
 	if res.Present {
 		x.Set(policy.AuthKey{}, authVars(res))
 	} else {
@@ -291,23 +291,6 @@ func headerValues(h *exchange.Head, name string) []string {
 		}
 	}
 	return out
-}
-
-// requestPath is the path of a request target: origin-form up to the query, or the path of an
-// absolute-form target.
-func requestPath(target string) string {
-	if i := strings.Index(target, "://"); i >= 0 {
-		rest := target[i+3:]
-		j := strings.IndexByte(rest, '/')
-		if j < 0 {
-			return "/"
-		}
-		target = rest[j:]
-	}
-	if i := strings.IndexAny(target, "?#"); i >= 0 {
-		target = target[:i]
-	}
-	return target
 }
 
 // CallerOf is the identity records carry for an accepted token's claims under

@@ -122,7 +122,7 @@ func execConfig(path string, cas []string, stderr io.Writer) (*config.Config, bo
 	}
 	cfg.Upstream.ExtraCAs = append(cfg.Upstream.ExtraCAs, cas...)
 	if err := appliance.Check(cfg); err != nil {
-		reportRuleErrors(stderr, err)
+		reportConfigError(stderr, err)
 		return nil, false
 	}
 	if !preflight(cfg, stderr) {

@@ -201,29 +201,32 @@ func loadConfig(cf *commonFlags, stderr io.Writer) (*config.Config, bool) {
 	return cfg, true
 }
 
-// reportConfigError prints a configuration that did not load: each problem on a line.
+// reportConfigError prints a configuration or a policy that did not load: each problem on a
+// line (config.Errors, policy.CompileErrors), or the error.
 func reportConfigError(stderr io.Writer, err error) {
+	var what string
+	var problems []string
 	var errs config.Errors
-	if errors.As(err, &errs) {
-		fmt.Fprintf(stderr, "mcpintercept: invalid configuration (%d problem(s)); nothing was installed:\n", len(errs))
-		for _, e := range errs {
-			fmt.Fprintf(stderr, "  %s\n", e)
-		}
-		return
-	}
-	fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
-}
-
-func reportRuleErrors(stderr io.Writer, err error) {
 	var ce policy.CompileErrors
-	if errors.As(err, &ce) {
-		fmt.Fprintf(stderr, "mcpintercept: invalid policy (%d problem(s)); nothing was installed:\n", len(ce))
-		for _, e := range ce {
-			fmt.Fprintf(stderr, "  %s\n", e)
+	switch {
+	case errors.As(err, &errs):
+		what = "configuration"
+		for _, e := range errs {
+			problems = append(problems, fmt.Sprint(e))
 		}
+	case errors.As(err, &ce):
+		what = "policy"
+		for _, e := range ce {
+			problems = append(problems, fmt.Sprint(e))
+		}
+	default:
+		fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
 		return
 	}
-	fmt.Fprintf(stderr, "mcpintercept: %v; nothing was installed\n", err)
+	fmt.Fprintf(stderr, "mcpintercept: invalid %s (%d problem(s)); nothing was installed:\n", what, len(problems))
+	for _, p := range problems {
+		fmt.Fprintf(stderr, "  %s\n", p)
+	}
 }
 
 // cmdCheck is `check`: everything run refuses before installing anything, in one pass (the
@@ -386,7 +389,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err := appliance.Run(cfg, appliance.RunOptions{Stdout: stdout, Log: log, Steering: watchdog.Steering}); err != nil {
 		var ce *appliance.ConfigError
 		if errors.As(err, &ce) {
-			reportRuleErrors(stderr, err)
+			reportConfigError(stderr, err)
 			return exitUsage
 		}
 		log.Error("stopped", "err", err)

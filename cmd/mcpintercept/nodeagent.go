@@ -49,7 +49,7 @@ func cmdNodeAgent(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		var ce *appliance.ConfigError
 		if errors.As(err, &ce) {
-			reportRuleErrors(stderr, err)
+			reportConfigError(stderr, err)
 			return exitUsage
 		}
 		log.Error("stopped", "err", err)

@@ -58,7 +58,7 @@ func cmdPolicy(args []string, stdout, stderr io.Writer) int {
 	}
 	rp, err := appliance.NewReplayer(cfg, *ruleSet)
 	if err != nil {
-		reportRuleErrors(stderr, err)
+		reportConfigError(stderr, err)
 		return exitUsage
 	}
 	var in io.Reader = os.Stdin
